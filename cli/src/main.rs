@@ -1,0 +1,39 @@
+//! `floodgate`: replay a trace through any policy, compare the engines'
+//! speed, or watch the limiter protect a simulated payments API.
+
+mod bench;
+mod demo;
+mod replay;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "floodgate",
+    version,
+    about = "Per-client rate limiting: replay, bench, demo"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Answer a trace of `allow`/`remaining` calls read from standard input.
+    Replay(replay::Args),
+    /// Measure checks per second: lock-free engine vs mutex baseline vs governor.
+    Bench(bench::Args),
+    /// A payments API, 1,000 good apps and one buggy one, through every policy.
+    Demo(demo::Args),
+}
+
+fn main() -> ExitCode {
+    match Cli::parse().command {
+        Command::Replay(args) => replay::run(args),
+        Command::Bench(args) => bench::run(args),
+        Command::Demo(args) => demo::run(args),
+    }
+}

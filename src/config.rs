@@ -1,0 +1,290 @@
+//! Policy names and validated limits: everything that is checked once, at
+//! construction, so the hot path never has to.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// The largest limit any policy accepts (2^20 − 1): request counts are packed
+/// into 20-bit fields of the per-client state words.
+pub const MAX_LIMIT: u64 = (1 << 20) - 1;
+
+/// The six policies, by the names used in configuration files and on the
+/// command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PolicyKind {
+    /// `sliding-window`: an exact log of the last `limit` admissions.
+    SlidingWindow,
+    /// `token-bucket`: a bucket of `limit` tokens, one drip every `window / limit`.
+    TokenBucket,
+    /// `fixed-window`: at most `limit` per window, on each client's own grid.
+    FixedWindow,
+    /// `sliding-window-counter`: two windows' counts, weighted by overlap.
+    SlidingWindowCounter,
+    /// `gcra`: the generic cell rate algorithm (virtual scheduling).
+    Gcra,
+    /// `leaky-bucket`: GCRA's admissions, answered as a queueing delay.
+    LeakyBucket,
+}
+
+impl PolicyKind {
+    /// Every policy, in the order the documentation lists them.
+    pub const ALL: [PolicyKind; 6] = [
+        PolicyKind::SlidingWindow,
+        PolicyKind::TokenBucket,
+        PolicyKind::FixedWindow,
+        PolicyKind::SlidingWindowCounter,
+        PolicyKind::Gcra,
+        PolicyKind::LeakyBucket,
+    ];
+
+    /// The policy's configuration name, e.g. `"token-bucket"`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            PolicyKind::SlidingWindow => "sliding-window",
+            PolicyKind::TokenBucket => "token-bucket",
+            PolicyKind::FixedWindow => "fixed-window",
+            PolicyKind::SlidingWindowCounter => "sliding-window-counter",
+            PolicyKind::Gcra => "gcra",
+            PolicyKind::LeakyBucket => "leaky-bucket",
+        }
+    }
+
+    /// Whether the policy releases one request per interval `window / limit`
+    /// and so needs `window >= limit`.
+    pub const fn drips(self) -> bool {
+        matches!(
+            self,
+            PolicyKind::TokenBucket | PolicyKind::Gcra | PolicyKind::LeakyBucket
+        )
+    }
+}
+
+impl fmt::Display for PolicyKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for PolicyKind {
+    type Err = UnknownPolicy;
+
+    /// Parses one of the six names exactly (case-sensitive).
+    ///
+    /// # Errors
+    ///
+    /// [`UnknownPolicy`], whose message lists the names that exist.
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        PolicyKind::ALL
+            .into_iter()
+            .find(|kind| kind.name() == name)
+            .ok_or_else(|| UnknownPolicy {
+                name: name.to_owned(),
+            })
+    }
+}
+
+/// A policy name that is not one of the six.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnknownPolicy {
+    /// The name that was asked for.
+    pub name: String,
+}
+
+impl fmt::Display for UnknownPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "unknown policy {:?}; the policies are ", self.name)?;
+        for (i, kind) in PolicyKind::ALL.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            f.write_str(kind.name())?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for UnknownPolicy {}
+
+/// A limit that some policy would refuse.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ConfigError {
+    /// The limit is outside `1..=MAX_LIMIT`.
+    LimitOutOfRange {
+        /// The limit that was given.
+        limit: u64,
+    },
+    /// The window is 0 ticks.
+    ZeroWindow,
+    /// A policy that releases one request per `window / limit` ticks was
+    /// given a window shorter than its limit, so that interval would be 0.
+    WindowShorterThanLimit {
+        /// The policy that needs `window >= limit`.
+        policy: PolicyKind,
+        /// The limit that was given.
+        limit: u64,
+        /// The window that was given.
+        window: u64,
+    },
+    /// The window does not fit in the tick type (a `Duration` too long).
+    WindowTooLong {
+        /// The window that was asked for, in nanoseconds.
+        nanos: u128,
+    },
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::LimitOutOfRange { limit } => write!(
+                f,
+                "limit {limit} is out of range: it must be between 1 and {MAX_LIMIT}"
+            ),
+            ConfigError::ZeroWindow => {
+                f.write_str("window 0 is invalid: it must be at least 1 tick")
+            }
+            ConfigError::WindowShorterThanLimit {
+                policy,
+                limit,
+                window,
+            } => write!(
+                f,
+                "window {window} is shorter than limit {limit}: {policy} releases one request \
+                 every window/limit ticks, so it needs window >= limit"
+            ),
+            ConfigError::WindowTooLong { nanos } => write!(
+                f,
+                "window of {nanos} ns is too long: it must fit in 64 bits of nanoseconds"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// A validated limit: at most `limit` requests per `window` ticks.
+///
+/// The ranges every policy shares are checked here; [`Config::check_for`]
+/// adds what one policy needs (the drip policies need `window >= limit`).
+///
+/// ```
+/// use floodgate::{Config, ConfigError};
+///
+/// let config = Config::new(100, 1_000)?;
+/// assert_eq!(config.interval(), 10);
+/// assert_eq!(Config::new(0, 1_000), Err(ConfigError::LimitOutOfRange { limit: 0 }));
+/// # Ok::<(), ConfigError>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Config {
+    limit: u64,
+    window: u64,
+}
+
+impl Config {
+    /// At most `limit` requests per `window` ticks (nanoseconds with the
+    /// default clock).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::LimitOutOfRange`] unless `1 <= limit <= MAX_LIMIT`;
+    /// [`ConfigError::ZeroWindow`] if `window` is 0.
+    pub const fn new(limit: u64, window: u64) -> Result<Self, ConfigError> {
+        if limit == 0 || limit > MAX_LIMIT {
+            return Err(ConfigError::LimitOutOfRange { limit });
+        }
+        if window == 0 {
+            return Err(ConfigError::ZeroWindow);
+        }
+        Ok(Self { limit, window })
+    }
+
+    /// At most `limit` requests per `window`, in nanosecond ticks (the
+    /// default clock's unit).
+    ///
+    /// # Errors
+    ///
+    /// As [`Config::new`], and [`ConfigError::WindowTooLong`] if the window
+    /// does not fit in 64 bits of nanoseconds (about 584 years).
+    pub fn per(limit: u64, window: Duration) -> Result<Self, ConfigError> {
+        let nanos = window.as_nanos();
+        let window = u64::try_from(nanos).map_err(|_| ConfigError::WindowTooLong { nanos })?;
+        Self::new(limit, window)
+    }
+
+    /// Checks what `policy` needs beyond the shared ranges.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::WindowShorterThanLimit`] for a drip policy with
+    /// `window < limit`.
+    pub const fn check_for(self, policy: PolicyKind) -> Result<Self, ConfigError> {
+        if policy.drips() && self.window < self.limit {
+            return Err(ConfigError::WindowShorterThanLimit {
+                policy,
+                limit: self.limit,
+                window: self.window,
+            });
+        }
+        Ok(self)
+    }
+
+    /// The limit `L`.
+    pub const fn limit(self) -> u64 {
+        self.limit
+    }
+
+    /// The window `W`, in ticks.
+    pub const fn window(self) -> u64 {
+        self.window
+    }
+
+    /// `I = ⌊W / L⌋`: the drip policies release one request per `I` ticks.
+    pub const fn interval(self) -> u64 {
+        self.window / self.limit
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_unknown_lists_all() {
+        for kind in PolicyKind::ALL {
+            assert_eq!(kind.name().parse::<PolicyKind>(), Ok(kind));
+        }
+        let err = "token_bucket".parse::<PolicyKind>().unwrap_err();
+        let message = err.to_string();
+        assert!(message.contains("\"token_bucket\""), "{message}");
+        for kind in PolicyKind::ALL {
+            assert!(message.contains(kind.name()), "{message}");
+        }
+    }
+
+    #[test]
+    fn limits_and_windows_are_range_checked() {
+        assert_eq!(
+            Config::new(0, 10),
+            Err(ConfigError::LimitOutOfRange { limit: 0 })
+        );
+        assert_eq!(
+            Config::new(MAX_LIMIT + 1, 10),
+            Err(ConfigError::LimitOutOfRange {
+                limit: MAX_LIMIT + 1
+            })
+        );
+        assert!(Config::new(MAX_LIMIT, 1).is_ok());
+        assert_eq!(Config::new(1, 0), Err(ConfigError::ZeroWindow));
+        let short = Config::new(10, 9).unwrap();
+        for kind in PolicyKind::ALL {
+            assert_eq!(short.check_for(kind).is_err(), kind.drips(), "{kind}");
+        }
+        assert_eq!(
+            Config::per(1, Duration::from_secs(u64::MAX)),
+            Err(ConfigError::WindowTooLong {
+                nanos: u128::from(u64::MAX) * 1_000_000_000
+            })
+        );
+    }
+}

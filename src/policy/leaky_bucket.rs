@@ -1,0 +1,73 @@
+//! `leaky-bucket`: the bucket as a queue (a shaper). Admissions are exactly
+//! `gcra`'s; an admitted request is told how long to wait, `t − now`, its
+//! place in a queue that drains one request every `I`.
+
+use super::gcra::{Gcra, GcraState};
+use super::{sealed, Policy};
+use crate::{Config, ConfigError, Decision, PolicyKind};
+
+/// A leaky bucket used as a shaper: at most `limit` queued, drained one per
+/// `window / limit` ticks; [`Decision::delay`] says how long to wait.
+#[derive(Clone, Copy, Debug)]
+pub struct LeakyBucket {
+    schedule: Gcra,
+}
+
+impl sealed::Sealed for LeakyBucket {}
+
+impl Policy for LeakyBucket {
+    type State = GcraState;
+    const KIND: PolicyKind = PolicyKind::LeakyBucket;
+
+    fn new(config: Config) -> Result<Self, ConfigError> {
+        Ok(Self {
+            schedule: Gcra::validated(config, Self::KIND)?,
+        })
+    }
+
+    fn config(&self) -> Config {
+        self.schedule.config
+    }
+
+    fn new_state(&self) -> GcraState {
+        Gcra::fresh_state()
+    }
+
+    #[inline]
+    fn check(&self, state: &GcraState, now: u64) -> Decision {
+        self.schedule.check_state(state, now, true)
+    }
+
+    #[inline]
+    fn remaining(&self, state: &GcraState, now: u64) -> u64 {
+        self.schedule.remaining_state(state, now)
+    }
+
+    fn measured_from_earlier(&self, mut decision: Decision, lag: u64) -> Decision {
+        if decision.allowed {
+            decision.delay = decision.delay.saturating_add(lag);
+        } else {
+            decision.retry_after = decision.retry_after.saturating_add(lag);
+        }
+        decision
+    }
+}
+
+#[cfg(all(test, not(floodgate_loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_burst_is_spread_out() {
+        let policy = LeakyBucket::new(Config::new(3, 300).unwrap()).unwrap();
+        let state = policy.new_state();
+        let delays: Vec<_> = (0..3).map(|_| policy.check(&state, 0).delay).collect();
+        assert_eq!(delays, [0, 100, 200]);
+        let rejected = policy.check(&state, 0);
+        assert_eq!(
+            (rejected.allowed, rejected.delay, rejected.retry_after),
+            (false, 0, 100)
+        );
+        assert_eq!(policy.check(&state, 150).delay, 150);
+    }
+}

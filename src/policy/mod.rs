@@ -1,0 +1,75 @@
+//! The six policies of the lock-free engine, one file each.
+//!
+//! Each policy is a pure step — previous state and `now` in, next state and
+//! [`Decision`] out — plus the per-client state it runs on. The engine makes
+//! the step atomic (a CAS loop on the state word); nothing here reads a clock
+//! or knows about other clients. Times are ticks since the client's origin.
+
+mod fixed_window;
+mod gcra;
+mod leaky_bucket;
+mod sliding_window;
+mod sliding_window_counter;
+mod token_bucket;
+
+pub use fixed_window::{FixedWindow, FixedWindowState};
+pub use gcra::{Gcra, GcraState};
+pub use leaky_bucket::LeakyBucket;
+pub use sliding_window::{SlidingWindow, SlidingWindowState};
+pub use sliding_window_counter::{SlidingWindowCounter, SlidingWindowCounterState};
+pub use token_bucket::{TokenBucket, TokenBucketState};
+
+use crate::{Config, ConfigError, Decision, PolicyKind};
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A policy of the lock-free engine: its validated parameters, and how it
+/// decides on one client's state. Implemented by the six policy types of
+/// this module and sealed; use it to name a policy in
+/// [`Limiter`](crate::Limiter)'s type.
+pub trait Policy: sealed::Sealed + Send + Sync + Sized + 'static {
+    /// One client's state: atomic words, updated in place.
+    type State: Send + Sync + 'static;
+
+    /// Which of the six this is.
+    const KIND: PolicyKind;
+
+    /// Validates `config` for this policy.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::WindowShorterThanLimit`] for a drip policy with
+    /// `window < limit`.
+    fn new(config: Config) -> Result<Self, ConfigError>;
+
+    /// The limit and window.
+    fn config(&self) -> Config;
+
+    /// The state of a client that has made no request yet.
+    fn new_state(&self) -> Self::State;
+
+    /// Decides one request at `now` ticks past the client's origin, and
+    /// records it if admitted.
+    fn check(&self, state: &Self::State, now: u64) -> Decision;
+
+    /// How many requests would be admitted one after another at `now`.
+    fn remaining(&self, state: &Self::State, now: u64) -> u64;
+
+    /// Re-expresses a decision made at the client's origin for a call whose
+    /// `now` was `lag` ticks before it (threads race to create a client, so a
+    /// call can carry a time just before the winner's origin).
+    fn measured_from_earlier(&self, mut decision: Decision, lag: u64) -> Decision {
+        if !decision.allowed {
+            decision.retry_after = decision.retry_after.saturating_add(lag);
+        }
+        decision
+    }
+}
+
+/// `max(0, a − b)` without a branch the reader has to check.
+#[inline]
+fn saturate(value: u128) -> u64 {
+    u64::try_from(value).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,304 @@
+//! `sliding-window`: the exact sliding log. A request at `now` is admitted
+//! iff fewer than `L` admitted requests have times `t > now − W`.
+//!
+//! Only the last `L` admissions can matter, so each client keeps them in a
+//! ring of `L` slots ([`LogSlot`], layout in `cell`): admission `m` lives in
+//! slot `m mod L`, tagged with sequence `m + L`. With `n` admissions so far,
+//! slot `n mod L` holds the oldest of the last `L`, and
+//!
+//! * admission `n` is one CAS on that slot, from (`n`, oldest) to
+//!   (`n + L`, now) — it fails if anyone else admitted `n` first, so each
+//!   admission is committed exactly once, in order;
+//! * `committed` is only a hint for `n`: it is moved from `n` to `n + 1` by
+//!   whoever sees the slot of `n` already committed (the admitting thread
+//!   or any other that finds it lagging), so it is never more than one behind
+//!   and no thread waits on another.
+//!
+//! Admission times are stored as `max(now, previous admission's time)`, so
+//! the ring is sorted and stored time never moves backwards; `remaining`
+//! finds the first admission still inside the window by galloping from the
+//! oldest: O(1) when few have left the window since, O(log L) at worst.
+
+use super::{sealed, Policy};
+use crate::cell::LogSlot;
+use crate::sync::{AtomicU128, AtomicU64, Ordering};
+use crate::{Config, ConfigError, Decision, PolicyKind};
+
+/// The exact sliding log: at most `limit` requests in any `window` ticks.
+/// Keeps the last `limit` admission times per client (16 bytes each).
+#[derive(Clone, Copy, Debug)]
+pub struct SlidingWindow {
+    config: Config,
+}
+
+/// One client's `sliding-window` state: the ring of its last `L` admissions.
+#[derive(Debug)]
+pub struct SlidingWindowState {
+    /// Admissions committed so far, or one fewer (a hint; see module docs).
+    committed: AtomicU64,
+    ring: Box<[AtomicU128]>,
+}
+
+/// The state as of one instant: `n` admissions, the oldest of the last `L`
+/// (as stored in its slot), and the latest admission's time.
+struct Snapshot {
+    n: u64,
+    oldest: LogSlot,
+    latest_time: u64,
+}
+
+/// A slot was overwritten while being read: the state moved on; start again.
+struct Moved;
+
+impl SlidingWindowState {
+    #[inline]
+    fn slot(&self, admission: u64) -> &AtomicU128 {
+        // The ring has L slots and L fits usize (it is at most 2^20 − 1), so
+        // the remainder does too.
+        &self.ring[(admission % self.ring.len() as u64) as usize]
+    }
+
+    /// Slot `admission mod L` if it still holds that admission.
+    ///
+    /// Acquire pairs with the Release of the CAS that wrote the slot; the
+    /// slot's own sequence number is what the reader checks, so nothing else
+    /// rides on this ordering.
+    #[inline]
+    fn read(&self, admission: u64) -> Result<LogSlot, Moved> {
+        let slot = LogSlot::unpack(self.slot(admission).load(Ordering::Acquire));
+        if slot.sequence == admission + self.ring.len() as u64 {
+            Ok(slot)
+        } else {
+            Err(Moved)
+        }
+    }
+
+    /// A consistent view of the state: linearised at the load of the oldest
+    /// slot (which shows that admission `n` had not yet been committed).
+    fn snapshot(&self) -> Snapshot {
+        let len = self.ring.len() as u64;
+        loop {
+            // Acquire: a hint only; every slot read below is checked by its
+            // sequence number.
+            let n = self.committed.load(Ordering::Acquire);
+            let oldest = LogSlot::unpack(self.slot(n).load(Ordering::Acquire));
+            if oldest.sequence == n + len {
+                // Admission n is committed but the hint lags: move it on for
+                // whoever committed it, then look again.
+                self.advance_hint(n);
+                continue;
+            }
+            if oldest.sequence != n {
+                continue; // the hint moved on after we read it
+            }
+            let latest_time = match n.checked_sub(1) {
+                None => 0,
+                // Admission n − 1 stays in its slot until admission n − 1 + L,
+                // which follows admission n: if it is gone, so is this view.
+                Some(previous) => match self.read(previous) {
+                    Ok(slot) => slot.time,
+                    Err(Moved) => continue,
+                },
+            };
+            return Snapshot {
+                n,
+                oldest,
+                latest_time,
+            };
+        }
+    }
+
+    #[inline]
+    fn advance_hint(&self, from: u64) {
+        // Failure means another thread already moved it: nothing to do.
+        // AcqRel/Relaxed: the hint carries no data (see `snapshot`).
+        let _ =
+            self.committed
+                .compare_exchange(from, from + 1, Ordering::AcqRel, Ordering::Relaxed);
+    }
+}
+
+impl SlidingWindow {
+    /// Whether admission time `time` has left the window at `now`:
+    /// `time <= now − W`.
+    #[inline]
+    fn expired(&self, time: u64, now: u64) -> bool {
+        u128::from(time) + u128::from(self.config.window()) <= u128::from(now)
+    }
+
+    /// How many of the last `L` admissions before admission `n` are still
+    /// inside the window at `now`; `Moved` if the ring changed meanwhile.
+    ///
+    /// Times rise with the admission number, so the expired ones are a
+    /// prefix: gallop over it (1, 2, 4, … slots), then bisect.
+    fn in_window(&self, state: &SlidingWindowState, n: u64, now: u64) -> Result<u64, Moved> {
+        let first = n.saturating_sub(self.config.limit());
+        let mut low = first; // all of [first, low) have expired
+        let mut high = n; // all of [high, n) are inside
+        let mut stride = 1;
+        while low < high {
+            let probe = low + stride - 1;
+            if probe >= high {
+                break;
+            }
+            if self.expired(state.read(probe)?.time, now) {
+                low = probe + 1;
+                stride *= 2;
+            } else {
+                high = probe;
+                break;
+            }
+        }
+        while low < high {
+            let middle = low + (high - low) / 2;
+            if self.expired(state.read(middle)?.time, now) {
+                low = middle + 1;
+            } else {
+                high = middle;
+            }
+        }
+        Ok(n - low)
+    }
+
+    fn remaining_at(&self, state: &SlidingWindowState, now: u64) -> u64 {
+        loop {
+            let snapshot = state.snapshot();
+            let now = now.max(snapshot.latest_time);
+            let Ok(inside) = self.in_window(state, snapshot.n, now) else {
+                continue;
+            };
+            // Every slot read above stays until admission n is committed; if
+            // it still is not, the reads all held at this instant.
+            if state.slot(snapshot.n).load(Ordering::Acquire) == snapshot.oldest.pack() {
+                return self.config.limit() - inside;
+            }
+        }
+    }
+}
+
+impl sealed::Sealed for SlidingWindow {}
+
+impl Policy for SlidingWindow {
+    type State = SlidingWindowState;
+    const KIND: PolicyKind = PolicyKind::SlidingWindow;
+
+    fn new(config: Config) -> Result<Self, ConfigError> {
+        Ok(Self {
+            config: config.check_for(Self::KIND)?,
+        })
+    }
+
+    fn config(&self) -> Config {
+        self.config
+    }
+
+    fn new_state(&self) -> SlidingWindowState {
+        let len = self.config.limit();
+        SlidingWindowState {
+            committed: AtomicU64::new(0),
+            // Slot i starts as if admission i − L had been there.
+            ring: (0..len)
+                .map(|i| {
+                    AtomicU128::new(
+                        LogSlot {
+                            sequence: i,
+                            time: 0,
+                        }
+                        .pack(),
+                    )
+                })
+                .collect(),
+        }
+    }
+
+    fn check(&self, state: &SlidingWindowState, now: u64) -> Decision {
+        let limit = self.config.limit();
+        loop {
+            let Snapshot {
+                n,
+                oldest,
+                latest_time,
+            } = state.snapshot();
+            // Judged at the latest time the state reflects, if that is later.
+            let at = now.max(latest_time);
+            if n >= limit && !self.expired(oldest.time, at) {
+                // All of the last L are inside the window: none left.
+                let free_at = u128::from(oldest.time) + u128::from(self.config.window());
+                let retry_after = u64::try_from(free_at - u128::from(now)).unwrap_or(u64::MAX);
+                return Decision::reject(0, retry_after);
+            }
+            let admitted = LogSlot {
+                sequence: n + limit,
+                time: at,
+            };
+            // Linearisation point of an admission. AcqRel: Release publishes
+            // the slot to readers that Acquire it; Acquire on failure is for
+            // the retry's reads.
+            if state
+                .slot(n)
+                .compare_exchange(
+                    oldest.pack(),
+                    admitted.pack(),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .is_ok()
+            {
+                state.advance_hint(n);
+                return Decision::admit(self.remaining_at(state, at));
+            }
+        }
+    }
+
+    fn remaining(&self, state: &SlidingWindowState, now: u64) -> u64 {
+        self.remaining_at(state, now)
+    }
+}
+
+#[cfg(all(test, not(floodgate_loom)))]
+mod tests {
+    use super::*;
+
+    fn policy(limit: u64, window: u64) -> SlidingWindow {
+        SlidingWindow::new(Config::new(limit, window).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn the_spec_session_for_one_client() {
+        let policy = policy(3, 1_000);
+        let rahul = policy.new_state();
+        assert_eq!(policy.check(&rahul, 0), Decision::admit(2));
+        assert_eq!(policy.check(&rahul, 100), Decision::admit(1));
+        assert_eq!(policy.check(&rahul, 200), Decision::admit(0));
+        assert_eq!(policy.check(&rahul, 300), Decision::reject(0, 700));
+        assert_eq!(policy.remaining(&rahul, 999), 0);
+        assert_eq!(policy.check(&rahul, 1_000), Decision::admit(0));
+        assert_eq!(policy.remaining(&rahul, 1_150), 1);
+    }
+
+    #[test]
+    fn remaining_counts_across_many_laps_of_the_ring() {
+        let policy = policy(5, 100);
+        let state = policy.new_state();
+        for lap in 0..50u64 {
+            for i in 0..5 {
+                assert!(policy.check(&state, lap * 100 + i * 10).allowed);
+            }
+        }
+        // Admissions at 4900, 4910, …, 4940.
+        assert_eq!(policy.remaining(&state, 4_999), 0);
+        assert_eq!(policy.remaining(&state, 5_000), 1);
+        assert_eq!(policy.remaining(&state, 5_025), 3);
+        assert_eq!(policy.remaining(&state, 5_040), 5);
+    }
+
+    #[test]
+    fn an_older_now_is_stored_as_the_latest_time() {
+        let policy = policy(2, 100);
+        let state = policy.new_state();
+        assert!(policy.check(&state, 500).allowed);
+        assert!(policy.check(&state, 10).allowed); // stored as 500
+        assert_eq!(policy.check(&state, 550), Decision::reject(0, 50));
+        assert_eq!(policy.remaining(&state, 600), 2);
+    }
+}

@@ -1,0 +1,220 @@
+//! `sliding-window-counter`: the fixed-window grid, with the previous
+//! window's count weighted by how much of it the sliding window still
+//! covers. With `p` admitted in the previous window, `c` in the current one
+//! and `e` ticks into it, a request is admitted iff
+//! `p·(W − e) + c·W < L·W` (all in exact integers).
+
+use super::{saturate, sealed, Policy};
+use crate::cell::{transition, AtomicWord, Step, WindowWord};
+use crate::sync::AtomicU128;
+use crate::{Config, ConfigError, Decision, PolicyKind};
+
+/// An approximation of the sliding window from two counters: the previous
+/// window's count, weighted by overlap, plus the current one's.
+#[derive(Clone, Copy, Debug)]
+pub struct SlidingWindowCounter {
+    config: Config,
+}
+
+/// One client's `sliding-window-counter` state: a [`WindowWord`] (layout in
+/// `cell`).
+#[derive(Debug)]
+pub struct SlidingWindowCounterState {
+    word: AtomicU128,
+}
+
+/// The counts as seen from one instant.
+#[derive(Clone, Copy, Debug)]
+struct View {
+    counts: WindowWord,
+    /// Ticks since the start of `counts.window`.
+    elapsed: u64,
+}
+
+impl SlidingWindowCounter {
+    fn window(&self) -> u128 {
+        u128::from(self.config.window())
+    }
+
+    /// The counts rolled forward to the window that holds `now`. A `now`
+    /// before the stored window (time going back) is judged at the start of
+    /// the stored window, its strictest instant.
+    #[inline]
+    fn view(&self, word: u128, now: u64) -> View {
+        let stored = WindowWord::unpack(word);
+        let window = now / self.config.window();
+        if window <= stored.window {
+            let elapsed = if window == stored.window {
+                now % self.config.window()
+            } else {
+                0
+            };
+            return View {
+                counts: stored,
+                elapsed,
+            };
+        }
+        let previous = if window == stored.window + 1 {
+            stored.current
+        } else {
+            0
+        };
+        View {
+            counts: WindowWord {
+                window,
+                previous,
+                current: 0,
+            },
+            elapsed: now % self.config.window(),
+        }
+    }
+
+    /// `L·W − p·(W − e) − c·W`: positive iff one more is admitted.
+    #[inline]
+    fn slack(&self, previous: u32, current: u32, elapsed: u64) -> i128 {
+        let w = self.window() as i128;
+        let weighted = i128::from(previous) * (w - i128::from(elapsed)) + i128::from(current) * w;
+        i128::from(self.config.limit()) * w - weighted
+    }
+
+    /// `max(0, ⌈slack / W⌉)`.
+    #[inline]
+    fn remaining_of(&self, view: View) -> u64 {
+        let slack = self.slack(view.counts.previous, view.counts.current, view.elapsed);
+        if slack <= 0 {
+            0
+        } else {
+            // slack <= L·W, so the quotient is at most L.
+            (slack as u128).div_ceil(self.window()) as u64
+        }
+    }
+
+    /// The first offset `e >= from` in a window with counts `p`, `c` that
+    /// admits a request, if any.
+    fn first_open(&self, previous: u32, current: u32, from: u64) -> Option<u64> {
+        let w = self.config.window();
+        if from >= w || u64::from(current) >= self.config.limit() {
+            return None;
+        }
+        if previous == 0 {
+            return Some(from);
+        }
+        // Admitted iff p·e > p·W + c·W − L·W = −slack(p, c, 0).
+        let excess = -self.slack(previous, current, 0);
+        let first = if excess < 0 {
+            0
+        } else {
+            excess as u128 / u128::from(previous) + 1
+        };
+        let first = first.max(u128::from(from));
+        (first < u128::from(w)).then_some(first as u64)
+    }
+
+    /// Ticks from `now` to the first instant that admits, for a request
+    /// rejected at `view`: in this window, else the next, else (only when
+    /// W = 1) the one after.
+    fn retry_after(&self, view: View, now: u64) -> u64 {
+        let WindowWord {
+            window,
+            previous,
+            current,
+        } = view.counts;
+        let start = u128::from(window) * self.window();
+        let at = if let Some(e) = self.first_open(previous, current, view.elapsed + 1) {
+            start + u128::from(e)
+        } else if let Some(e) = self.first_open(current, 0, 0) {
+            start + self.window() + u128::from(e)
+        } else {
+            start + 2 * self.window()
+        };
+        saturate(at - u128::from(now))
+    }
+
+    #[inline]
+    fn step(&self, word: u128, now: u64) -> Step<u128> {
+        let view = self.view(word, now);
+        let counts = view.counts;
+        if self.slack(counts.previous, counts.current, view.elapsed) > 0 {
+            let counts = WindowWord {
+                current: counts.current + 1,
+                ..counts
+            };
+            Step {
+                decision: Decision::admit(self.remaining_of(View { counts, ..view })),
+                next: Some(counts.pack()),
+            }
+        } else {
+            Step {
+                decision: Decision::reject(0, self.retry_after(view, now)),
+                next: None,
+            }
+        }
+    }
+}
+
+impl sealed::Sealed for SlidingWindowCounter {}
+
+impl Policy for SlidingWindowCounter {
+    type State = SlidingWindowCounterState;
+    const KIND: PolicyKind = PolicyKind::SlidingWindowCounter;
+
+    fn new(config: Config) -> Result<Self, ConfigError> {
+        Ok(Self {
+            config: config.check_for(Self::KIND)?,
+        })
+    }
+
+    fn config(&self) -> Config {
+        self.config
+    }
+
+    fn new_state(&self) -> SlidingWindowCounterState {
+        SlidingWindowCounterState {
+            word: AtomicU128::new(WindowWord::default().pack()),
+        }
+    }
+
+    #[inline]
+    fn check(&self, state: &SlidingWindowCounterState, now: u64) -> Decision {
+        transition(&state.word, |word| self.step(word, now))
+    }
+
+    #[inline]
+    fn remaining(&self, state: &SlidingWindowCounterState, now: u64) -> u64 {
+        self.remaining_of(self.view(state.word.load_word(), now))
+    }
+}
+
+#[cfg(all(test, not(floodgate_loom)))]
+mod tests {
+    use super::*;
+
+    fn policy(limit: u64, window: u64) -> SlidingWindowCounter {
+        SlidingWindowCounter::new(Config::new(limit, window).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn the_previous_window_fades_out() {
+        let policy = policy(4, 100);
+        let state = policy.new_state();
+        for _ in 0..4 {
+            assert!(policy.check(&state, 10).allowed);
+        }
+        // Window 1, e = 0: 4·100 >= 400, rejected; first open e: 4e > 0 → 1.
+        assert_eq!(policy.check(&state, 100), Decision::reject(0, 1));
+        // e = 25: 4·75 = 300 < 400, one fits: remaining ⌈100/100⌉ = 1 → 0 after.
+        assert_eq!(policy.check(&state, 125), Decision::admit(0));
+        assert_eq!(policy.remaining(&state, 150), 1);
+        // Two windows later everything is forgotten.
+        assert_eq!(policy.remaining(&state, 300), 4);
+    }
+
+    #[test]
+    fn window_of_one_tick_waits_two_windows_when_full() {
+        let policy = policy(1, 1);
+        let state = policy.new_state();
+        assert!(policy.check(&state, 0).allowed);
+        // At 0 full; at 1 the previous window (count 1) weighs 1·(1 − 0) = 1.
+        assert_eq!(policy.check(&state, 0), Decision::reject(0, 2));
+    }
+}
