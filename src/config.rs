@@ -9,6 +9,12 @@ use std::time::Duration;
 /// into 20-bit fields of the per-client state words.
 pub const MAX_LIMIT: u64 = (1 << 20) - 1;
 
+/// The longest window `gcra` and `leaky-bucket` accept: 2^63 ticks (292
+/// years of nanoseconds). Their state is one `u64`, the theoretical arrival
+/// time, which runs up to one window ahead of `now`; with both below 2^63 it
+/// cannot pass 2^64.
+pub const MAX_SCHEDULE_WINDOW: u64 = 1 << 63;
+
 /// The six policies, by the names used in configuration files and on the
 /// command line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -126,10 +132,14 @@ pub enum ConfigError {
         /// The window that was given.
         window: u64,
     },
-    /// The window does not fit in the tick type (a `Duration` too long).
+    /// The window is longer than the policy can hold: a `Duration` past
+    /// `u64::MAX` nanoseconds, or a `gcra`/`leaky-bucket` window past
+    /// [`MAX_SCHEDULE_WINDOW`].
     WindowTooLong {
-        /// The window that was asked for, in nanoseconds.
-        nanos: u128,
+        /// The window that was asked for, in ticks.
+        window: u128,
+        /// The longest window allowed.
+        max: u64,
     },
 }
 
@@ -152,9 +162,9 @@ impl fmt::Display for ConfigError {
                 "window {window} is shorter than limit {limit}: {policy} releases one request \
                  every window/limit ticks, so it needs window >= limit"
             ),
-            ConfigError::WindowTooLong { nanos } => write!(
+            ConfigError::WindowTooLong { window, max } => write!(
                 f,
-                "window of {nanos} ns is too long: it must fit in 64 bits of nanoseconds"
+                "window {window} is too long: it must be at most {max} ticks"
             ),
         }
     }
@@ -208,7 +218,10 @@ impl Config {
     /// does not fit in 64 bits of nanoseconds (about 584 years).
     pub fn per(limit: u64, window: Duration) -> Result<Self, ConfigError> {
         let nanos = window.as_nanos();
-        let window = u64::try_from(nanos).map_err(|_| ConfigError::WindowTooLong { nanos })?;
+        let window = u64::try_from(nanos).map_err(|_| ConfigError::WindowTooLong {
+            window: nanos,
+            max: u64::MAX,
+        })?;
         Self::new(limit, window)
     }
 
@@ -217,8 +230,17 @@ impl Config {
     /// # Errors
     ///
     /// [`ConfigError::WindowShorterThanLimit`] for a drip policy with
-    /// `window < limit`.
+    /// `window < limit`; [`ConfigError::WindowTooLong`] for `gcra` or
+    /// `leaky-bucket` with `window >` [`MAX_SCHEDULE_WINDOW`].
     pub const fn check_for(self, policy: PolicyKind) -> Result<Self, ConfigError> {
+        if matches!(policy, PolicyKind::Gcra | PolicyKind::LeakyBucket)
+            && self.window > MAX_SCHEDULE_WINDOW
+        {
+            return Err(ConfigError::WindowTooLong {
+                window: self.window as u128,
+                max: MAX_SCHEDULE_WINDOW,
+            });
+        }
         if policy.drips() && self.window < self.limit {
             return Err(ConfigError::WindowShorterThanLimit {
                 policy,
@@ -283,8 +305,18 @@ mod tests {
         assert_eq!(
             Config::per(1, Duration::from_secs(u64::MAX)),
             Err(ConfigError::WindowTooLong {
-                nanos: u128::from(u64::MAX) * 1_000_000_000
+                window: u128::from(u64::MAX) * 1_000_000_000,
+                max: u64::MAX,
             })
         );
+        let longest = Config::new(1, MAX_SCHEDULE_WINDOW + 1).unwrap();
+        for kind in PolicyKind::ALL {
+            let schedules = matches!(kind, PolicyKind::Gcra | PolicyKind::LeakyBucket);
+            assert_eq!(longest.check_for(kind).is_err(), schedules, "{kind}");
+        }
+        assert!(Config::new(1, MAX_SCHEDULE_WINDOW)
+            .unwrap()
+            .check_for(PolicyKind::Gcra)
+            .is_ok());
     }
 }

@@ -1,4 +1,55 @@
-//! Lock-free per-client rate limiting.
+//! Lock-free per-client rate limiting: six exact policies behind one trait.
+//!
+//! ```
+//! use floodgate::{build, Config, PolicyKind, RateLimiter};
+//! use std::time::Duration;
+//!
+//! // Chosen by configuration: any of the six names.
+//! let policy: PolicyKind = "sliding-window".parse()?;
+//! let limiter = build::<str>(policy, Config::per(100, Duration::from_secs(1))?)?;
+//!
+//! let decision = limiter.check("client-42");
+//! if decision.allowed {
+//!     // serve the request; `decision.remaining` more fit in this window
+//! } else {
+//!     // answer 429 with `Retry-After: decision.retry_after` (nanoseconds)
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Policies
+//!
+//! | name | admits | state per client |
+//! | --- | --- | --- |
+//! | `sliding-window` | fewer than `L` admissions in `(now − W, now]` | ring of `L` × 16 bytes |
+//! | `token-bucket` | a token is left; one drips in every `W / L` | one `u64` |
+//! | `fixed-window` | fewer than `L` in the client's current window | one `u128` |
+//! | `sliding-window-counter` | previous window weighted by overlap + current `< L` | one `u128` |
+//! | `gcra` | a burst of `L`, then one per `W / L` | one `u64` |
+//! | `leaky-bucket` | as `gcra`, answered as a queueing [`Decision::delay`] | one `u64` |
+//!
+//! The exact answers, field by field, are the contract in `SPEC.md`; the
+//! lock-free engine ([`Limiter`]), the mutex baseline ([`MutexLimiter`]) and
+//! `floodgate replay` all give them.
+//!
+//! # Time
+//!
+//! Time is a `u64` count of ticks: nanoseconds for the default
+//! [`QuantaClock`], whatever you pass with a [`ManualClock`] or the `*_at`
+//! methods. Each client's state is measured from its first call (its
+//! origin), so grids (fixed windows, drips) are per client and stored times
+//! stay small. Threads racing on a real clock can present a `now` older than
+//! the state already reflects: such a call never moves stored time back, never
+//! panics or overflows, and is judged no more leniently than at the latest
+//! time the state reflects.
+//!
+//! # Concurrency
+//!
+//! A check for a known client is one lock-free look-up in an
+//! [`scc::HashIndex`] plus a compare-and-swap loop on the client's state
+//! words: no lock, no allocation. The first call of a new client allocates its
+//! state and takes one bucket lock to insert it; racing first calls end up
+//! sharing one state.
 #![forbid(unsafe_code)]
 
 mod baseline;
@@ -14,7 +65,12 @@ mod sync;
 
 pub use baseline::MutexLimiter;
 pub use clock::{Clock, ManualClock, QuantaClock};
-pub use config::{Config, ConfigError, PolicyKind, UnknownPolicy, MAX_LIMIT};
+pub use config::{Config, ConfigError, PolicyKind, UnknownPolicy, MAX_LIMIT, MAX_SCHEDULE_WINDOW};
 pub use decision::Decision;
 pub use factory::{build, build_with, Engine, UnknownEngine};
 pub use limiter::{Limiter, RateLimiter};
+
+/// The README's examples, compiled and run as doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -1,13 +1,624 @@
-//! `floodgate replay` (not written yet).
+//! `floodgate replay`: answers a trace of `allow`/`remaining` calls read from
+//! standard input, one answer line per call, exactly as the decision contract
+//! (SPEC.md, "The replay trace") prescribes.
+//!
+//! The input is streamed: one line is held at a time, so a trace of any
+//! length replays in constant memory apart from the per-client state. Answers
+//! go through one buffer that is flushed whenever the input has no complete
+//! line left buffered — before a read that could block — and at the end, so
+//! a person typing calls sees each answer at once while a piped trace of a
+//! million lines costs a few hundred writes, not a million.
 
+use std::collections::HashMap;
+use std::fmt;
+use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
 use std::process::ExitCode;
+
+use floodgate::{build_with, Config, Engine, ManualClock, PolicyKind, RateLimiter, MAX_LIMIT};
+
+/// The longest window replay accepts, in milliseconds (the contract's bound).
+const MAX_WINDOW_MS: u64 = 1_000_000_000;
+
+/// What `--window-ms` takes, for the messages that refuse it.
+const WINDOW_RANGE: &str =
+    "the window must be a whole number of milliseconds between 1 and 1000000000";
+
+/// The latest `NOW` a trace may carry, in milliseconds (the contract's bound).
+const MAX_NOW: u64 = 2_000_000_000_000;
+
+/// Exit status of a usage error or a malformed trace (clap's own usage errors
+/// use the same status).
+const USAGE: u8 = 2;
+
+/// Input and output buffer size. Large enough that a piped trace is read and
+/// answered in few system calls; the flush rule keeps it interactive.
+const BUFFER: usize = 64 * 1024;
+
+/// The trace format, shown after the options by `floodgate replay --help`.
+const TRACE_HELP: &str = "\
+The trace on standard input has one call per line:
+
+  allow CLIENT NOW        answered true or false
+  remaining CLIENT NOW    answered with a count
+
+NOW is in milliseconds (ASCII digits, at most 2000000000000) and must not
+decrease for a client. Fields are separated by spaces or tabs; blank lines
+and lines starting with # are skipped. A malformed line stops the replay
+with its line number on standard error and exit status 2.
+
+Example: printf 'allow rahul 0\\nremaining rahul 999\\n' |
+  floodgate replay --policy sliding-window --limit 3 --window-ms 1000";
 
 /// Options of `floodgate replay`.
 #[derive(clap::Args)]
-pub struct Args {}
+#[command(after_help = TRACE_HELP)]
+pub struct Args {
+    /// The policy: sliding-window, token-bucket, fixed-window,
+    /// sliding-window-counter, gcra or leaky-bucket.
+    #[arg(long, value_name = "NAME")]
+    policy: PolicyKind,
+
+    /// At most L requests per window (1 to 1048575).
+    #[arg(long, value_name = "L", value_parser = parse_limit)]
+    limit: u64,
+
+    /// The window W in milliseconds (1 to 1000000000; at least L for
+    /// token-bucket, gcra and leaky-bucket).
+    #[arg(long = "window-ms", value_name = "W", value_parser = parse_window)]
+    window_ms: u64,
+
+    /// Answer each call with a JSON object: every field of the decision for
+    /// `allow`, `{"remaining":N}` for `remaining`.
+    #[arg(long)]
+    detail: bool,
+
+    /// The engine that answers: lockfree or mutex.
+    #[arg(long, value_name = "ENGINE", default_value_t = Engine::LockFree)]
+    engine: Engine,
+}
 
 /// Runs `floodgate replay`.
-pub fn run(_args: Args) -> ExitCode {
-    eprintln!("floodgate replay: not written yet");
-    ExitCode::FAILURE
+///
+/// Exit status: 0 when the whole trace was answered (or standard output was
+/// closed early, as by `head`); 2 for invalid options or a malformed line;
+/// 1 when standard input or output fails otherwise.
+pub fn run(args: Args) -> ExitCode {
+    let limiter = match limiter(&args) {
+        Ok(limiter) => limiter,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return ExitCode::from(USAGE);
+        }
+    };
+    let input = BufReader::with_capacity(BUFFER, io::stdin().lock());
+    let output = BufWriter::with_capacity(BUFFER, io::stdout().lock());
+    match replay(&*limiter, args.detail, input, output) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Stop::Malformed { line, error }) => {
+            eprintln!("error: line {line}: {error}");
+            ExitCode::from(USAGE)
+        }
+        // The reader went away (`floodgate replay … | head`): nobody is left
+        // to read more answers, which is not a failure of the replay.
+        Err(Stop::Write(error)) if error.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(Stop::Write(error)) => {
+            eprintln!("error: cannot write to standard output: {error}");
+            ExitCode::FAILURE
+        }
+        Err(Stop::Read(error)) => {
+            eprintln!("error: cannot read standard input: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Builds the limiter the options describe, or says what is allowed.
+///
+/// The window's bound is replay's own (the contract's ranges in
+/// milliseconds); the limit's range and `W >= L` for the drip policies are
+/// the library's checks, so their messages have one source.
+fn limiter(args: &Args) -> Result<Box<dyn RateLimiter<str>>, String> {
+    if !(1..=MAX_WINDOW_MS).contains(&args.window_ms) {
+        return Err(format!(
+            "--window-ms {} is out of range: {WINDOW_RANGE}",
+            args.window_ms
+        ));
+    }
+    let config = Config::new(args.limit, args.window_ms).map_err(|e| e.to_string())?;
+    // Every call passes its time explicitly, so the clock is never read: a
+    // manual clock keeps the limiter free of any real time.
+    build_with::<str, _>(args.policy, config, args.engine, ManualClock::new(0))
+        .map_err(|e| e.to_string())
+}
+
+/// Parses `--limit`: a whole number; its range is checked with the rest of
+/// the configuration.
+fn parse_limit(text: &str) -> Result<u64, String> {
+    parse_digits(text)
+        .ok_or_else(|| format!("the limit must be a whole number between 1 and {MAX_LIMIT}"))
+}
+
+/// Parses `--window-ms`: a whole number of milliseconds; its range is checked
+/// with the rest of the configuration.
+fn parse_window(text: &str) -> Result<u64, String> {
+    parse_digits(text).ok_or_else(|| WINDOW_RANGE.to_owned())
+}
+
+/// A non-empty run of ASCII digits as a `u64` (leading zeros allowed), or
+/// `None` for anything else — a sign, `_`, a space, or a value past
+/// `u64::MAX`. Stricter than `u64::from_str`, which takes a leading `+`.
+fn parse_digits(text: &str) -> Option<u64> {
+    if text.is_empty() {
+        return None;
+    }
+    text.bytes().try_fold(0u64, |value, byte| {
+        if !byte.is_ascii_digit() {
+            return None;
+        }
+        value.checked_mul(10)?.checked_add(u64::from(byte - b'0'))
+    })
+}
+
+/// The two calls a trace can make.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Verb {
+    /// `allow CLIENT NOW`: decide one request.
+    Allow,
+    /// `remaining CLIENT NOW`: how many would be admitted at `NOW`.
+    Remaining,
+}
+
+/// One call of a trace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Call<'a> {
+    verb: Verb,
+    client: &'a str,
+    now: u64,
+}
+
+/// What one line of a trace holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Line<'a> {
+    /// No fields at all.
+    Blank,
+    /// The first field starts with `#`.
+    Comment,
+    /// A call to answer.
+    Call(Call<'a>),
+}
+
+/// Why a line is malformed. The messages say what the line should have been.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum LineError {
+    /// The line is not UTF-8; `valid_up_to` bytes of it are.
+    NotUtf8 { valid_up_to: usize },
+    /// A line that is neither blank nor a comment must have three fields.
+    FieldCount(usize),
+    /// The first field is neither `allow` nor `remaining`.
+    Verb(String),
+    /// `NOW` is not a run of ASCII digits.
+    NotANumber(String),
+    /// `NOW` is digits but above [`MAX_NOW`].
+    TooLate(String),
+    /// `NOW` is earlier than this client's previous call: the contract's
+    /// answers assume a client's time never decreases in a trace.
+    Backwards {
+        client: String,
+        now: u64,
+        previous: u64,
+    },
+}
+
+impl fmt::Display for LineError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LineError::NotUtf8 { valid_up_to } => write!(
+                f,
+                "not valid UTF-8 (the byte after the first {valid_up_to} is not)"
+            ),
+            LineError::FieldCount(found) => write!(
+                f,
+                "expected 3 fields (allow|remaining CLIENT NOW), found {found}"
+            ),
+            LineError::Verb(verb) => {
+                write!(f, "unknown call {verb:?}: expected allow or remaining")
+            }
+            LineError::NotANumber(now) => write!(
+                f,
+                "NOW {now:?} is not a number of milliseconds (ASCII digits, at most {MAX_NOW})"
+            ),
+            LineError::TooLate(now) => {
+                write!(
+                    f,
+                    "NOW {now:?} is too large: at most {MAX_NOW} milliseconds"
+                )
+            }
+            LineError::Backwards {
+                client,
+                now,
+                previous,
+            } => write!(
+                f,
+                "NOW {now} of client {client:?} is earlier than its previous call at {previous}; \
+                 a client's time must not decrease"
+            ),
+        }
+    }
+}
+
+/// Parses one line, without its `\n` (a trailing `\r` is ignored here).
+///
+/// Fields are separated by runs of spaces and tabs only: any other character,
+/// `#` and `\r` included, belongs to a field.
+fn parse_line(bytes: &[u8]) -> Result<Line<'_>, LineError> {
+    let bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
+    let text = std::str::from_utf8(bytes).map_err(|e| LineError::NotUtf8 {
+        valid_up_to: e.valid_up_to(),
+    })?;
+    let mut fields = text.split([' ', '\t']).filter(|field| !field.is_empty());
+    let Some(first) = fields.next() else {
+        return Ok(Line::Blank);
+    };
+    if first.starts_with('#') {
+        return Ok(Line::Comment);
+    }
+    let (Some(client), Some(now), None) = (fields.next(), fields.next(), fields.next()) else {
+        // Only reached for a wrong count, so counting again is off the
+        // common path.
+        return Err(LineError::FieldCount(
+            text.split([' ', '\t']).filter(|f| !f.is_empty()).count(),
+        ));
+    };
+    let verb = match first {
+        "allow" => Verb::Allow,
+        "remaining" => Verb::Remaining,
+        _ => return Err(LineError::Verb(first.to_owned())),
+    };
+    Ok(Line::Call(Call {
+        verb,
+        client,
+        now: parse_now(now)?,
+    }))
+}
+
+/// Parses `NOW`: ASCII digits (leading zeros allowed), at most [`MAX_NOW`].
+fn parse_now(field: &str) -> Result<u64, LineError> {
+    if !field.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(LineError::NotANumber(field.to_owned()));
+    }
+    match parse_digits(field) {
+        Some(now) if now <= MAX_NOW => Ok(now),
+        _ => Err(LineError::TooLate(field.to_owned())),
+    }
+}
+
+/// Why a replay ended before the end of its input.
+#[derive(Debug)]
+enum Stop {
+    /// Line `line` (1-based) is malformed.
+    Malformed { line: u64, error: LineError },
+    /// Reading the trace failed.
+    Read(io::Error),
+    /// Writing an answer failed.
+    Write(io::Error),
+}
+
+/// Answers every call of `input` on `output`, in order.
+///
+/// On a malformed line, the answers to every earlier line have been flushed
+/// before it returns, so they reach the reader even though the replay stops.
+fn replay<R: Read, W: Write>(
+    limiter: &dyn RateLimiter<str>,
+    detail: bool,
+    mut input: BufReader<R>,
+    mut output: W,
+) -> Result<(), Stop> {
+    // The latest time of each client, to refuse a trace whose time goes
+    // backwards: the contract leaves those answers open ("being stricter is
+    // fine"), so two engines could disagree and the output would no longer
+    // be determined by the trace.
+    let mut latest: HashMap<String, u64> = HashMap::new();
+    let mut bytes = Vec::new();
+    let mut number = 0u64;
+    loop {
+        bytes.clear();
+        if input.read_until(b'\n', &mut bytes).map_err(Stop::Read)? == 0 {
+            break;
+        }
+        number += 1;
+        let line = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
+        let call = match parse_line(line).and_then(|line| check_time(&mut latest, line)) {
+            Ok(Line::Call(call)) => call,
+            Ok(Line::Blank | Line::Comment) => continue,
+            Err(error) => {
+                output.flush().map_err(Stop::Write)?;
+                return Err(Stop::Malformed {
+                    line: number,
+                    error,
+                });
+            }
+        };
+        answer(limiter, detail, call, &mut output).map_err(Stop::Write)?;
+        // The next read blocks only if no complete line is buffered: flush
+        // then, so an interactive user sees this answer before typing more.
+        if !input.buffer().contains(&b'\n') {
+            output.flush().map_err(Stop::Write)?;
+        }
+    }
+    output.flush().map_err(Stop::Write)
+}
+
+/// Refuses a call whose `NOW` is earlier than its client's previous call,
+/// and records the time of every call.
+fn check_time<'a>(
+    latest: &mut HashMap<String, u64>,
+    line: Line<'a>,
+) -> Result<Line<'a>, LineError> {
+    let Line::Call(call) = line else {
+        return Ok(line);
+    };
+    // `get_mut` first: a known client costs no allocation.
+    match latest.get_mut(call.client) {
+        Some(previous) if call.now < *previous => Err(LineError::Backwards {
+            client: call.client.to_owned(),
+            now: call.now,
+            previous: *previous,
+        }),
+        Some(previous) => {
+            *previous = call.now;
+            Ok(line)
+        }
+        None => {
+            latest.insert(call.client.to_owned(), call.now);
+            Ok(line)
+        }
+    }
+}
+
+/// Makes one call and writes its answer line.
+fn answer<W: Write>(
+    limiter: &dyn RateLimiter<str>,
+    detail: bool,
+    call: Call<'_>,
+    output: &mut W,
+) -> io::Result<()> {
+    match (call.verb, detail) {
+        (Verb::Allow, false) => {
+            writeln!(
+                output,
+                "{}",
+                limiter.check_at(call.client, call.now).allowed
+            )
+        }
+        (Verb::Allow, true) => {
+            let d = limiter.check_at(call.client, call.now);
+            writeln!(
+                output,
+                r#"{{"allowed":{},"remaining":{},"retry_after":{},"delay":{}}}"#,
+                d.allowed, d.remaining, d.retry_after, d.delay
+            )
+        }
+        (Verb::Remaining, false) => {
+            writeln!(output, "{}", limiter.remaining_at(call.client, call.now))
+        }
+        (Verb::Remaining, true) => writeln!(
+            output,
+            r#"{{"remaining":{}}}"#,
+            limiter.remaining_at(call.client, call.now)
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(verb: Verb, client: &str, now: u64) -> Line<'_> {
+        Line::Call(Call { verb, client, now })
+    }
+
+    #[test]
+    fn blank_and_comment_lines() {
+        for blank in ["", " ", "\t \t", "\r", "  \r"] {
+            assert_eq!(parse_line(blank.as_bytes()), Ok(Line::Blank), "{blank:?}");
+        }
+        for comment in ["#", "# allow a 1", "  \t#x", "#allow", "#\r", "# a b c d e"] {
+            assert_eq!(
+                parse_line(comment.as_bytes()),
+                Ok(Line::Comment),
+                "{comment:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn calls_split_on_runs_of_spaces_and_tabs() {
+        assert_eq!(
+            parse_line(b"allow rahul 0"),
+            Ok(call(Verb::Allow, "rahul", 0))
+        );
+        assert_eq!(
+            parse_line(b" \tremaining\t\t rahul   999 \t\r"),
+            Ok(call(Verb::Remaining, "rahul", 999))
+        );
+        // `#` is an ordinary character once it is not the first field.
+        assert_eq!(parse_line(b"allow #x 5"), Ok(call(Verb::Allow, "#x", 5)));
+        assert_eq!(parse_line(b"allow a# 5"), Ok(call(Verb::Allow, "a#", 5)));
+        // Only spaces and tabs separate; other whitespace is part of a field.
+        assert_eq!(
+            parse_line("allow a\u{a0}b 5".as_bytes()),
+            Ok(call(Verb::Allow, "a\u{a0}b", 5))
+        );
+        assert_eq!(
+            parse_line("allow 客户 7".as_bytes()),
+            Ok(call(Verb::Allow, "客户", 7))
+        );
+    }
+
+    #[test]
+    fn only_one_trailing_carriage_return_is_ignored() {
+        assert_eq!(parse_line(b"allow a 5\r"), Ok(call(Verb::Allow, "a", 5)));
+        assert_eq!(
+            parse_line(b"allow a 5\r\r"),
+            Err(LineError::NotANumber("5\r".into()))
+        );
+        // A `\r` inside a line is not a separator.
+        assert_eq!(
+            parse_line(b"allow a\rb 5"),
+            Ok(call(Verb::Allow, "a\rb", 5))
+        );
+    }
+
+    #[test]
+    fn wrong_field_counts() {
+        assert_eq!(parse_line(b"allow"), Err(LineError::FieldCount(1)));
+        assert_eq!(parse_line(b"allow rahul"), Err(LineError::FieldCount(2)));
+        assert_eq!(
+            parse_line(b"allow rahul 1 2"),
+            Err(LineError::FieldCount(4))
+        );
+        assert_eq!(
+            parse_line(b"allow rahul 1 # trailing comments are not a thing"),
+            Err(LineError::FieldCount(10))
+        );
+    }
+
+    #[test]
+    fn verbs_are_exact() {
+        for verb in ["Allow", "ALLOW", "alow", "remain", "check"] {
+            let line = format!("{verb} a 1");
+            assert_eq!(
+                parse_line(line.as_bytes()),
+                Err(LineError::Verb(verb.into())),
+                "{line}"
+            );
+        }
+    }
+
+    #[test]
+    fn now_is_ascii_digits_up_to_the_bound() {
+        assert_eq!(parse_now("0"), Ok(0));
+        assert_eq!(parse_now("000123"), Ok(123));
+        assert_eq!(parse_now("2000000000000"), Ok(MAX_NOW));
+        assert_eq!(parse_now("0002000000000000"), Ok(MAX_NOW));
+        for bad in ["12a", "+5", "-5", "1_000", "1.5", "1e3", "٣", "0x10"] {
+            assert_eq!(
+                parse_now(bad),
+                Err(LineError::NotANumber(bad.into())),
+                "{bad}"
+            );
+        }
+        for late in [
+            "2000000000001",
+            "18446744073709551616",
+            "99999999999999999999999",
+        ] {
+            assert_eq!(
+                parse_now(late),
+                Err(LineError::TooLate(late.into())),
+                "{late}"
+            );
+        }
+    }
+
+    #[test]
+    fn non_utf8_is_an_error_not_a_panic() {
+        assert_eq!(
+            parse_line(b"allow \xff 1"),
+            Err(LineError::NotUtf8 { valid_up_to: 6 })
+        );
+        assert_eq!(
+            parse_line(b"# caf\xe9"),
+            Err(LineError::NotUtf8 { valid_up_to: 5 })
+        );
+    }
+
+    #[test]
+    fn messages_say_what_was_expected() {
+        let message = parse_line(b"allow a 12a").unwrap_err().to_string();
+        assert_eq!(
+            message,
+            r#"NOW "12a" is not a number of milliseconds (ASCII digits, at most 2000000000000)"#
+        );
+        let message = parse_line(b"allo a 1").unwrap_err().to_string();
+        assert!(message.contains("allow or remaining"), "{message}");
+    }
+
+    #[test]
+    fn time_may_stay_but_not_go_back_per_client() {
+        let mut latest = HashMap::new();
+        let a5 = call(Verb::Allow, "a", 5);
+        assert_eq!(check_time(&mut latest, a5), Ok(a5));
+        assert_eq!(check_time(&mut latest, a5), Ok(a5));
+        // Another client has its own time.
+        let b1 = call(Verb::Remaining, "b", 1);
+        assert_eq!(check_time(&mut latest, b1), Ok(b1));
+        assert_eq!(
+            check_time(&mut latest, call(Verb::Remaining, "a", 4)),
+            Err(LineError::Backwards {
+                client: "a".into(),
+                now: 4,
+                previous: 5
+            })
+        );
+        assert_eq!(check_time(&mut latest, Line::Comment), Ok(Line::Comment));
+    }
+
+    #[test]
+    fn the_texts_state_the_bounds_the_code_applies() {
+        assert!(WINDOW_RANGE.ends_with(&format!(" between 1 and {MAX_WINDOW_MS}")));
+        assert!(TRACE_HELP.contains(&format!("at most {MAX_NOW})")));
+    }
+
+    #[test]
+    fn options_are_digits_only() {
+        assert_eq!(parse_digits("0042"), Some(42));
+        assert_eq!(parse_digits(&u64::MAX.to_string()), Some(u64::MAX));
+        for bad in ["", "+1", "-1", " 1", "1 ", "18446744073709551616"] {
+            assert_eq!(parse_digits(bad), None, "{bad:?}");
+        }
+    }
+
+    fn replay_str(policy: PolicyKind, detail: bool, trace: &[u8]) -> (String, Result<(), Stop>) {
+        let limiter = build_with::<str, _>(
+            policy,
+            Config::new(3, 1_000).unwrap(),
+            Engine::LockFree,
+            ManualClock::new(0),
+        )
+        .unwrap();
+        let mut output = Vec::new();
+        // A tiny input buffer exercises lines that straddle refills.
+        let input = BufReader::with_capacity(4, trace);
+        let result = replay(&*limiter, detail, input, &mut output);
+        (String::from_utf8(output).unwrap(), result)
+    }
+
+    #[test]
+    fn replay_answers_in_order_and_stops_at_a_malformed_line() {
+        let trace = b"allow a 0\n\n# c\nremaining a 0\nallow a 0\r\nallow a x\nallow a 1\n";
+        let (output, result) = replay_str(PolicyKind::SlidingWindow, false, trace);
+        assert_eq!(output, "true\n2\ntrue\n");
+        assert!(
+            matches!(
+                result,
+                Err(Stop::Malformed {
+                    line: 6,
+                    error: LineError::NotANumber(_)
+                })
+            ),
+            "{result:?}"
+        );
+    }
+
+    #[test]
+    fn replay_takes_a_last_line_without_newline() {
+        let (output, result) = replay_str(PolicyKind::LeakyBucket, true, b"allow a 0\nallow a 0");
+        assert!(result.is_ok());
+        assert_eq!(
+            output,
+            "{\"allowed\":true,\"remaining\":2,\"retry_after\":0,\"delay\":0}\n\
+             {\"allowed\":true,\"remaining\":1,\"retry_after\":0,\"delay\":333}\n"
+        );
+    }
 }

@@ -14,7 +14,7 @@ pub struct FixedWindow {
     config: Config,
 }
 
-/// One client's `fixed-window` state: a [`WindowWord`] (layout in `cell`).
+/// One client's `fixed-window` state: a `WindowWord` (layout in `cell`).
 #[derive(Debug)]
 pub struct FixedWindowState {
     word: AtomicU128,

@@ -4,6 +4,12 @@
 //! `t = max(TAT, now)`, a request is admitted iff `t − now <= τ`, where
 //! `τ = I·(L − 1)`, and then `TAT = t + I`. A burst of `L` gets through at
 //! once, then one per `I`.
+//!
+//! Horizon: `TAT` is at most `now + W` (`τ + I = I·L <= W`). Windows are
+//! capped at 2^63 ticks ([`MAX_SCHEDULE_WINDOW`](crate::MAX_SCHEDULE_WINDOW)),
+//! so for any `now` below 2^63 ticks past the client's origin (292 years of
+//! nanoseconds) the `u64` is exact; past that it saturates, which only makes
+//! the policy stricter.
 
 use super::{sealed, Policy};
 use crate::cell::{transition, Step};
@@ -44,7 +50,7 @@ impl Gcra {
         if wait <= self.tolerance {
             Slot::Admitted {
                 wait,
-                // Saturates only 584 years of nanoseconds past the origin.
+                // Exact below the horizon in the module docs.
                 next_tat: t.saturating_add(self.interval),
             }
         } else {

@@ -2,7 +2,7 @@
 //! iff fewer than `L` admitted requests have times `t > now − W`.
 //!
 //! Only the last `L` admissions can matter, so each client keeps them in a
-//! ring of `L` slots ([`LogSlot`], layout in `cell`): admission `m` lives in
+//! ring of `L` slots (`LogSlot`, layout in `cell`): admission `m` lives in
 //! slot `m mod L`, tagged with sequence `m + L`. With `n` admissions so far,
 //! slot `n mod L` holds the oldest of the last `L`, and
 //!

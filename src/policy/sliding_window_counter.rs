@@ -16,7 +16,7 @@ pub struct SlidingWindowCounter {
     config: Config,
 }
 
-/// One client's `sliding-window-counter` state: a [`WindowWord`] (layout in
+/// One client's `sliding-window-counter` state: a `WindowWord` (layout in
 /// `cell`).
 #[derive(Debug)]
 pub struct SlidingWindowCounterState {

@@ -1,0 +1,746 @@
+//! `floodgate replay` end to end: the built binary, fed traces on standard
+//! input, against the answers SPEC.md pins down (worked out by hand below).
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+const ENGINES: [&str; 2] = ["lockfree", "mutex"];
+
+/// What one run of the binary left behind.
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    /// Asserts a clean run and returns its answers.
+    fn answers(&self) -> &str {
+        assert_eq!(self.code, Some(0), "stderr: {}", self.stderr);
+        assert_eq!(self.stderr, "");
+        &self.stdout
+    }
+}
+
+fn spawn(args: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_floodgate"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the floodgate binary runs")
+}
+
+/// Runs `floodgate ARGS` with `input` on standard input.
+fn floodgate(args: &[&str], input: impl Into<Vec<u8>>) -> Run {
+    let mut child = spawn(args);
+    let mut stdin = child.stdin.take().unwrap();
+    let input = input.into();
+    // From another thread, so a large trace cannot deadlock against unread
+    // output; the error is ignored because the binary may rightly stop
+    // reading early (a malformed line, an invalid option).
+    let writer = thread::spawn(move || {
+        let _ = stdin.write_all(&input);
+    });
+    let output = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    Run {
+        code: output.status.code(),
+        stdout: String::from_utf8(output.stdout).expect("answers are UTF-8"),
+        stderr: String::from_utf8(output.stderr).expect("messages are UTF-8"),
+    }
+}
+
+/// `floodgate replay --policy P --limit L --window-ms W [--detail] --engine E`.
+fn replay(policy: &str, limit: u64, window: u64, detail: bool, engine: &str, trace: &str) -> Run {
+    let (limit, window) = (limit.to_string(), window.to_string());
+    let mut args = vec![
+        "replay",
+        "--policy",
+        policy,
+        "--limit",
+        &limit,
+        "--window-ms",
+        &window,
+        "--engine",
+        engine,
+    ];
+    if detail {
+        args.push("--detail");
+    }
+    floodgate(&args, trace)
+}
+
+/// The `--detail` line of an `allow`.
+fn allow(allowed: bool, remaining: u64, retry_after: u64, delay: u64) -> String {
+    format!(
+        r#"{{"allowed":{allowed},"remaining":{remaining},"retry_after":{retry_after},"delay":{delay}}}"#
+    )
+}
+
+/// The `--detail` line of a `remaining`.
+fn remaining(remaining: u64) -> String {
+    format!(r#"{{"remaining":{remaining}}}"#)
+}
+
+/// One answer per line, as the binary writes them.
+fn lines<S: AsRef<str>>(answers: &[S]) -> String {
+    answers
+        .iter()
+        .map(|a| format!("{}\n", a.as_ref()))
+        .collect()
+}
+
+fn example(name: &str) -> String {
+    let path = format!("{}/../examples/{name}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+#[test]
+fn the_sliding_window_session_of_the_spec() {
+    let trace = example("sliding-window.trace");
+    let plain = lines(&["true", "true", "true", "false", "true", "0", "true", "1"]);
+    let detail = lines(&[
+        allow(true, 2, 0, 0),
+        allow(true, 1, 0, 0),
+        allow(true, 0, 0, 0),
+        // Retried at 0 + 1000, the oldest admission has left the window.
+        allow(false, 0, 700, 0),
+        allow(true, 2, 0, 0),
+        remaining(0),
+        // 100, 200 and 1000 are all in (0, 1000].
+        allow(true, 0, 0, 0),
+        remaining(1),
+    ]);
+    for engine in ENGINES {
+        let run = replay("sliding-window", 3, 1000, false, engine, &trace);
+        assert_eq!(run.answers(), plain, "{engine}");
+        let run = replay("sliding-window", 3, 1000, true, engine, &trace);
+        assert_eq!(run.answers(), detail, "{engine}");
+    }
+}
+
+#[test]
+fn the_token_bucket_session_of_the_spec() {
+    let trace = example("token-bucket.trace");
+    let plain = lines(&["true", "true", "false", "0", "true", "2"]);
+    let detail = lines(&[
+        allow(true, 1, 0, 0),
+        allow(true, 0, 0, 0),
+        // The first drip is at 500.
+        allow(false, 0, 480, 0),
+        remaining(0),
+        allow(true, 0, 0, 0),
+        remaining(2),
+    ]);
+    for engine in ENGINES {
+        let run = replay("token-bucket", 2, 1000, false, engine, &trace);
+        assert_eq!(run.answers(), plain, "{engine}");
+        let run = replay("token-bucket", 2, 1000, true, engine, &trace);
+        assert_eq!(run.answers(), detail, "{engine}");
+    }
+}
+
+/// A short trace per policy whose answers were worked out by hand from the
+/// spec's definitions; each checked in both output modes on both engines.
+struct Case {
+    policy: &'static str,
+    limit: u64,
+    window: u64,
+    trace: &'static str,
+    detail: Vec<String>,
+}
+
+impl Case {
+    /// The default answers follow from the detailed ones.
+    fn plain(&self) -> String {
+        let answers: Vec<&str> = self
+            .detail
+            .iter()
+            .map(|line| {
+                if line.starts_with(r#"{"allowed":true"#) {
+                    "true"
+                } else if line.starts_with(r#"{"allowed":false"#) {
+                    "false"
+                } else {
+                    line.trim_start_matches(r#"{"remaining":"#)
+                        .trim_end_matches('}')
+                }
+            })
+            .collect();
+        lines(&answers)
+    }
+
+    fn check(&self) {
+        let detail = lines(&self.detail);
+        let plain = self.plain();
+        for engine in ENGINES {
+            let context = format!("{} on {engine}", self.policy);
+            let run = replay(
+                self.policy,
+                self.limit,
+                self.window,
+                false,
+                engine,
+                self.trace,
+            );
+            assert_eq!(run.answers(), plain, "{context}");
+            let run = replay(
+                self.policy,
+                self.limit,
+                self.window,
+                true,
+                engine,
+                self.trace,
+            );
+            assert_eq!(run.answers(), detail, "{context} --detail");
+        }
+    }
+}
+
+#[test]
+fn sliding_window_by_hand() {
+    // L = 2, W = 100: admit iff fewer than 2 admissions in (now - 100, now].
+    Case {
+        policy: "sliding-window",
+        limit: 2,
+        window: 100,
+        trace: "allow a 0\nallow a 50\nallow a 99\nremaining a 100\n\
+                allow a 100\nallow a 149\nallow a 150\n",
+        detail: vec![
+            allow(true, 1, 0, 0),
+            allow(true, 0, 0, 0),
+            // 0 and 50 are in (-1, 99]; 0 leaves at 0 + 100.
+            allow(false, 0, 1, 0),
+            // 0 > 100 - 100 is false: only 50 is in the window.
+            remaining(1),
+            allow(true, 0, 0, 0),
+            // 50 and 100 are in (49, 149]; 50 leaves at 150.
+            allow(false, 0, 1, 0),
+            allow(true, 0, 0, 0),
+        ],
+    }
+    .check();
+}
+
+#[test]
+fn token_bucket_by_hand() {
+    // L = 3, W = 100: I = 33, drips at origin + 33k; the window need not be a
+    // multiple of the limit.
+    Case {
+        policy: "token-bucket",
+        limit: 3,
+        window: 100,
+        trace: "allow a 7\nallow a 7\nallow a 7\nallow a 39\nremaining a 40\n\
+                allow a 40\nallow a 1000\nremaining a 1000\n",
+        detail: vec![
+            allow(true, 2, 0, 0),
+            allow(true, 1, 0, 0),
+            allow(true, 0, 0, 0),
+            // Empty; the first drip is at 7 + 33 = 40.
+            allow(false, 0, 1, 0),
+            remaining(1),
+            // The drip is used; the next is at 73.
+            allow(true, 0, 0, 0),
+            // Full again long before 1000: 3 -> 2.
+            allow(true, 2, 0, 0),
+            remaining(2),
+        ],
+    }
+    .check();
+}
+
+#[test]
+fn fixed_window_by_hand() {
+    // L = 2, W = 100, on each client's own grid from its first call.
+    Case {
+        policy: "fixed-window",
+        limit: 2,
+        window: 100,
+        trace: "allow a 10\nallow a 20\nallow a 109\nallow a 110\nremaining a 209\n\
+                allow a 250\nallow b 250\nremaining c 5\nallow c 104\nallow c 104\n\
+                allow c 104\nallow c 105\n",
+        detail: vec![
+            // a's windows are [10, 110), [110, 210), ...
+            allow(true, 1, 0, 0),
+            allow(true, 0, 0, 0),
+            allow(false, 0, 1, 0),
+            allow(true, 1, 0, 0),
+            remaining(1),
+            // [210, 310) starts empty.
+            allow(true, 1, 0, 0),
+            // b's grid starts at 250.
+            allow(true, 1, 0, 0),
+            // A `remaining` creates c: its windows are [5, 105), [105, 205), ...
+            remaining(2),
+            allow(true, 1, 0, 0),
+            allow(true, 0, 0, 0),
+            allow(false, 0, 1, 0),
+            allow(true, 1, 0, 0),
+        ],
+    }
+    .check();
+}
+
+#[test]
+fn sliding_window_counter_by_hand() {
+    // L = 2, W = 100: admit iff p·(100 − e) + c·100 < 200.
+    Case {
+        policy: "sliding-window-counter",
+        limit: 2,
+        window: 100,
+        trace: "allow a 0\nallow a 10\nallow a 20\nremaining a 150\nallow a 150\n\
+                allow a 151\nallow a 160\nallow a 350\n",
+        detail: vec![
+            allow(true, 1, 0, 0),
+            allow(true, 0, 0, 0),
+            // c = 2 fills [0, 100); in [100, 200) p = 2 needs e ≥ 1: 101 − 20.
+            allow(false, 0, 81, 0),
+            // p = 2, c = 0, e = 50: ceil((200 − 100) / 100) = 1.
+            remaining(1),
+            allow(true, 0, 0, 0),
+            // e = 51: 2·49 + 1·100 = 198 < 200, admitted although the
+            // previous answer said 0 remain at 150.
+            allow(true, 0, 0, 0),
+            // e = 60: 2·40 + 2·100 ≥ 200; in [200, 300) p = 2 needs e ≥ 1.
+            allow(false, 0, 41, 0),
+            // Two windows later p = 0.
+            allow(true, 1, 0, 0),
+        ],
+    }
+    .check();
+}
+
+/// The trace shared by gcra and leaky-bucket, whose admissions are equal.
+const DRIP_TRACE: &str =
+    "allow a 0\nallow a 0\nallow a 0\nallow a 499\nallow a 500\nremaining a 2000\nallow a 2000\n";
+
+#[test]
+fn gcra_by_hand() {
+    // L = 2, W = 1000: I = 500, τ = 500; TAT starts at the origin.
+    Case {
+        policy: "gcra",
+        limit: 2,
+        window: 1000,
+        trace: DRIP_TRACE,
+        detail: vec![
+            allow(true, 1, 0, 0),
+            allow(true, 0, 0, 0),
+            // TAT = 1000: t − now = 1000 > τ; retry_after = 1000 − 500 − 0.
+            allow(false, 0, 500, 0),
+            allow(false, 0, 1, 0),
+            allow(true, 0, 0, 0),
+            // TAT = 1500 < 2000: a full burst.
+            remaining(2),
+            allow(true, 1, 0, 0),
+        ],
+    }
+    .check();
+}
+
+#[test]
+fn leaky_bucket_by_hand() {
+    // gcra's admissions; an admitted request waits t − now.
+    Case {
+        policy: "leaky-bucket",
+        limit: 2,
+        window: 1000,
+        trace: DRIP_TRACE,
+        detail: vec![
+            allow(true, 1, 0, 0),
+            allow(true, 0, 0, 500),
+            allow(false, 0, 500, 0),
+            allow(false, 0, 1, 0),
+            // TAT = 1000: queued behind the request at 0 + 500.
+            allow(true, 0, 0, 500),
+            remaining(2),
+            allow(true, 1, 0, 0),
+        ],
+    }
+    .check();
+}
+
+#[test]
+fn comments_blank_lines_tabs_crlf_and_a_client_named_like_a_comment() {
+    let trace = "# a comment\r\n\
+                 \r\n\
+                 \t \n\
+                 \t# an indented comment with allow a 0 in it\n\
+                 \tallow\t\t#x   0\r\n\
+                 allow #x 0\n\
+                 remaining\t#x\t0 \t\r\n\
+                 #allow #x 0\n\
+                 allow y# 0\n\
+                 allow #x 0";
+    for engine in ENGINES {
+        let run = replay("fixed-window", 2, 10, false, engine, trace);
+        assert_eq!(
+            run.answers(),
+            lines(&["true", "true", "0", "true", "false"]),
+            "{engine}"
+        );
+    }
+}
+
+#[test]
+fn an_empty_trace_answers_nothing() {
+    for trace in ["", "\n", "# only a comment", "\r\n\t\n"] {
+        let run = replay("gcra", 1, 1, false, "lockfree", trace);
+        assert_eq!(run.answers(), "", "{trace:?}");
+    }
+}
+
+/// A malformed line: exit 2, every earlier answer on stdout, the line number
+/// and the reason on stderr.
+fn assert_stops(trace: impl Into<Vec<u8>>, answered: &str, line: u64, reason: &str) {
+    let trace = trace.into();
+    for engine in ENGINES {
+        let args = [
+            "replay",
+            "--policy",
+            "sliding-window",
+            "--limit",
+            "1",
+            "--window-ms",
+            "10",
+            "--engine",
+            engine,
+        ];
+        let run = floodgate(&args, trace.clone());
+        let context = format!("{engine}: {}", String::from_utf8_lossy(&trace));
+        assert_eq!(run.code, Some(2), "{context}");
+        assert_eq!(run.stdout, answered, "{context}");
+        let prefix = format!("error: line {line}: ");
+        assert!(run.stderr.starts_with(&prefix), "{context}: {}", run.stderr);
+        assert!(run.stderr.contains(reason), "{context}: {}", run.stderr);
+        assert_eq!(run.stderr.lines().count(), 1, "{context}: {}", run.stderr);
+    }
+}
+
+/// Two answered calls, a comment and a blank line: the next line is line 5.
+const PREFIX: &str = "allow a 0\n# c\n\nallow a 1\n";
+const PREFIX_ANSWERS: &str = "true\nfalse\n";
+
+#[test]
+fn wrong_field_counts_stop_the_replay() {
+    for (line, found) in [
+        ("allow", "found 1"),
+        ("allow a", "found 2"),
+        ("allow a 5 6", "found 4"),
+        ("allow a 5 # no trailing comments", "found 7"),
+    ] {
+        let trace = format!("{PREFIX}{line}\nallow b 0\n");
+        assert_stops(trace, PREFIX_ANSWERS, 5, found);
+    }
+}
+
+#[test]
+fn unknown_calls_stop_the_replay() {
+    for verb in ["Allow", "allowed", "check", "remain"] {
+        let trace = format!("{PREFIX}{verb} a 5\nallow b 0\n");
+        assert_stops(trace, PREFIX_ANSWERS, 5, "expected allow or remaining");
+    }
+}
+
+#[test]
+fn bad_numbers_stop_the_replay() {
+    for now in ["12a", "-1", "+1", "1_000", "1.0", "1e3", "0x1", "5\r\r"] {
+        let trace = format!("{PREFIX}allow a {now}\nallow b 0\n");
+        assert_stops(trace, PREFIX_ANSWERS, 5, "is not a number of milliseconds");
+    }
+}
+
+#[test]
+fn times_past_the_bound_stop_the_replay() {
+    let trace = format!("{PREFIX}allow b 2000000000000\nallow c 2000000000001\n");
+    assert_stops(trace, "true\nfalse\ntrue\n", 6, "at most 2000000000000");
+    let trace = format!("{PREFIX}allow b 99999999999999999999999999\n");
+    assert_stops(trace, PREFIX_ANSWERS, 5, "at most 2000000000000");
+}
+
+#[test]
+fn lines_that_are_not_utf8_stop_the_replay() {
+    let mut trace = PREFIX.as_bytes().to_vec();
+    trace.extend_from_slice(b"allow caf\xe9 5\nallow b 0\n");
+    assert_stops(trace, PREFIX_ANSWERS, 5, "not valid UTF-8");
+}
+
+#[test]
+fn a_client_going_back_in_time_stops_the_replay() {
+    // Equal times are fine and other clients keep their own times.
+    let trace = format!("{PREFIX}remaining a 1\nallow b 0\nallow a 0\nallow a 5\n");
+    assert_stops(
+        trace,
+        "true\nfalse\n0\ntrue\n",
+        7,
+        r#"NOW 0 of client "a" is earlier than its previous call at 1"#,
+    );
+}
+
+/// Invalid options: exit 2, nothing on stdout, stderr says what is allowed.
+fn assert_refused(options: &[&str], allowed: &str) {
+    let mut args = vec!["replay"];
+    args.extend_from_slice(options);
+    let run = floodgate(&args, "allow a 0\n");
+    assert_eq!(run.code, Some(2), "{options:?}: {}", run.stderr);
+    assert_eq!(run.stdout, "", "{options:?}");
+    assert!(run.stderr.contains(allowed), "{options:?}: {}", run.stderr);
+}
+
+#[test]
+fn invalid_options_are_refused_before_any_answer() {
+    let names = "sliding-window, token-bucket, fixed-window, sliding-window-counter, gcra, \
+                 leaky-bucket";
+    for (options, allowed) in [
+        (
+            &[
+                "--policy",
+                "token_bucket",
+                "--limit",
+                "1",
+                "--window-ms",
+                "1",
+            ][..],
+            names,
+        ),
+        (&["--policy", "", "--limit", "1", "--window-ms", "1"], names),
+        (
+            &[
+                "--policy",
+                "gcra",
+                "--limit",
+                "1",
+                "--window-ms",
+                "1",
+                "--engine",
+                "locked",
+            ],
+            "lockfree, mutex",
+        ),
+        (
+            &["--policy", "gcra", "--limit", "0", "--window-ms", "1"],
+            "between 1 and 1048575",
+        ),
+        (
+            &[
+                "--policy",
+                "fixed-window",
+                "--limit",
+                "1048576",
+                "--window-ms",
+                "1",
+            ],
+            "between 1 and 1048575",
+        ),
+        (
+            &["--policy", "gcra", "--limit", "ten", "--window-ms", "1"],
+            "between 1 and 1048575",
+        ),
+        (
+            &["--policy", "gcra", "--limit", "+1", "--window-ms", "1"],
+            "between 1 and 1048575",
+        ),
+        (
+            &[
+                "--policy",
+                "sliding-window",
+                "--limit",
+                "1",
+                "--window-ms",
+                "1000000001",
+            ],
+            "between 1 and 1000000000",
+        ),
+        (
+            &[
+                "--policy",
+                "sliding-window",
+                "--limit",
+                "1",
+                "--window-ms",
+                "0",
+            ],
+            "between 1 and 1000000000",
+        ),
+        (
+            &[
+                "--policy",
+                "sliding-window",
+                "--limit",
+                "1",
+                "--window-ms",
+                "99999999999999999999",
+            ],
+            "between 1 and 1000000000",
+        ),
+        (
+            &[
+                "--policy",
+                "token-bucket",
+                "--limit",
+                "10",
+                "--window-ms",
+                "9",
+            ],
+            "window >= limit",
+        ),
+        (
+            &["--policy", "gcra", "--limit", "10", "--window-ms", "9"],
+            "window >= limit",
+        ),
+        (
+            &[
+                "--policy",
+                "leaky-bucket",
+                "--limit",
+                "10",
+                "--window-ms",
+                "9",
+            ],
+            "window >= limit",
+        ),
+        // clap's own usage errors: the same status, also nothing on stdout.
+        (&["--limit", "1", "--window-ms", "1"], "--policy <NAME>"),
+        (
+            &[
+                "--policy",
+                "gcra",
+                "--limit",
+                "1",
+                "--window-ms",
+                "1",
+                "--fast",
+            ],
+            "--fast",
+        ),
+    ] {
+        assert_refused(options, allowed);
+    }
+}
+
+#[test]
+fn the_largest_window_and_windows_shorter_than_the_limit_where_allowed() {
+    let trace = "allow a 0\nallow a 999999999\nallow a 1000000000\n";
+    let run = replay("sliding-window", 1, 1_000_000_000, false, "lockfree", trace);
+    assert_eq!(run.answers(), "true\nfalse\ntrue\n");
+    // Only the drip policies need W ≥ L.
+    for policy in ["sliding-window", "fixed-window", "sliding-window-counter"] {
+        let run = replay(policy, 10, 9, false, "lockfree", "remaining a 0\n");
+        assert_eq!(run.answers(), "10\n", "{policy}");
+    }
+}
+
+#[test]
+fn a_large_trace_streams_through() {
+    // 200,000 calls: 1,000 clients, each calling once per ms from 0 to 199,
+    // so exactly the first 3 calls of each client fit in its window.
+    const LINES: usize = 200_000;
+    let mut trace = String::with_capacity(LINES * 16);
+    for i in 0..LINES {
+        trace.push_str(&format!("allow c{} {}\n", i % 1000, i / 1000));
+    }
+    for policy in ["sliding-window", "fixed-window"] {
+        let run = replay(policy, 3, 1000, false, "lockfree", &trace);
+        let answers = run.answers();
+        assert_eq!(answers.lines().count(), LINES, "{policy}");
+        assert_eq!(
+            answers.lines().filter(|a| *a == "true").count(),
+            3_000,
+            "{policy}"
+        );
+        assert!(answers.lines().take(3_000).all(|a| a == "true"), "{policy}");
+        assert!(
+            answers.lines().skip(3_000).all(|a| a == "false"),
+            "{policy}"
+        );
+    }
+}
+
+/// Reads one answer line ("" at the end of the output).
+fn next_answer(child_output: &mut impl BufRead) -> String {
+    let mut line = String::new();
+    child_output.read_line(&mut line).unwrap();
+    line
+}
+
+#[test]
+fn each_answer_is_flushed_before_the_replay_waits_for_input() {
+    let mut child = spawn(&[
+        "replay",
+        "--policy",
+        "token-bucket",
+        "--limit",
+        "1",
+        "--window-ms",
+        "10",
+    ]);
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    // An answer held back in a buffer would make the reads below wait
+    // forever, since the next input is only sent after the answer: the
+    // watchdog turns that hang into a failure (the child is killed, its
+    // output ends, the answers come out empty). It also kills the child as
+    // soon as an assertion fails, as that drops `done`. Its delay only
+    // matters when the test fails anyway, so it is no timed assertion.
+    let (done, watched) = mpsc::channel::<()>();
+    let watchdog = thread::spawn(move || {
+        if watched.recv_timeout(Duration::from_secs(120)).is_err() {
+            let _ = child.kill();
+        }
+        child.wait().unwrap()
+    });
+
+    stdin.write_all(b"allow a 0\n").unwrap();
+    stdin.flush().unwrap();
+    assert_eq!(next_answer(&mut stdout), "true\n");
+    // Half a line: the answer to the whole one before it must not wait for
+    // the rest.
+    stdin.write_all(b"allow a 5\nremaining a").unwrap();
+    stdin.flush().unwrap();
+    assert_eq!(next_answer(&mut stdout), "false\n");
+    stdin.write_all(b" 10\n").unwrap();
+    stdin.flush().unwrap();
+    assert_eq!(next_answer(&mut stdout), "1\n");
+
+    drop(stdin);
+    assert_eq!(next_answer(&mut stdout), "");
+    done.send(()).unwrap();
+    assert_eq!(watchdog.join().unwrap().code(), Some(0));
+}
+
+#[test]
+fn a_reader_that_goes_away_ends_the_replay_quietly() {
+    // Far more output than a pipe buffers, so the binary is still writing
+    // when the reader stops, as with `floodgate replay < big.trace | head`.
+    let trace: String = (0..200_000).map(|i| format!("allow a {i}\n")).collect();
+    let mut child = spawn(&[
+        "replay",
+        "--policy",
+        "gcra",
+        "--limit",
+        "1",
+        "--window-ms",
+        "2",
+    ]);
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = thread::spawn(move || {
+        let _ = stdin.write_all(trace.as_bytes());
+    });
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    assert_eq!(next_answer(&mut stdout), "true\n");
+    assert_eq!(next_answer(&mut stdout), "false\n");
+    drop(stdout);
+    let output = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&output.stderr), "");
+}

@@ -1,0 +1,129 @@
+//! Helpers shared by the integration tests: both engines built side by side,
+//! the decisions the spec prescribes, and traces of calls to replay.
+
+// Each test file uses its own subset of these helpers.
+#![allow(dead_code)]
+
+use std::hash::Hash;
+
+use floodgate::{build_with, Config, Decision, Engine, ManualClock, PolicyKind, RateLimiter};
+
+/// Both engines, in the order the tests report them.
+pub const ENGINES: [Engine; 2] = [Engine::LockFree, Engine::Mutex];
+
+/// A limiter for `policy` on `engine`, with `limit` per `window` ticks, on a
+/// manual clock (the tests pass every time explicitly).
+///
+/// # Panics
+///
+/// If the configuration is invalid: the tests only build valid ones.
+pub fn limiter<Q>(
+    policy: PolicyKind,
+    limit: u64,
+    window: u64,
+    engine: Engine,
+) -> Box<dyn RateLimiter<Q>>
+where
+    Q: ?Sized + Hash + Eq + ToOwned + 'static,
+    Q::Owned: Hash + Eq + Clone + Send + Sync + 'static,
+{
+    let config =
+        Config::new(limit, window).unwrap_or_else(|e| panic!("{policy} L={limit} W={window}: {e}"));
+    build_with(policy, config, engine, ManualClock::new(0))
+        .unwrap_or_else(|e| panic!("{policy} L={limit} W={window}: {e}"))
+}
+
+/// Runs `test` once on a fresh limiter of each engine, naming the engine so
+/// that a failed assertion says which one disagreed.
+pub fn on_both<Q>(
+    policy: PolicyKind,
+    limit: u64,
+    window: u64,
+    test: impl Fn(&dyn RateLimiter<Q>, Engine),
+) where
+    Q: ?Sized + Hash + Eq + ToOwned + 'static,
+    Q::Owned: Hash + Eq + Clone + Send + Sync + 'static,
+{
+    for engine in ENGINES {
+        test(&*limiter::<Q>(policy, limit, window, engine), engine);
+    }
+}
+
+/// An admitted request with `remaining` left and no delay.
+pub const fn admitted(remaining: u64) -> Decision {
+    Decision {
+        allowed: true,
+        remaining,
+        retry_after: 0,
+        delay: 0,
+    }
+}
+
+/// An admitted leaky-bucket request that must wait `delay`.
+pub const fn delayed(remaining: u64, delay: u64) -> Decision {
+    Decision {
+        allowed: true,
+        remaining,
+        retry_after: 0,
+        delay,
+    }
+}
+
+/// A rejected request that would be admitted `retry_after` ticks later.
+pub const fn rejected(retry_after: u64) -> Decision {
+    Decision {
+        allowed: false,
+        remaining: 0,
+        retry_after,
+        delay: 0,
+    }
+}
+
+/// One call of a trace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// `check_at`.
+    Allow,
+    /// `remaining_at`.
+    Remaining,
+}
+
+/// One call of a client at an absolute time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Call {
+    pub op: Op,
+    pub client: u64,
+    pub at: u64,
+}
+
+/// What a call answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Answer {
+    Decision(Decision),
+    Remaining(u64),
+}
+
+impl Answer {
+    /// Whether this answers an admitted `allow`.
+    pub fn admitted(self) -> bool {
+        matches!(self, Answer::Decision(Decision { allowed: true, .. }))
+    }
+}
+
+/// Makes one call of `key`, whatever its key type.
+pub fn ask<Q: ?Sized>(limiter: &dyn RateLimiter<Q>, key: &Q, op: Op, at: u64) -> Answer {
+    match op {
+        Op::Allow => Answer::Decision(limiter.check_at(key, at)),
+        Op::Remaining => Answer::Remaining(limiter.remaining_at(key, at)),
+    }
+}
+
+/// Makes one call.
+pub fn call(limiter: &dyn RateLimiter<u64>, call: Call) -> Answer {
+    ask(limiter, &call.client, call.op, call.at)
+}
+
+/// Makes every call of `trace`, in order.
+pub fn run(limiter: &dyn RateLimiter<u64>, trace: &[Call]) -> Vec<Answer> {
+    trace.iter().map(|&c| call(limiter, c)).collect()
+}
