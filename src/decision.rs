@@ -10,7 +10,9 @@ pub struct Decision {
     pub allowed: bool,
     /// What `remaining` would answer right after this call: how many
     /// requests arriving one after another at this same instant would be
-    /// admitted.
+    /// admitted. While other threads decide for the same client, it may
+    /// already count their later admissions (the sliding log reads it just
+    /// after its own): it never promises more than later checks honour.
     pub remaining: u64,
     /// For a rejected request, the smallest `d >= 1` such that the same
     /// request at `now + d` would be admitted if nothing else happened in

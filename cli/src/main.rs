@@ -3,11 +3,11 @@
 
 mod bench;
 mod demo;
-mod replay;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use floodgate_cli::replay;
 
 #[derive(Parser)]
 #[command(

@@ -77,37 +77,53 @@ pub struct Args {
     engine: Engine,
 }
 
-/// Runs `floodgate replay`.
+/// Runs `floodgate replay` on standard input, output and error.
 ///
 /// Exit status: 0 when the whole trace was answered (or standard output was
 /// closed early, as by `head`); 2 for invalid options or a malformed line;
 /// 1 when standard input or output fails otherwise.
 pub fn run(args: Args) -> ExitCode {
-    let limiter = match limiter(&args) {
+    let output = BufWriter::with_capacity(BUFFER, io::stdout().lock());
+    ExitCode::from(replay_with(
+        &args,
+        io::stdin().lock(),
+        output,
+        io::stderr().lock(),
+    ))
+}
+
+/// `floodgate replay` on any input and outputs: [`run`] is this on standard
+/// input, output and error. Returns the exit status [`run`] documents.
+pub fn replay_with<R: Read, W: Write, E: Write>(
+    args: &Args,
+    input: R,
+    output: W,
+    mut errors: E,
+) -> u8 {
+    let limiter = match limiter(args) {
         Ok(limiter) => limiter,
         Err(message) => {
-            eprintln!("error: {message}");
-            return ExitCode::from(USAGE);
+            let _ = writeln!(errors, "error: {message}");
+            return USAGE;
         }
     };
-    let input = BufReader::with_capacity(BUFFER, io::stdin().lock());
-    let output = BufWriter::with_capacity(BUFFER, io::stdout().lock());
+    let input = BufReader::with_capacity(BUFFER, input);
     match replay(&*limiter, args.detail, input, output) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => 0,
         Err(Stop::Malformed { line, error }) => {
-            eprintln!("error: line {line}: {error}");
-            ExitCode::from(USAGE)
+            let _ = writeln!(errors, "error: line {line}: {error}");
+            USAGE
         }
         // The reader went away (`floodgate replay … | head`): nobody is left
         // to read more answers, which is not a failure of the replay.
-        Err(Stop::Write(error)) if error.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(Stop::Write(error)) if error.kind() == io::ErrorKind::BrokenPipe => 0,
         Err(Stop::Write(error)) => {
-            eprintln!("error: cannot write to standard output: {error}");
-            ExitCode::FAILURE
+            let _ = writeln!(errors, "error: cannot write to standard output: {error}");
+            1
         }
         Err(Stop::Read(error)) => {
-            eprintln!("error: cannot read standard input: {error}");
-            ExitCode::FAILURE
+            let _ = writeln!(errors, "error: cannot read standard input: {error}");
+            1
         }
     }
 }

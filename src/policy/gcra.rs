@@ -74,13 +74,23 @@ impl Gcra {
     #[inline]
     pub(super) fn step(&self, tat: u64, now: u64, shaped: bool) -> Step<u64> {
         match self.slot(tat, now) {
-            Slot::Admitted { wait, next_tat } => Step {
-                decision: Decision {
-                    delay: if shaped { wait } else { 0 },
-                    ..Decision::admit(self.remaining_of(next_tat, now))
-                },
-                next: Some(next_tat),
-            },
+            Slot::Admitted { wait, next_tat } => {
+                // A client within its rate (`TAT <= now`) is now scheduled
+                // one interval ahead, which leaves `L − 1`: the common
+                // admission, answered without `remaining_of`'s division.
+                let remaining = if wait == 0 && next_tat - now == self.interval {
+                    self.config.limit() - 1
+                } else {
+                    self.remaining_of(next_tat, now)
+                };
+                Step {
+                    decision: Decision {
+                        delay: if shaped { wait } else { 0 },
+                        ..Decision::admit(remaining)
+                    },
+                    next: Some(next_tat),
+                }
+            }
             Slot::Rejected { retry_after } => Step {
                 decision: Decision::reject(0, retry_after),
                 next: None,

@@ -16,8 +16,11 @@
 //!
 //! Admission times are stored as `max(now, previous admission's time)`, so
 //! the ring is sorted and stored time never moves backwards; `remaining`
-//! finds the first admission still inside the window by galloping from the
-//! oldest: O(1) when few have left the window since, O(log L) at worst.
+//! finds the first admission still inside the window by galloping in from
+//! both ends: O(1) for an idle or a saturated client, O(log L) at worst.
+//! An admission's `Decision::remaining` is read after its CAS, so under
+//! contention it may already count other threads' later admissions: smaller,
+//! never larger, than at the instant of the CAS.
 
 use super::{sealed, Policy};
 use crate::cell::LogSlot;
@@ -130,28 +133,33 @@ impl SlidingWindow {
     /// inside the window at `now`; `Moved` if the ring changed meanwhile.
     ///
     /// Times rise with the admission number, so the expired ones are a
-    /// prefix: gallop over it (1, 2, 4, … slots), then bisect.
+    /// prefix. Gallop in from both ends (1, 2, 4, … slots from each), then
+    /// bisect what is left: O(log min(expired, inside)) slot reads, so a
+    /// client that is idle (all expired) or saturated (all inside) costs two
+    /// or three reads, mostly of slots the caller has just touched.
     fn in_window(&self, state: &SlidingWindowState, n: u64, now: u64) -> Result<u64, Moved> {
-        let first = n.saturating_sub(self.config.limit());
-        let mut low = first; // all of [first, low) have expired
-        let mut high = n; // all of [high, n) are inside
+        let expired = |admission| Ok::<_, Moved>(self.expired(state.read(admission)?.time, now));
+        let mut low = n.saturating_sub(self.config.limit()); // [first, low) expired
+        let mut high = n; // [high, n) inside
         let mut stride = 1;
-        while low < high {
-            let probe = low + stride - 1;
-            if probe >= high {
+        while high - low > 2 * stride {
+            let bottom = low + stride - 1;
+            if !expired(bottom)? {
+                high = bottom;
                 break;
             }
-            if self.expired(state.read(probe)?.time, now) {
-                low = probe + 1;
-                stride *= 2;
-            } else {
-                high = probe;
+            low = bottom + 1;
+            let top = high - stride;
+            if expired(top)? {
+                low = top + 1;
                 break;
             }
+            high = top;
+            stride *= 2;
         }
         while low < high {
             let middle = low + (high - low) / 2;
-            if self.expired(state.read(middle)?.time, now) {
+            if expired(middle)? {
                 low = middle + 1;
             } else {
                 high = middle;
@@ -290,6 +298,22 @@ mod tests {
         assert_eq!(policy.remaining(&state, 5_000), 1);
         assert_eq!(policy.remaining(&state, 5_025), 3);
         assert_eq!(policy.remaining(&state, 5_040), 5);
+    }
+
+    #[test]
+    fn remaining_is_exact_wherever_the_window_edge_falls() {
+        // Admissions at 0, 10, …, 630 (64 of them, L = 64, W = 1000): at
+        // every instant from 630 to 1640 count the inside ones by hand.
+        let policy = policy(64, 1_000);
+        let state = policy.new_state();
+        let times: Vec<u64> = (0..64).map(|i| i * 10).collect();
+        for &t in &times {
+            assert!(policy.check(&state, t).allowed);
+        }
+        for now in 630..=1_640 {
+            let inside = times.iter().filter(|&&t| t + 1_000 > now).count() as u64;
+            assert_eq!(policy.remaining(&state, now), 64 - inside, "at {now}");
+        }
     }
 
     #[test]

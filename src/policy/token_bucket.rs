@@ -45,7 +45,8 @@ impl TokenBucket {
         let drips = now / self.interval;
         let t = b.max(drips);
         if t - drips < self.config.limit() {
-            let next = t + 1;
+            // Saturates only at now / I = 2^64 − 1, past any real clock.
+            let next = t.saturating_add(1);
             Step {
                 decision: Decision::admit(self.tokens(next, drips)),
                 next: Some(next),

@@ -17,7 +17,9 @@
 use std::hash::Hash;
 use std::sync::Arc;
 
-use scc::{Equivalent, HashIndex};
+use scc::Equivalent;
+
+use crate::sync::ClientIndex;
 
 /// One client: when it was created, and its policy state.
 #[derive(Debug)]
@@ -30,7 +32,9 @@ pub(crate) struct Client<S> {
 
 /// Client key → shared client state.
 pub(crate) struct KeyedStore<K, S> {
-    clients: HashIndex<K, Arc<Client<S>>, ahash::RandomState>,
+    /// `scc::HashIndex` hashed by a randomly seeded `ahash` (a loom-visible
+    /// stand-in under the loom cfg; see `crate::sync`).
+    clients: ClientIndex<K, Arc<Client<S>>>,
 }
 
 impl<K, S> KeyedStore<K, S>
@@ -40,7 +44,9 @@ where
 {
     pub(crate) fn new() -> Self {
         Self {
-            clients: HashIndex::with_hasher(ahash::RandomState::new()),
+            // `HashIndex::default()` is `with_hasher(RandomState::default())`,
+            // and ahash's `default()` is `new()`: a randomly seeded hasher.
+            clients: ClientIndex::default(),
         }
     }
 

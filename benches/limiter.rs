@@ -1,0 +1,356 @@
+//! Criterion benches: one group per question, every policy, three engines.
+//!
+//! * `check/flood`, `check/admit` — one known client, one thread: the hot
+//!   path's floor, once under a quota that rejects nearly every call of a
+//!   hot loop (a flood is mostly rejections) and once under one that
+//!   admits every call (every check writes).
+//! * `throughput/hot-flood`, `throughput/hot-admit`, `throughput/uniform`,
+//!   `throughput/zipf` — 1, 2 and 4 threads on one hot client (both quotas),
+//!   on 10,000 clients drawn uniformly and on 100,000 drawn by a Zipf law.
+//! * `insert` — the first call of a new client.
+//! * `clock` — one read of the default clock (and of `Instant`, for scale).
+//!
+//! The engines are the lock-free `Limiter<u64, P>` (monomorphised per policy),
+//! the `MutexLimiter` baseline and, for `gcra`, `governor`'s keyed limiter
+//! at the same quota. Every check reads the engine's own clock, as a caller's
+//! would. `benches/README.md` has the results and how to read them.
+
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+use criterion::{
+    criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput,
+};
+use floodgate::policy::{
+    FixedWindow, Gcra, LeakyBucket, Policy, SlidingWindow, SlidingWindowCounter, TokenBucket,
+};
+use floodgate::{Clock, Config, Limiter, MutexLimiter, PolicyKind, QuantaClock, RateLimiter};
+use governor::{DefaultKeyedRateLimiter, Quota};
+
+/// The limit of both quotas. Small, because a `sliding-window` client keeps
+/// `L` admission times (16 bytes each) and the Zipf group tracks 100,000.
+const LIMIT: u64 = 100;
+/// 100 per millisecond: a hot loop on one client (tens of millions of checks
+/// a second) is rejected on all but about one call in a thousand, while
+/// 10,000 clients sharing that loop stay well under their limit.
+const FLOOD_WINDOW_NS: u64 = 1_000_000;
+/// 100 per 100 ns: no loop calls that fast, so every check is admitted and
+/// writes its client's state.
+const ADMIT_WINDOW_NS: u64 = 100;
+
+const UNIFORM_CLIENTS: u64 = 10_000;
+const ZIPF_CLIENTS: u64 = 100_000;
+const THREADS: [usize; 3] = [1, 2, 4];
+
+/// One engine at one quota, as the timed loops see it.
+trait Subject: Sync {
+    fn check(&self, key: u64) -> bool;
+}
+
+impl<P: Policy> Subject for Limiter<u64, P, QuantaClock> {
+    #[inline]
+    fn check(&self, key: u64) -> bool {
+        Limiter::check(self, &key).allowed
+    }
+}
+
+impl Subject for MutexLimiter<u64, QuantaClock> {
+    #[inline]
+    fn check(&self, key: u64) -> bool {
+        RateLimiter::<u64>::check(self, &key).allowed
+    }
+}
+
+impl Subject for DefaultKeyedRateLimiter<u64> {
+    #[inline]
+    fn check(&self, key: u64) -> bool {
+        self.check_key(&key).is_ok()
+    }
+}
+
+/// The timed work, behind one dynamic call per sample (never per check), so
+/// engines of different types sit in one list.
+trait Runner {
+    /// `iters` checks on each of `threads` threads, cycling through that
+    /// thread's key sequence; the wall time from a common start to the last
+    /// thread's finish.
+    fn run(&self, keys: &[Vec<u32>], threads: usize, iters: u64) -> Duration;
+    /// `iters` checks, each of a client never seen before.
+    fn insert(&self, iters: u64) -> Duration;
+    /// Creates clients `0..clients`, so the timed loops see known clients.
+    fn prefill(&self, clients: u64);
+}
+
+/// Builds one engine at a time, so `insert` can start from an empty map.
+struct Engine<S, F> {
+    subject: S,
+    fresh: F,
+}
+
+impl<S: Subject, F: Fn() -> S> Runner for Engine<S, F> {
+    fn run(&self, keys: &[Vec<u32>], threads: usize, iters: u64) -> Duration {
+        run_threads(&self.subject, keys, threads, iters)
+    }
+
+    fn insert(&self, iters: u64) -> Duration {
+        // A fresh map per sample: the dropped one is not timed, and memory
+        // stays bounded (a `sliding-window` client holds 1.6 KB).
+        let subject = (self.fresh)();
+        let start = Instant::now();
+        for key in 0..iters {
+            black_box(subject.check(key));
+        }
+        start.elapsed()
+    }
+
+    fn prefill(&self, clients: u64) {
+        for key in 0..clients {
+            self.subject.check(key);
+        }
+    }
+}
+
+fn run_threads<S: Subject>(subject: &S, keys: &[Vec<u32>], threads: usize, iters: u64) -> Duration {
+    let barrier = Barrier::new(threads + 1);
+    std::thread::scope(|scope| {
+        for sequence in keys.iter().cycle().take(threads) {
+            let barrier = &barrier;
+            scope.spawn(move || {
+                // Sequence lengths are powers of two: a mask, not a division.
+                let mask = sequence.len() - 1;
+                barrier.wait();
+                for i in 0..iters as usize {
+                    black_box(subject.check(u64::from(sequence[i & mask])));
+                }
+            });
+        }
+        barrier.wait();
+        Instant::now()
+    })
+    .elapsed()
+}
+
+/// Every engine at one quota: the six lock-free policies, the mutex
+/// baseline for each, and governor for `gcra`.
+fn engines(window: u64) -> Vec<(PolicyKind, &'static str, Box<dyn Runner>)> {
+    fn lockfree<P: Policy>(config: Config) -> Box<dyn Runner> {
+        let fresh = move || Limiter::<u64, P>::new(P::new(config).expect("valid quota"));
+        Box::new(Engine {
+            subject: fresh(),
+            fresh,
+        })
+    }
+    let config = Config::new(LIMIT, window).expect("valid quota");
+    let mut all: Vec<(PolicyKind, &'static str, Box<dyn Runner>)> = Vec::new();
+    for kind in PolicyKind::ALL {
+        let fast = match kind {
+            PolicyKind::SlidingWindow => lockfree::<SlidingWindow>(config),
+            PolicyKind::TokenBucket => lockfree::<TokenBucket>(config),
+            PolicyKind::FixedWindow => lockfree::<FixedWindow>(config),
+            PolicyKind::SlidingWindowCounter => lockfree::<SlidingWindowCounter>(config),
+            PolicyKind::Gcra => lockfree::<Gcra>(config),
+            PolicyKind::LeakyBucket => lockfree::<LeakyBucket>(config),
+        };
+        all.push((kind, "lockfree", fast));
+        let fresh = move || {
+            MutexLimiter::<u64>::with_clock(kind, config, QuantaClock::new()).expect("valid quota")
+        };
+        all.push((
+            kind,
+            "mutex",
+            Box::new(Engine {
+                subject: fresh(),
+                fresh,
+            }),
+        ));
+        if kind == PolicyKind::Gcra {
+            let fresh = move || DefaultKeyedRateLimiter::<u64>::keyed(governor_quota(config));
+            all.push((
+                kind,
+                "governor",
+                Box::new(Engine {
+                    subject: fresh(),
+                    fresh,
+                }),
+            ));
+        }
+    }
+    all
+}
+
+/// `gcra`'s quota in governor's terms: a burst of `L`, one cell per `I`
+/// (the contract's equivalence; `Quota::new` would round differently).
+fn governor_quota(config: Config) -> Quota {
+    let limit = u32::try_from(config.limit()).expect("limits fit 20 bits");
+    Quota::with_period(Duration::from_nanos(config.interval()))
+        .expect("interval is at least 1 ns")
+        .allow_burst(NonZeroU32::new(limit).expect("limits are at least 1"))
+}
+
+/// SplitMix64: a fixed-seed generator, so every run draws the same keys.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[0, 1)`, from the top 53 bits.
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// How the timed loop picks its clients.
+#[derive(Clone, Copy)]
+enum Keys {
+    Hot,
+    Uniform,
+    Zipf,
+}
+
+impl Keys {
+    /// How many clients the engines track before timing starts.
+    fn clients(self) -> u64 {
+        match self {
+            Keys::Hot => 1,
+            Keys::Uniform => UNIFORM_CLIENTS,
+            Keys::Zipf => ZIPF_CLIENTS,
+        }
+    }
+
+    /// One precomputed key sequence per thread (no generator in the timed
+    /// loop), a power of two long.
+    fn sequences(self, threads: usize) -> Vec<Vec<u32>> {
+        (0..threads as u64)
+            .map(|thread| {
+                let mut rng = SplitMix(0x5EED ^ thread);
+                match self {
+                    Keys::Hot => vec![0],
+                    Keys::Uniform => (0..1 << 16)
+                        .map(|_| (rng.next() % UNIFORM_CLIENTS) as u32)
+                        .collect(),
+                    Keys::Zipf => {
+                        let zipf = Zipf::new(ZIPF_CLIENTS);
+                        (0..1 << 18).map(|_| zipf.sample(&mut rng)).collect()
+                    }
+                }
+            })
+            .collect()
+    }
+}
+
+/// Ranks `0..n` with `P(k) ∝ 1 / (k + 1)` (a Zipf law with s = 1), by
+/// inverting the cumulative distribution.
+struct Zipf {
+    cumulative: Vec<f64>,
+}
+
+impl Zipf {
+    fn new(n: u64) -> Self {
+        let mut total = 0.0;
+        let cumulative = (1..=n)
+            .map(|rank| {
+                total += 1.0 / rank as f64;
+                total
+            })
+            .collect();
+        Self { cumulative }
+    }
+
+    fn sample(&self, rng: &mut SplitMix) -> u32 {
+        let target = rng.unit() * self.cumulative[self.cumulative.len() - 1];
+        let rank = self.cumulative.partition_point(|&c| c <= target);
+        rank.min(self.cumulative.len() - 1) as u32
+    }
+}
+
+/// Short runs, so the whole default `cargo bench` takes a few minutes:
+/// 10 samples over `measurement`, and 5,000 bootstrap resamples (plenty for
+/// 10 samples; the default 100,000 costs a second per bench).
+fn configure(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    measurement: Duration,
+) {
+    group
+        .warm_up_time(Duration::from_millis(150))
+        .measurement_time(measurement)
+        .sample_size(10)
+        .nresamples(5_000);
+}
+
+fn check(c: &mut Criterion) {
+    for (name, window) in [("flood", FLOOD_WINDOW_NS), ("admit", ADMIT_WINDOW_NS)] {
+        let mut group = c.benchmark_group(format!("check/{name}"));
+        configure(&mut group, Duration::from_millis(600));
+        group.throughput(Throughput::Elements(1));
+        let keys = Keys::Hot.sequences(1);
+        for (policy, engine, runner) in engines(window) {
+            group.bench_function(BenchmarkId::new(policy.name(), engine), |b| {
+                b.iter_custom(|iters| runner.run(&keys, 1, iters));
+            });
+        }
+        group.finish();
+    }
+}
+
+fn throughput(c: &mut Criterion) {
+    let cases = [
+        ("hot-flood", Keys::Hot, FLOOD_WINDOW_NS),
+        ("hot-admit", Keys::Hot, ADMIT_WINDOW_NS),
+        ("uniform", Keys::Uniform, FLOOD_WINDOW_NS),
+        ("zipf", Keys::Zipf, FLOOD_WINDOW_NS),
+    ];
+    for (name, keys, window) in cases {
+        let mut group = c.benchmark_group(format!("throughput/{name}"));
+        configure(&mut group, Duration::from_millis(400));
+        let engines = engines(window);
+        for (_, _, runner) in &engines {
+            runner.prefill(keys.clients());
+        }
+        for threads in THREADS {
+            let sequences = keys.sequences(threads);
+            // Elements per iteration = threads: each thread does `iters`.
+            group.throughput(Throughput::Elements(threads as u64));
+            for (policy, engine, runner) in &engines {
+                let id = BenchmarkId::new(format!("{}/{engine}", policy.name()), threads);
+                group.bench_function(id, |b| {
+                    b.iter_custom(|iters| runner.run(&sequences, threads, iters));
+                });
+            }
+        }
+        group.finish();
+    }
+}
+
+fn insert(c: &mut Criterion) {
+    let mut group = c.benchmark_group("insert");
+    configure(&mut group, Duration::from_millis(300));
+    // Equal sample sizes bound the largest map (and its memory).
+    group.sampling_mode(SamplingMode::Flat);
+    group.throughput(Throughput::Elements(1));
+    for (policy, engine, runner) in engines(FLOOD_WINDOW_NS) {
+        group.bench_function(BenchmarkId::new(policy.name(), engine), |b| {
+            b.iter_custom(|iters| runner.insert(iters));
+        });
+    }
+    group.finish();
+}
+
+fn clock(c: &mut Criterion) {
+    let mut group = c.benchmark_group("clock");
+    configure(&mut group, Duration::from_millis(300));
+    let quanta = QuantaClock::new();
+    group.bench_function("QuantaClock::now", |b| b.iter(|| quanta.now()));
+    group.bench_function("Instant::now", |b| b.iter(Instant::now));
+    group.finish();
+}
+
+criterion_group!(benches, check, throughput, insert, clock);
+criterion_main!(benches);

@@ -1,0 +1,227 @@
+//! A check of a known client allocates nothing: every policy, through the
+//! monomorphised `Limiter<K, P, C>` and through the boxed `build` forms, with
+//! `u64` keys and `String` keys queried by `&str`, on admissions and
+//! rejections alike.
+//!
+//! A counting global allocator counts the allocations made by the thread
+//! that runs a closure (a thread-local count, so tests running in parallel
+//! on other threads do not disturb it). The count is deterministic: unlike
+//! a speed, it can be asserted.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+use floodgate::policy::{
+    FixedWindow, Gcra, LeakyBucket, Policy, SlidingWindow, SlidingWindowCounter, TokenBucket,
+};
+use floodgate::{
+    build, build_with, Clock, Config, Engine, Limiter, ManualClock, PolicyKind, QuantaClock,
+};
+
+/// The system allocator, counting each allocation on the allocating thread.
+struct Counting;
+
+thread_local! {
+    // Const-initialised and without a destructor: reading or writing it
+    // never allocates and never registers anything, so the allocator can
+    // touch it without re-entering itself.
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+fn count_one() {
+    // `try_with`: a thread being torn down may still allocate; it is not
+    // measuring anything then, so such allocations go uncounted.
+    let _ = ALLOCATIONS.try_with(|count| count.set(count.get() + 1));
+}
+
+// SAFETY: every method forwards its arguments unchanged to `System`, which
+// meets `GlobalAlloc`'s contract for them; counting touches only a
+// thread-local `Cell` and neither allocates nor unwinds.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count_one();
+        // SAFETY: the caller upholds `alloc`'s contract (non-zero size),
+        // which is `System.alloc`'s.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        count_one();
+        // SAFETY: as for `alloc`.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        count_one();
+        // SAFETY: the caller guarantees `ptr` was allocated by this
+        // allocator (so by `System`) with `layout`, and a valid `new_size`.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // Freeing is not counted: a check may legitimately release memory
+        // that earlier inserts retired (the map's epoch-based reclamation).
+        // SAFETY: the caller guarantees `ptr` came from this allocator (so
+        // from `System`) with `layout`.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// How many allocations this thread makes while running `f`.
+fn allocations_in(f: impl FnOnce()) -> u64 {
+    let before = ALLOCATIONS.with(Cell::get);
+    f();
+    ALLOCATIONS.with(Cell::get) - before
+}
+
+/// Limit 4 per 1,000 ticks; calls 7 ticks apart admit and reject in turn.
+const LIMIT: u64 = 4;
+const WINDOW: u64 = 1_000;
+const STEP: u64 = 7;
+const CALLS: u64 = 3_000;
+
+fn config() -> Config {
+    Config::new(LIMIT, WINDOW).expect("a valid limit")
+}
+
+/// Runs `calls` checks of one already known client through `check`, and
+/// returns (allocations, admitted, rejected): the two paths must both run
+/// for the assertion to mean anything.
+fn count_checks(mut check: impl FnMut(u64) -> bool) -> (u64, u64, u64) {
+    // The first call creates the client (that allocates) and lets the map
+    // set up this thread's reclamation state; the next few warm every path.
+    for at in 0..10 {
+        check(at * STEP);
+    }
+    let (mut admitted, mut rejected) = (0, 0);
+    let allocations = allocations_in(|| {
+        for call in 10..CALLS {
+            if check(call * STEP) {
+                admitted += 1;
+            } else {
+                rejected += 1;
+            }
+        }
+    });
+    (allocations, admitted, rejected)
+}
+
+fn assert_none(what: &str, (allocations, admitted, rejected): (u64, u64, u64)) {
+    assert!(
+        admitted > 0 && rejected > 0,
+        "{what}: {admitted} admitted, {rejected} rejected"
+    );
+    assert_eq!(
+        allocations,
+        0,
+        "{what}: allocations in {} known-client checks",
+        CALLS - 10
+    );
+}
+
+/// Through `Limiter<K, P, C>`: `u64` keys on a manual clock (explicit times),
+/// `String` keys queried by `&str` on a manual clock, and the default clock.
+fn generic<P: Policy>() {
+    let kind = P::KIND;
+
+    let by_id: Limiter<u64, P, ManualClock> =
+        Limiter::with_clock(P::new(config()).unwrap(), ManualClock::new(0));
+    assert_none(
+        &format!("{kind} Limiter<u64> check_at"),
+        count_checks(|at| by_id.check_at(&42, at).allowed),
+    );
+    let (allocations, _, _) = count_checks(|at| by_id.remaining_at(&42, CALLS * STEP + at) > 0);
+    assert_eq!(allocations, 0, "{kind} Limiter<u64> remaining_at");
+
+    let clock = ManualClock::new(0);
+    let by_name: Limiter<String, P, ManualClock> =
+        Limiter::with_clock(P::new(config()).unwrap(), clock.clone());
+    assert_none(
+        &format!("{kind} Limiter<String> check(&str)"),
+        count_checks(|at| {
+            clock.set(at);
+            by_name.check("app-42").allowed
+        }),
+    );
+
+    // The default clock: the same path plus a clock read, at real times
+    // (admissions and rejections in whatever mix the loop's speed gives).
+    let real: Limiter<u64, P> = Limiter::new(P::new(config()).unwrap());
+    real.check(&7);
+    let allocations = allocations_in(|| {
+        for _ in 0..CALLS {
+            std::hint::black_box(real.check(&7));
+        }
+    });
+    assert_eq!(allocations, 0, "{kind} Limiter<u64, _, QuantaClock> check");
+}
+
+#[test]
+fn known_client_checks_allocate_nothing_through_limiter() {
+    generic::<SlidingWindow>();
+    generic::<TokenBucket>();
+    generic::<FixedWindow>();
+    generic::<SlidingWindowCounter>();
+    generic::<Gcra>();
+    generic::<LeakyBucket>();
+}
+
+#[test]
+fn known_client_checks_allocate_nothing_through_build() {
+    for kind in PolicyKind::ALL {
+        let clock = ManualClock::new(0);
+        let by_id = build_with::<u64, _>(kind, config(), Engine::LockFree, clock.clone()).unwrap();
+        assert_none(
+            &format!("{kind} build_with::<u64> check_at"),
+            count_checks(|at| by_id.check_at(&42, at).allowed),
+        );
+        assert_none(
+            &format!("{kind} build_with::<u64> check"),
+            count_checks(|at| {
+                clock.set(at + CALLS * STEP);
+                by_id.check(&43).allowed
+            }),
+        );
+
+        let by_name = build::<str>(kind, config()).unwrap();
+        assert_none(
+            &format!("{kind} build::<str> check_at"),
+            count_checks(|at| by_name.check_at("app-42", at).allowed),
+        );
+        let real = build::<str>(kind, config()).unwrap();
+        real.allow("app-7");
+        let allocations = allocations_in(|| {
+            for _ in 0..CALLS {
+                std::hint::black_box(real.allow("app-7"));
+            }
+        });
+        assert_eq!(allocations, 0, "{kind} build::<str> allow");
+    }
+}
+
+/// The counter is live: a new client's state and key are allocated, and
+/// the counting sees it (otherwise the zeros above would prove nothing).
+#[test]
+fn a_new_client_allocates_and_is_counted() {
+    for kind in PolicyKind::ALL {
+        let limiter = build::<str>(kind, config()).unwrap();
+        limiter.allow("warm-up");
+        let allocations = allocations_in(|| {
+            limiter.allow("a-new-client");
+        });
+        assert!(
+            allocations >= 2,
+            "{kind}: {allocations} allocations for a new String-keyed client"
+        );
+    }
+    let clock = QuantaClock::new();
+    assert_eq!(
+        allocations_in(|| {
+            std::hint::black_box(clock.now());
+        }),
+        0
+    );
+}

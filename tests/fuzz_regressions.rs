@@ -1,0 +1,65 @@
+//! Every input kept in `fuzz/regressions/<target>/`, replayed through the
+//! same check the fuzz target runs, so a failure the fuzzer once found stays
+//! fixed without a fuzzer.
+//!
+//! The checks live in `fuzz/src/lib.rs`, which depends only on `floodgate`
+//! and `std`; it is compiled here as a module, so these tests need neither
+//! cargo-fuzz nor a nightly flag.
+
+#[path = "../fuzz/src/lib.rs"]
+mod checks;
+
+use std::fs;
+use std::path::Path;
+
+/// Runs `check` on every file of `fuzz/regressions/<target>/` and returns how
+/// many there were.
+fn replay(target: &str, check: fn(&[u8])) -> usize {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fuzz/regressions")
+        .join(target);
+    let Ok(entries) = fs::read_dir(&dir) else {
+        return 0;
+    };
+    let mut count = 0;
+    for entry in entries {
+        let path = entry.expect("a readable directory entry").path();
+        let data = fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        // A panic names the input: the check's message names the call.
+        eprintln!("replaying {}", path.display());
+        check(&data);
+        count += 1;
+    }
+    count
+}
+
+#[test]
+fn differential_regressions_still_agree() {
+    let count = replay("differential", checks::check_differential);
+    assert!(count > 0, "fuzz/regressions/differential holds no input");
+}
+
+#[test]
+fn time_backwards_regressions_still_hold_the_rule() {
+    let count = replay("time_backwards", checks::check_time_backwards);
+    assert!(count > 0, "fuzz/regressions/time_backwards holds no input");
+}
+
+/// The decoder the targets share turns every byte string into a valid
+/// input, the empty one included, and stays within its bounds.
+#[test]
+fn every_byte_string_decodes() {
+    for data in [&[][..], &[0xff; 64][..], &[0x07, 0x03, 0x05][..]] {
+        for backwards in [false, true] {
+            let input = checks::Input::decode(data, backwards);
+            assert!(input.limit >= 1 && input.window >= 1, "{input:?}");
+            assert!(input.calls.len() <= checks::MAX_CALLS, "{input:?}");
+            if input.policy == floodgate::PolicyKind::SlidingWindow {
+                assert!(input.limit <= checks::MAX_SLIDING_LIMIT, "{input:?}");
+            }
+        }
+    }
+    // Time never decreases unless asked to.
+    let forward = checks::Input::decode(&[0xab; 200], false);
+    assert!(forward.calls.windows(2).all(|w| w[0].now <= w[1].now));
+}

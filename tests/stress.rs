@@ -1,0 +1,268 @@
+//! Many threads, one limiter: the totals stay exact under contention.
+//!
+//! The loom models (`loom-tests/`) prove the CAS protocols on two or three
+//! threads with tiny limits; these tests run the real engines — the real
+//! `scc` map, the real atomics, both engines — with eight threads and
+//! hundreds of requests, and check answers that leave no room for luck: at a
+//! frozen instant each client admits exactly `min(L, calls)`, and on a
+//! moving clock no span of `W` holds more than `L` sliding-window admissions.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Barrier;
+use std::thread;
+
+use floodgate::{build_with, Config, Decision, Engine, ManualClock, PolicyKind, RateLimiter};
+
+/// More threads than the machine has cores, so the scheduler interleaves
+/// them as well as the hardware does.
+const THREADS: usize = 8;
+
+const ENGINES: [Engine; 2] = [Engine::LockFree, Engine::Mutex];
+
+/// A limiter with `limit` per `window` ticks on a clock frozen at `now`.
+fn frozen(
+    policy: PolicyKind,
+    engine: Engine,
+    limit: u64,
+    window: u64,
+    now: u64,
+) -> Box<dyn RateLimiter<u64>> {
+    let config = Config::new(limit, window).expect("a valid config");
+    build_with(policy, config, engine, ManualClock::new(now)).expect("a valid config")
+}
+
+/// Runs `work(thread index)` on [`THREADS`] threads released together by a
+/// barrier, and returns what each returned.
+fn hammer<T: Send>(work: impl Fn(usize) -> T + Sync) -> Vec<T> {
+    let start = Barrier::new(THREADS);
+    thread::scope(|scope| {
+        let handles: Vec<_> = (0..THREADS)
+            .map(|me| {
+                let (start, work) = (&start, &work);
+                scope.spawn(move || {
+                    start.wait();
+                    work(me)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|handle| handle.join().expect("a hammering thread panicked"))
+            .collect()
+    })
+}
+
+/// The window of a test at a frozen instant: long enough that nothing drips
+/// or expires, and at least `limit` for the drip policies.
+const LONG_WINDOW: u64 = 1 << 40;
+
+/// One hot client, hammered by every thread at one instant: exactly `L` of
+/// the `THREADS × CALLS` requests are admitted, and the admitted decisions
+/// are the `L` sequential ones — remaining `L − 1` down to 0 once each (and
+/// for leaky-bucket the delays `0, I, …, (L − 1)·I`), which is what no
+/// lost or doubled update can produce.
+#[test]
+fn one_hot_client_admits_exactly_the_limit() {
+    const LIMIT: u64 = 2_000;
+    const CALLS: usize = 500; // per thread: 4,000 in all
+    for engine in ENGINES {
+        for policy in PolicyKind::ALL {
+            let limiter = frozen(policy, engine, LIMIT, LONG_WINDOW, 1_000);
+            let admitted: Vec<Decision> = hammer(|_| {
+                (0..CALLS)
+                    .map(|_| limiter.check(&42))
+                    .filter(|decision| {
+                        if !decision.allowed {
+                            assert!(decision.retry_after > 0, "{decision:?}");
+                            assert_eq!(decision.remaining, 0, "{decision:?}");
+                        }
+                        decision.allowed
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .into_iter()
+            .flatten()
+            .collect();
+            let context = format!("{policy} on {engine}");
+            assert_eq!(admitted.len() as u64, LIMIT, "{context}");
+            assert_eq!(limiter.remaining(&42), 0, "{context}");
+            assert!(!limiter.allow(&42), "{context}");
+
+            let mut remaining: Vec<u64> = admitted.iter().map(|d| d.remaining).collect();
+            remaining.sort_unstable();
+            if policy == PolicyKind::SlidingWindow && engine == Engine::LockFree {
+                // Its admissions read `remaining` after their CAS, so a
+                // report may already count a later admission: never more
+                // than the sequential answer, and the last one is 0.
+                assert!(remaining.iter().all(|&r| r < LIMIT), "{context}");
+                assert_eq!(remaining[0], 0, "{context}");
+            } else {
+                assert_eq!(remaining, (0..LIMIT).collect::<Vec<_>>(), "{context}");
+            }
+            let mut delays: Vec<u64> = admitted.iter().map(|d| d.delay).collect();
+            delays.sort_unstable();
+            let expected: Vec<u64> = if policy == PolicyKind::LeakyBucket {
+                let interval = LONG_WINDOW / LIMIT;
+                (0..LIMIT).map(|k| k * interval).collect()
+            } else {
+                vec![0; LIMIT as usize]
+            };
+            assert_eq!(delays, expected, "{context}");
+        }
+    }
+}
+
+/// Many clients, every thread visiting all of them from a different
+/// starting point, so most clients are first touched by several threads at
+/// once: each client ends with exactly `min(L, calls)` admissions — whether
+/// the limit is reached (`L = 5`) or not (`L = 20`) — and exactly one state.
+#[test]
+fn many_clients_each_admit_exactly_min_of_limit_and_calls() {
+    const CLIENTS: u64 = 64;
+    const PASSES: usize = 2; // calls per client: THREADS × PASSES = 16
+    for engine in ENGINES {
+        for policy in PolicyKind::ALL {
+            for limit in [5, 20] {
+                let limiter = frozen(policy, engine, limit, LONG_WINDOW, 7);
+                let per_thread: Vec<Vec<u64>> = hammer(|me| {
+                    let mut admitted = vec![0u64; CLIENTS as usize];
+                    for _ in 0..PASSES {
+                        for k in 0..CLIENTS {
+                            let client = (k + me as u64 * 8) % CLIENTS;
+                            if limiter.allow(&client) {
+                                admitted[client as usize] += 1;
+                            }
+                        }
+                    }
+                    admitted
+                });
+                let calls = (THREADS * PASSES) as u64;
+                for client in 0..CLIENTS {
+                    let total: u64 = per_thread
+                        .iter()
+                        .map(|counts| counts[client as usize])
+                        .sum();
+                    assert_eq!(
+                        total,
+                        limit.min(calls),
+                        "{policy} on {engine}, L = {limit}, client {client}"
+                    );
+                    assert_eq!(
+                        limiter.remaining(&client),
+                        limit.saturating_sub(calls),
+                        "{policy} on {engine}, L = {limit}, client {client}"
+                    );
+                }
+                assert_eq!(
+                    limiter.tracked_clients() as u64,
+                    CLIENTS,
+                    "{policy} on {engine}"
+                );
+            }
+        }
+    }
+}
+
+/// The hot-client test above would pass with threads that never overlap.
+/// This one shows that they do overlap on one state word: at a frozen
+/// instant a gcra admission's `remaining` is its exact position in the
+/// sequence of admissions, so a thread whose consecutive admissions are more
+/// than one position apart had another thread's admission land between its
+/// own — the interleaving the CAS loop exists to resolve. (No counter of
+/// failed CASes is kept on the hot path to count collisions directly.) The
+/// scheduler decides whether a round interleaves, so rounds are repeated
+/// until one does; with 8 threads on a shared word each round almost always
+/// does, and the bound only keeps a pathological scheduler from looping.
+#[test]
+fn threads_really_interleave_on_one_client() {
+    const LIMIT: u64 = 20_000;
+    for engine in ENGINES {
+        let interleaved = (0..20).any(|_| {
+            let limiter = frozen(PolicyKind::Gcra, engine, LIMIT, LONG_WINDOW, 0);
+            let positions: Vec<Vec<u64>> = hammer(|_| {
+                (0..LIMIT as usize / THREADS)
+                    .map(|_| limiter.check(&1))
+                    .filter(|d| d.allowed)
+                    .map(|d| d.remaining)
+                    .collect()
+            });
+            positions
+                .iter()
+                .any(|mine| mine.windows(2).any(|pair| pair[0] - pair[1] > 1))
+        });
+        assert!(
+            interleaved,
+            "on {engine}, no two threads' admissions ever interleaved"
+        );
+    }
+}
+
+/// One admission on a moving clock: the time the caller passed, and an upper
+/// bound on the time the admission counts at.
+#[derive(Clone, Copy, Debug)]
+struct Admission {
+    passed: u64,
+    latest: u64,
+}
+
+/// Threads take their times from one shared counter, so they race as on a
+/// real clock: a thread preempted between taking its time and calling
+/// presents a time older than calls already made. The contract then judges
+/// it at the latest time the client reflects, so an admission counts at
+/// some time between the time it passed and the last time any thread had
+/// taken when it returned (`latest`). "Never more than `L` admitted in any
+/// span of `W`" is checked on those intervals: `L + 1` admissions whose
+/// intervals all lie within less than `W` of each other would be a certain
+/// violation, whatever their exact times.
+#[test]
+fn a_moving_clock_never_admits_more_than_l_in_any_window() {
+    const LIMIT: u64 = 40;
+    const WINDOW: u64 = 1_000;
+    const CALLS: usize = 10_000; // per thread: 80 windows' worth of ticks in all
+    for engine in ENGINES {
+        let config = Config::new(LIMIT, WINDOW).expect("a valid config");
+        let limiter = build_with::<u64, _>(
+            PolicyKind::SlidingWindow,
+            config,
+            engine,
+            ManualClock::new(0),
+        )
+        .expect("a valid config");
+        let ticks = AtomicU64::new(0);
+        let mut admissions: Vec<Admission> = hammer(|_| {
+            let mut mine = Vec::new();
+            for _ in 0..CALLS {
+                // Relaxed: the counter orders nothing but itself; its
+                // modification order alone makes the times unique.
+                let passed = ticks.fetch_add(1, Ordering::Relaxed);
+                if limiter.check_at(&9, passed).allowed {
+                    let latest = ticks.load(Ordering::Relaxed).saturating_sub(1);
+                    mine.push(Admission { passed, latest });
+                }
+            }
+            mine
+        })
+        .into_iter()
+        .flatten()
+        .collect();
+
+        // The limit binds: every window of the run had demand.
+        let windows = THREADS as u64 * CALLS as u64 / WINDOW;
+        assert!(admissions.len() as u64 >= LIMIT * (windows - 1), "{engine}");
+
+        admissions.sort_unstable_by_key(|a| a.passed);
+        for (i, first) in admissions.iter().enumerate() {
+            let crowded: Vec<&Admission> = admissions[i..]
+                .iter()
+                .take_while(|a| a.passed < first.passed + WINDOW)
+                .filter(|a| a.latest < first.passed + WINDOW)
+                .collect();
+            assert!(
+                crowded.len() as u64 <= LIMIT,
+                "on {engine}, {} admissions within less than {WINDOW} ticks of {}: {crowded:?}",
+                crowded.len(),
+                first.passed
+            );
+        }
+    }
+}
