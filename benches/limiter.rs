@@ -189,24 +189,6 @@ fn governor_quota(config: Config) -> Quota {
         .allow_burst(NonZeroU32::new(limit).expect("limits are at least 1"))
 }
 
-/// SplitMix64: a fixed-seed generator, so every run draws the same keys.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[0, 1)`, from the top 53 bits.
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
 /// How the timed loop picks its clients.
 #[derive(Clone, Copy)]
 enum Keys {
@@ -226,18 +208,21 @@ impl Keys {
     }
 
     /// One precomputed key sequence per thread (no generator in the timed
-    /// loop), a power of two long.
+    /// loop), a power of two long. Each thread has its own fixed seed, so
+    /// every run draws the same keys and the threads do not share a stream.
     fn sequences(self, threads: usize) -> Vec<Vec<u32>> {
+        let zipf = matches!(self, Keys::Zipf).then(|| Zipf::new(ZIPF_CLIENTS));
         (0..threads as u64)
             .map(|thread| {
-                let mut rng = SplitMix(0x5EED ^ thread);
+                let mut rng = fastrand::Rng::with_seed(0x5EED ^ thread);
                 match self {
                     Keys::Hot => vec![0],
+                    // 10,000 clients: the key fits a u32.
                     Keys::Uniform => (0..1 << 16)
-                        .map(|_| (rng.next() % UNIFORM_CLIENTS) as u32)
+                        .map(|_| rng.u64(..UNIFORM_CLIENTS) as u32)
                         .collect(),
                     Keys::Zipf => {
-                        let zipf = Zipf::new(ZIPF_CLIENTS);
+                        let zipf = zipf.as_ref().expect("built above for zipf");
                         (0..1 << 18).map(|_| zipf.sample(&mut rng)).collect()
                     }
                 }
@@ -246,13 +231,20 @@ impl Keys {
     }
 }
 
-/// Ranks `0..n` with `P(k) ∝ 1 / (k + 1)` (a Zipf law with s = 1), by
-/// inverting the cumulative distribution.
+/// Ranks `0..n` with `P(k) ∝ 1 / (k + 1)`: a Zipf law with s = 1, sampled
+/// by inverting its cumulative distribution.
+///
+/// The same sampler as `floodgate bench`'s (`cli/src/bench.rs`), where a
+/// unit test checks its first ranks' shares: a bench target cannot import
+/// the CLI's private code, so the two copies are kept in step by hand.
 struct Zipf {
+    /// `cumulative[k]` is the weight of ranks `0..=k`, the harmonic number
+    /// `H(k + 1)`; increasing, so it can be searched.
     cumulative: Vec<f64>,
 }
 
 impl Zipf {
+    /// The sampler over ranks `0..n`; `n` must be at least 1.
     fn new(n: u64) -> Self {
         let mut total = 0.0;
         let cumulative = (1..=n)
@@ -264,10 +256,15 @@ impl Zipf {
         Self { cumulative }
     }
 
-    fn sample(&self, rng: &mut SplitMix) -> u32 {
-        let target = rng.unit() * self.cumulative[self.cumulative.len() - 1];
-        let rank = self.cumulative.partition_point(|&c| c <= target);
-        rank.min(self.cumulative.len() - 1) as u32
+    /// One rank: a uniform `target` in `[0, H(n))` falls in rank `k`'s
+    /// interval `[H(k), H(k + 1))`, whose width is `k`'s weight `1 / (k + 1)`.
+    fn sample(&self, rng: &mut fastrand::Rng) -> u32 {
+        let last = self.cumulative.len() - 1;
+        let target = rng.f64() * self.cumulative[last];
+        // The product can round up to the total itself, past every interval:
+        // that draw goes to the last rank. n is at most 100,000: the rank
+        // fits a u32.
+        self.cumulative.partition_point(|&c| c <= target).min(last) as u32
     }
 }
 

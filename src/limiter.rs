@@ -2,6 +2,7 @@
 //! which policy or engine it holds.
 
 use std::borrow::Borrow;
+use std::fmt;
 use std::hash::Hash;
 
 use crate::policy::Policy;
@@ -186,9 +187,33 @@ where
         self.check_at(key, self.clock.now())
     }
 
+    /// How many requests of `key` would be admitted now, by the limiter's
+    /// clock.
+    #[inline]
+    pub fn remaining<Q>(&self, key: &Q) -> u64
+    where
+        Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
+        K: Borrow<Q>,
+    {
+        self.remaining_at(key, self.clock.now())
+    }
+
     /// How many clients have state.
     pub fn tracked_clients(&self) -> usize {
         self.clients.len()
+    }
+}
+
+impl<K, P, C> fmt::Debug for Limiter<K, P, C>
+where
+    K: Hash + Eq + Clone + 'static,
+    P: Policy + fmt::Debug,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Limiter")
+            .field("policy", &self.policy)
+            .field("tracked_clients", &self.clients.len())
+            .finish_non_exhaustive()
     }
 }
 
