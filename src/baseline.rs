@@ -25,22 +25,47 @@
 //! are held in `u64`; every product or sum that could pass `u64::MAX` (the
 //! window may be as long as `u64::MAX` ticks) is computed in `u128`/`i128`,
 //! and an answer that would not fit in a `u64` saturates.
+//!
+//! # Bounded memory
+//!
+//! [`Bounds`] apply here exactly as in the lock-free engine (the rules are in
+//! [`crate::bounds`]): the same schedule decides which arrivals sweep (its
+//! bookkeeping is shared on purpose, so that both engines sweep at the same
+//! calls), and the same cap and overflow rules answer when there is no
+//! room. Which clients a sweep removes is decided here, on this file's
+//! states, from the definition of *idle* (a state that answers every call
+//! from now on as a new client's would):
+//!
+//! | policy | idle `r` ticks past the origin when |
+//! | --- | --- |
+//! | `sliding-window` | no kept admission `t` has `t + W > r` (none is in any window from `r` on) |
+//! | `token-bucket` | the bucket holds `L` once the drips up to `r` are counted |
+//! | `fixed-window` | nothing was ever admitted, or `r` is past the stored window |
+//! | `sliding-window-counter` | both counts, rolled forward to `r`'s window, are 0 |
+//! | `gcra`, `leaky-bucket` | `TAT ≤ r` (then `max(TAT, now) = now` for every `now ≥ r`, as for a new client) |
+//!
+//! The first and the last two are exact: no answer changes when such a client
+//! is forgotten and later re-created. The grid policies lose only their grid:
+//! a re-created client's windows or drips start at its new origin.
 
 use std::borrow::Borrow;
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::hash::Hash;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
-use crate::{Clock, Config, ConfigError, Decision, PolicyKind, QuantaClock, RateLimiter};
+use crate::bounds::{SweepSchedule, SweepTurn};
+use crate::{
+    Bounds, Clock, Config, ConfigError, Decision, Overflow, PolicyKind, QuantaClock, RateLimiter,
+};
 
 /// The plain reference implementation of all six policies: a locked map from
 /// client to a locked state.
 ///
 /// Its answers are the contract read as literally as possible; the lock-free
 /// engine ([`Limiter`]) is tested to give the same ones whenever a client's
-/// times do not decrease. Build either with [`build_with`], choosing the
-/// [`Engine`].
+/// times do not decrease. Build either with [`build_with`] (or
+/// [`build_bounded`], to bound its memory), choosing the [`Engine`].
 ///
 /// # Locking
 ///
@@ -49,6 +74,15 @@ use crate::{Clock, Config, ConfigError, Decision, PolicyKind, QuantaClock, RateL
 /// lock for the decision. Calls for different clients therefore contend on the
 /// map lock for the length of one hash lookup; calls for the same client are
 /// serialised by the client's lock. Nothing here is lock-free.
+///
+/// A sweep (on an arrival, or [`sweep_at`](Self::sweep_at)) holds the map
+/// lock from start to end and takes each client's lock in turn, so it stalls
+/// every call for its length. The order is always the map's lock, then a
+/// client's (a decision never asks for the map's lock while holding a
+/// client's), so the two cannot deadlock. A removed client is marked retired
+/// under its own lock: a call that found it just before the sweep and locks
+/// it just after sees the mark and looks its key up again (an arrival), so no
+/// admission is ever recorded in a state the map has forgotten.
 ///
 /// A panic while a lock is held cannot leave a state half-updated (every state
 /// is valid between any two statements that change it), so a poisoned lock is
@@ -89,11 +123,17 @@ use crate::{Clock, Config, ConfigError, Decision, PolicyKind, QuantaClock, RateL
 ///
 /// [`Limiter`]: crate::Limiter
 /// [`build_with`]: crate::build_with
+/// [`build_bounded`]: crate::build_bounded
 /// [`Engine`]: crate::Engine
 pub struct MutexLimiter<K, C = QuantaClock> {
     config: Config,
     rules: Rules,
     clients: Mutex<HashMap<K, Arc<Mutex<Client>>>>,
+    /// When sweeps run, and the bounds they enforce.
+    schedule: SweepSchedule,
+    /// [`Overflow::Shared`]'s state, created by the first call that finds no
+    /// room (its `now` is the origin) and never swept: it is not in the map.
+    shared: OnceLock<Mutex<Client>>,
     clock: C,
 }
 
@@ -125,13 +165,51 @@ impl<K> MutexLimiter<K, QuantaClock> {
 }
 
 impl<K, C: Clock> MutexLimiter<K, C> {
-    /// A limiter applying `policy` with `config`, reading `clock`.
+    /// A limiter applying `policy` with `config`, reading `clock`; it tracks
+    /// every client for ever (`Bounds::new()`).
     ///
     /// # Errors
     ///
     /// [`ConfigError::WindowShorterThanLimit`] when `policy` drips and the
     /// window is shorter than the limit.
     pub fn with_clock(policy: PolicyKind, config: Config, clock: C) -> Result<Self, ConfigError> {
+        Self::with_bounds(policy, config, clock, Bounds::new())
+    }
+
+    /// A limiter applying `policy` with `config`, reading `clock`, and
+    /// bounding its memory by `bounds`.
+    ///
+    /// # Errors
+    ///
+    /// As [`with_clock`](Self::with_clock).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use floodgate::{Bounds, Config, ManualClock, MutexLimiter, Overflow};
+    /// use floodgate::{PolicyKind, RateLimiter};
+    ///
+    /// let limiter: MutexLimiter<u64, _> = MutexLimiter::with_bounds(
+    ///     PolicyKind::FixedWindow,
+    ///     Config::new(1, 1_000)?,
+    ///     ManualClock::new(0),
+    ///     Bounds::new().max_clients(1).on_overflow(Overflow::Reject),
+    /// )?;
+    /// assert!(limiter.check_at(&1, 0).allowed);
+    /// let second = limiter.check_at(&2, 10); // no room, and client 1 is busy
+    /// assert!(!second.allowed);
+    /// assert_eq!(second.retry_after, 1_000);
+    /// // At 1_000 client 1's window is over: it is swept to make room.
+    /// assert!(limiter.check_at(&2, 1_000).allowed);
+    /// assert_eq!(limiter.tracked_clients(), 1);
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
+    pub fn with_bounds(
+        policy: PolicyKind,
+        config: Config,
+        clock: C,
+        bounds: Bounds,
+    ) -> Result<Self, ConfigError> {
         let config = config.check_for(policy)?;
         Ok(Self {
             config,
@@ -142,36 +220,138 @@ impl<K, C: Clock> MutexLimiter<K, C> {
                 interval: config.interval(),
             },
             clients: Mutex::new(HashMap::new()),
+            schedule: SweepSchedule::new(bounds),
+            shared: OnceLock::new(),
             clock,
         })
+    }
+
+    /// Removes every client idle now, by the limiter's clock (see
+    /// [`sweep_at`](Self::sweep_at)).
+    pub fn sweep(&self) -> usize
+    where
+        K: Hash + Eq,
+    {
+        self.sweep_at(self.clock.now())
     }
 }
 
 impl<K, C> MutexLimiter<K, C> {
-    /// How many clients have state (takes the map lock).
+    /// How many clients have state (takes the map lock). The overflow state
+    /// of [`Overflow::Shared`] is not a client and is not counted.
     pub fn tracked_clients(&self) -> usize {
         lock(&self.clients).len()
+    }
+
+    /// The bounds this limiter was built with.
+    pub fn bounds(&self) -> Bounds {
+        self.schedule.bounds()
     }
 }
 
 impl<K: Hash + Eq, C> MutexLimiter<K, C> {
-    /// `key`'s client, created with origin `now` if this is its first call.
-    /// The map lock is held for this lookup only.
-    fn client<Q>(&self, key: &Q, now: u64) -> Arc<Mutex<Client>>
+    /// Removes every client idle at `now` and returns how many it removed.
+    /// Runs whatever the bounds say: with eviction off, this is how idle
+    /// clients go. Holds the map lock throughout (see "Locking" above).
+    pub fn sweep_at(&self, now: u64) -> usize {
+        let mut clients = lock(&self.clients);
+        // Every turn in this engine is taken and given back under the map
+        // lock, so this one is always free; the `None` arm is the schedule's
+        // contract (no waiting for another sweeper), kept as such.
+        match self.schedule.turn() {
+            Some(turn) => self.sweep_locked(&mut clients, turn, now),
+            None => 0,
+        }
+    }
+
+    /// Removes every client idle at `now` from `clients` (the locked map) and
+    /// records what it kept for the schedule. Returns how many it removed.
+    fn sweep_locked(
+        &self,
+        clients: &mut HashMap<K, Arc<Mutex<Client>>>,
+        turn: SweepTurn<'_>,
+        now: u64,
+    ) -> usize {
+        let before = clients.len();
+        clients.retain(|_, client| {
+            let mut client = lock(client);
+            client.retired = client.idle_at(&self.rules, now);
+            !client.retired
+        });
+        turn.finish(clients.len());
+        before - clients.len()
+    }
+
+    /// Where `key`'s call at `now` is decided: its client (created with
+    /// origin `now` if there is room), or the overflow rule. The map lock is
+    /// held for this lookup only; on a new client's arrival that includes
+    /// the sweeps the schedule asks for.
+    fn slot<Q>(&self, key: &Q, now: u64) -> Slot<'_>
     where
         K: Borrow<Q>,
         Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
     {
         let mut clients = lock(&self.clients);
         if let Some(client) = clients.get(key) {
-            return Arc::clone(client);
+            return Slot::Tracked(Arc::clone(client));
         }
-        let client = Arc::new(Mutex::new(Client {
-            origin: now,
-            state: State::new(&self.rules),
-        }));
+        if let Some(turn) = self.schedule.arrive() {
+            self.sweep_locked(&mut clients, turn, now);
+        }
+        let bounds = self.schedule.bounds();
+        if let Some(cap) = bounds.cap() {
+            if clients.len() >= cap {
+                if let Some(turn) = self.schedule.at_cap(cap) {
+                    self.sweep_locked(&mut clients, turn, now);
+                }
+            }
+            if clients.len() >= cap {
+                return match bounds.overflow() {
+                    Overflow::Reject => Slot::Reject,
+                    Overflow::Admit => Slot::Admit,
+                    // Created under the map lock, so the first overflowing
+                    // call in the map lock's order sets the origin.
+                    Overflow::Shared => Slot::Shared(
+                        self.shared
+                            .get_or_init(|| Mutex::new(Client::new(now, &self.rules))),
+                    ),
+                };
+            }
+        }
+        let client = Arc::new(Mutex::new(Client::new(now, &self.rules)));
         clients.insert(key.to_owned(), Arc::clone(&client));
-        client
+        Slot::Tracked(client)
+    }
+
+    /// Answers `key`'s call at `now`: `decide` on the state it is decided on
+    /// (its own, or the shared overflow state), or `untracked` when the
+    /// overflow rule answers without any state.
+    fn decide_for<Q, R>(
+        &self,
+        key: &Q,
+        now: u64,
+        mut decide: impl FnMut(&mut Client) -> R,
+        untracked: impl FnOnce(Overflow) -> R,
+    ) -> R
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
+    {
+        loop {
+            match self.slot(key, now) {
+                Slot::Tracked(client) => {
+                    if let Some(answer) = unless_retired(&client, &mut decide) {
+                        return answer;
+                    }
+                    // Swept between the lookup and the client's lock: the
+                    // key is no longer tracked, so look it up again, as an
+                    // arrival.
+                }
+                Slot::Shared(shared) => return decide(&mut lock(shared)),
+                Slot::Reject => return untracked(Overflow::Reject),
+                Slot::Admit => return untracked(Overflow::Admit),
+            }
+        }
     }
 }
 
@@ -182,32 +362,27 @@ where
     C: Clock,
 {
     fn check_at(&self, key: &Q, now: u64) -> Decision {
-        let client = self.client(key, now);
-        let mut client = lock(&client);
-        let origin = client.origin;
-        match now.checked_sub(origin) {
-            Some(since) => client.state.check(&self.rules, since),
-            // A call that raced with the one creating the client, carrying an
-            // earlier time: judged at the origin, it waits that much longer.
-            None => {
-                let lag = origin - now;
-                let mut decision = client.state.check(&self.rules, 0);
-                if !decision.allowed {
-                    decision.retry_after = decision.retry_after.saturating_add(lag);
-                } else if self.rules.policy == PolicyKind::LeakyBucket {
-                    decision.delay = decision.delay.saturating_add(lag);
-                }
-                decision
-            }
-        }
+        self.decide_for(
+            key,
+            now,
+            |client| client.check(&self.rules, now),
+            |rule| match rule {
+                Overflow::Admit => Decision::admit(self.rules.limit - 1),
+                _ => Decision::reject(0, self.rules.idle_within()),
+            },
+        )
     }
 
     fn remaining_at(&self, key: &Q, now: u64) -> u64 {
-        let client = self.client(key, now);
-        let client = lock(&client);
-        client
-            .state
-            .remaining(&self.rules, now.saturating_sub(client.origin))
+        self.decide_for(
+            key,
+            now,
+            |client| client.remaining(&self.rules, now),
+            |rule| match rule {
+                Overflow::Admit => self.rules.limit,
+                _ => 0,
+            },
+        )
     }
 
     fn now(&self) -> u64 {
@@ -225,6 +400,10 @@ where
     fn tracked_clients(&self) -> usize {
         MutexLimiter::tracked_clients(self)
     }
+
+    fn sweep_at(&self, now: u64) -> usize {
+        MutexLimiter::sweep_at(self, now)
+    }
 }
 
 impl<K, C> fmt::Debug for MutexLimiter<K, C> {
@@ -233,9 +412,29 @@ impl<K, C> fmt::Debug for MutexLimiter<K, C> {
             .field("policy", &self.rules.policy)
             .field("limit", &self.rules.limit)
             .field("window", &self.rules.window)
+            .field("bounds", &self.schedule.bounds())
             .field("clients", &self.tracked_clients())
             .finish_non_exhaustive()
     }
+}
+
+/// Where one call is decided.
+enum Slot<'a> {
+    /// The client's own state, in the map.
+    Tracked(Arc<Mutex<Client>>),
+    /// No room: the state every overflowing call shares.
+    Shared(&'a Mutex<Client>),
+    /// No room: rejected, with no state.
+    Reject,
+    /// No room: admitted as a new client's first request, with no state.
+    Admit,
+}
+
+/// Runs `decide` on `client` under its lock, unless a sweep has removed it
+/// from the map meanwhile (then `None`).
+fn unless_retired<R>(client: &Mutex<Client>, decide: impl FnOnce(&mut Client) -> R) -> Option<R> {
+    let mut client = lock(client);
+    (!client.retired).then(|| decide(&mut client))
 }
 
 /// Locks `mutex`, taking over a poisoned lock: no state here is ever left
@@ -264,11 +463,71 @@ struct Rules {
     interval: u64,
 }
 
+impl Rules {
+    /// How long after its last call any client is idle, at most: the
+    /// `retry_after` of [`Overflow::Reject`]. One window for every policy
+    /// (a log entry leaves, the bucket refills in `L·I ≤ W`, the TAT is at
+    /// most `τ + I = L·I ≤ W` ahead), but two for the counter policy: a
+    /// count weighs on the whole window after its own.
+    fn idle_within(&self) -> u64 {
+        match self.policy {
+            PolicyKind::SlidingWindowCounter => self.window.saturating_mul(2),
+            _ => self.window,
+        }
+    }
+}
+
 /// One client: when it was created, and its policy's state.
 #[derive(Clone, Debug)]
 struct Client {
     origin: u64,
     state: State,
+    /// Set (under this client's lock) by the sweep that removed it from the
+    /// map; a call that locks it afterwards must look its key up again.
+    retired: bool,
+}
+
+impl Client {
+    fn new(origin: u64, rules: &Rules) -> Self {
+        Self {
+            origin,
+            state: State::new(rules),
+            retired: false,
+        }
+    }
+
+    /// Decides one request at `now` (absolute, not since the origin).
+    fn check(&mut self, rules: &Rules, now: u64) -> Decision {
+        match now.checked_sub(self.origin) {
+            Some(since) => self.state.check(rules, since),
+            // A call that raced with the one creating the client, carrying an
+            // earlier time: judged at the origin, it waits that much longer.
+            None => {
+                let lag = self.origin - now;
+                let mut decision = self.state.check(rules, 0);
+                if !decision.allowed {
+                    decision.retry_after = decision.retry_after.saturating_add(lag);
+                } else if rules.policy == PolicyKind::LeakyBucket {
+                    decision.delay = decision.delay.saturating_add(lag);
+                }
+                decision
+            }
+        }
+    }
+
+    /// `remaining` at `now` (absolute); a `now` before the origin is read at
+    /// the origin.
+    fn remaining(&self, rules: &Rules, now: u64) -> u64 {
+        self.state.remaining(rules, now.saturating_sub(self.origin))
+    }
+
+    /// Whether a sweep at `now` may forget this client. Never before its
+    /// origin: a sweep whose `now` the client has not reached knows nothing
+    /// of its future.
+    fn idle_at(&self, rules: &Rules, now: u64) -> bool {
+        now.checked_sub(self.origin)
+            .is_some_and(|since| self.state.is_idle(rules, since))
+    }
 }
 
 /// One client's state, for whichever policy the limiter applies. Every time
@@ -357,6 +616,42 @@ impl State {
                 counter_remaining(at.previous, at.current, at.elapsed, rules)
             }
             State::Tat(tat) => gcra_remaining(*tat, rules, now),
+        }
+    }
+}
+
+impl State {
+    /// Whether this state answers every call at `now` ticks past the origin
+    /// or later as a new client's state would (the grid policies: a new
+    /// client on this client's grid). See the module docs for why each test
+    /// is exactly that.
+    fn is_idle(&self, rules: &Rules, now: u64) -> bool {
+        match self {
+            // Every kept time has left the window ending at `now`, so it is
+            // out of every later window too; and it can never decide a
+            // rejection again (that needs L times inside the window, all of
+            // which would then be newer).
+            State::Log(times) => times.back().is_none_or(|&newest| {
+                u128::from(newest) + u128::from(rules.window) <= u128::from(now)
+            }),
+            // Full at `now`, and nothing drains a bucket but an admission.
+            State::Bucket { tokens, drips } => drip(*tokens, *drips, rules, now).0 == rules.limit,
+            // Count 0 is only the new state (every admission counts); a past
+            // window's count never decides anything again.
+            State::Fixed { index, count } => *count == 0 || now / rules.window > *index,
+            // Both counts that could weigh at `now` are 0, and later windows
+            // only roll zeros in.
+            State::Counter {
+                index,
+                previous,
+                current,
+            } => {
+                let at = counter_at(*index, *previous, *current, rules, now);
+                at.previous == 0 && at.current == 0
+            }
+            // `max(TAT, t) = t` for every `t ≥ now`, as for a new client's
+            // `TAT = origin`.
+            State::Tat(tat) => *tat <= u128::from(now),
         }
     }
 }
@@ -818,7 +1113,9 @@ mod tests {
         assert!(limiter.check_at(&7, 0).allowed);
         let poisoner = Arc::clone(&limiter);
         let panicked = std::thread::spawn(move || {
-            let client = poisoner.client(&7, 0);
+            let Slot::Tracked(client) = poisoner.slot(&7, 0) else {
+                panic!("client 7 is tracked");
+            };
             let _guard = client.lock().unwrap();
             let _map = poisoner.clients.lock().unwrap();
             panic!("poisoning both locks on purpose");
@@ -829,5 +1126,308 @@ mod tests {
         assert!(limiter.check_at(&7, 1).allowed);
         assert!(!limiter.check_at(&7, 2).allowed);
         assert_eq!(limiter.tracked_clients(), 1);
+    }
+
+    fn bounded(
+        policy: PolicyKind,
+        limit: u64,
+        window: u64,
+        bounds: Bounds,
+    ) -> MutexLimiter<u64, crate::ManualClock> {
+        MutexLimiter::with_bounds(
+            policy,
+            Config::new(limit, window).unwrap(),
+            crate::ManualClock::new(0),
+            bounds,
+        )
+        .unwrap()
+    }
+
+    /// Each idle test turns true exactly at its edge: one tick before, the
+    /// client is kept; at the edge, it is removed. Every client here has its
+    /// origin at 100, so that the tests measure from the origin, not from 0.
+    #[test]
+    fn each_policy_is_idle_exactly_from_its_edge() {
+        /// A policy, `L`, `W`, the client's calls (a check or not, at), and
+        /// the last tick at which it is kept.
+        type Edge = (PolicyKind, u64, u64, &'static [(bool, u64)], u64);
+        let cases: [Edge; 7] = [
+            // Newest admission at 3 past the origin leaves the window at 13.
+            (
+                PolicyKind::SlidingWindow,
+                2,
+                10,
+                &[(true, 100), (true, 103)],
+                112,
+            ),
+            // Empty at 1; drips (I = 5) at 5 and 10 fill it again.
+            (
+                PolicyKind::TokenBucket,
+                2,
+                10,
+                &[(true, 100), (true, 101)],
+                109,
+            ),
+            // Window 0 is [100, 110).
+            (
+                PolicyKind::FixedWindow,
+                2,
+                10,
+                &[(false, 100), (true, 103)],
+                109,
+            ),
+            // The count of window 0 weighs through window 1, [110, 120).
+            (
+                PolicyKind::SlidingWindowCounter,
+                2,
+                10,
+                &[(false, 100), (true, 103)],
+                119,
+            ),
+            // Still idle after a call in window 0 that admitted nothing
+            // there: only the rolled counts matter.
+            (
+                PolicyKind::SlidingWindowCounter,
+                1,
+                10,
+                &[(true, 100), (true, 111)],
+                129,
+            ),
+            // Two admissions at once: TAT = 10 past the origin.
+            (PolicyKind::Gcra, 2, 10, &[(true, 100), (true, 100)], 109),
+            (
+                PolicyKind::LeakyBucket,
+                2,
+                10,
+                &[(true, 100), (true, 100)],
+                109,
+            ),
+        ];
+        for (policy, limit, window, history, kept_until) in cases {
+            let limiter = bounded(policy, limit, window, Bounds::new());
+            for &(is_check, at) in history {
+                if is_check {
+                    assert!(limiter.check_at(&1, at).allowed, "{policy} at {at}");
+                } else {
+                    limiter.remaining_at(&1, at);
+                }
+            }
+            assert_eq!(limiter.sweep_at(kept_until), 0, "{policy} at {kept_until}");
+            assert_eq!(limiter.tracked_clients(), 1);
+            assert_eq!(
+                limiter.sweep_at(kept_until + 1),
+                1,
+                "{policy} at {}",
+                kept_until + 1
+            );
+            assert_eq!(limiter.tracked_clients(), 0);
+        }
+    }
+
+    /// A client that was only asked `remaining` is a new client's state: idle
+    /// at once, but not before its origin.
+    #[test]
+    fn an_untouched_client_is_idle_from_its_origin_on() {
+        for policy in PolicyKind::ALL {
+            let limiter = bounded(policy, 2, 10, Bounds::new());
+            assert_eq!(limiter.remaining_at(&1, 100), 2);
+            assert_eq!(limiter.sweep_at(99), 0, "{policy}");
+            assert_eq!(limiter.sweep_at(100), 1, "{policy}");
+        }
+    }
+
+    #[test]
+    fn reject_at_the_cap_answers_within_the_idle_time_and_tracks_nothing() {
+        for policy in PolicyKind::ALL {
+            let limiter = bounded(policy, 3, 10, Bounds::new().max_clients(1));
+            // Busy until 9 at least (the bucket's third drip, the TAT).
+            for _ in 0..3 {
+                assert!(limiter.check_at(&1, 0).allowed);
+            }
+            let idle_within = match policy {
+                PolicyKind::SlidingWindowCounter => 20,
+                _ => 10,
+            };
+            for at in [0, 5] {
+                assert_eq!(
+                    limiter.check_at(&2, at),
+                    Decision::reject(0, idle_within),
+                    "{policy}"
+                );
+                assert_eq!(limiter.remaining_at(&2, at), 0, "{policy}");
+            }
+            assert_eq!(limiter.tracked_clients(), 1);
+        }
+        let longest = bounded(
+            PolicyKind::SlidingWindowCounter,
+            1,
+            u64::MAX,
+            Bounds::new().max_clients(0),
+        );
+        assert_eq!(longest.check_at(&1, 0), Decision::reject(0, u64::MAX));
+    }
+
+    #[test]
+    fn admit_at_the_cap_answers_a_new_clients_first_request_every_time() {
+        for policy in PolicyKind::ALL {
+            let limiter = bounded(
+                policy,
+                3,
+                10,
+                Bounds::new().max_clients(1).on_overflow(Overflow::Admit),
+            );
+            assert!(limiter.check_at(&1, 0).allowed);
+            for _ in 0..5 {
+                assert_eq!(limiter.check_at(&2, 1), Decision::admit(2), "{policy}");
+                assert_eq!(limiter.remaining_at(&2, 1), 3, "{policy}");
+            }
+            assert_eq!(limiter.tracked_clients(), 1);
+        }
+    }
+
+    /// Overflowing clients share one state, with the first one's `now` as its
+    /// origin (so the fixed-window grid starts there), and a call before that
+    /// origin is judged at it.
+    #[test]
+    fn shared_at_the_cap_is_one_client_for_all_who_overflow() {
+        let limiter = bounded(
+            PolicyKind::FixedWindow,
+            2,
+            10,
+            Bounds::new().max_clients(1).on_overflow(Overflow::Shared),
+        );
+        assert!(limiter.check_at(&1, 0).allowed);
+        assert_eq!(limiter.remaining_at(&2, 5), 2);
+        assert_eq!(limiter.check_at(&3, 6), Decision::admit(1));
+        assert_eq!(limiter.check_at(&4, 7), Decision::admit(0));
+        // The shared window is [5, 15): 8 ticks to go.
+        assert_eq!(limiter.check_at(&2, 7), Decision::reject(0, 8));
+        // At 3, before the shared origin: judged at 5, 2 ticks longer.
+        assert_eq!(limiter.check_at(&5, 3), Decision::reject(0, 12));
+        assert_eq!(limiter.check_at(&6, 15), Decision::admit(1));
+        assert_eq!(limiter.tracked_clients(), 1);
+
+        let limiter = bounded(
+            PolicyKind::LeakyBucket,
+            2,
+            10,
+            Bounds::new().max_clients(0).on_overflow(Overflow::Shared),
+        );
+        assert_eq!(limiter.check_at(&1, 50).delay, 0);
+        // Judged at 50: queued 5 behind the first, plus 10 early.
+        assert_eq!(limiter.check_at(&2, 40).delay, 15);
+        assert_eq!(limiter.tracked_clients(), 0);
+        // Never swept: it is not a client.
+        assert_eq!(limiter.sweep_at(1_000), 0);
+        assert_eq!(limiter.check_at(&3, 50), Decision::reject(0, 5));
+    }
+
+    /// An arrival at the cap sweeps first (eviction off or on), so a busy
+    /// client keeps the newcomer out only while it is busy.
+    #[test]
+    fn an_arrival_at_the_cap_sweeps_idle_clients_to_make_room() {
+        let limiter = bounded(PolicyKind::Gcra, 1, 10, Bounds::new().max_clients(1));
+        assert!(limiter.check_at(&1, 0).allowed);
+        assert!(!limiter.check_at(&2, 9).allowed);
+        assert!(limiter.check_at(&2, 10).allowed);
+        assert_eq!(limiter.tracked_clients(), 1);
+        assert!(
+            !limiter.check_at(&1, 10).allowed,
+            "client 2 holds the place"
+        );
+    }
+
+    /// With eviction on, the 64th arrival since the last sweep sweeps first,
+    /// at its own `now`; the next is due after as many arrivals as it kept.
+    #[test]
+    fn the_sixty_fourth_arrival_sweeps() {
+        let every = crate::bounds::SWEEP_EVERY_AT_LEAST as u64;
+        for (last_at, tracked) in [(9, every), (10, 1)] {
+            let limiter = bounded(PolicyKind::Gcra, 1, 10, Bounds::new().evict_idle());
+            for client in 1..every {
+                assert!(limiter.check_at(&client, 0).allowed);
+            }
+            assert_eq!(limiter.tracked_clients() as u64, every - 1);
+            assert!(limiter.check_at(&every, last_at).allowed);
+            assert_eq!(limiter.tracked_clients() as u64, tracked, "at {last_at}");
+        }
+        // Without eviction the same arrivals sweep nothing.
+        let limiter = bounded(PolicyKind::Gcra, 1, 10, Bounds::new());
+        for client in 1..=every {
+            limiter.check_at(&client, client * 10);
+        }
+        assert_eq!(limiter.tracked_clients() as u64, every);
+    }
+
+    /// A call that found its client just before a sweep removed it must not
+    /// decide on the forgotten state; it looks the key up again.
+    #[test]
+    fn a_call_holding_a_swept_client_looks_again() {
+        let limiter = bounded(PolicyKind::FixedWindow, 1, 10, Bounds::new());
+        let Slot::Tracked(stale) = limiter.slot(&7, 0) else {
+            panic!("client 7 is tracked");
+        };
+        assert_eq!(limiter.sweep_at(0), 1);
+        assert_eq!(unless_retired(&stale, |_| ()), None);
+        assert!(limiter.check_at(&7, 0).allowed);
+        let Slot::Tracked(live) = limiter.slot(&7, 0) else {
+            panic!("client 7 is tracked");
+        };
+        assert_eq!(unless_retired(&live, |_| ()), Some(()));
+    }
+
+    /// Sweeps racing with calls: however the threads interleave, nothing
+    /// deadlocks (map lock, then a client's, everywhere) and each client is
+    /// admitted exactly `L` times at one instant. The clients stay idle until
+    /// their first admission, so a sweep can retire one between a call's
+    /// lookup and its decision; whether a run hits that window is up to the
+    /// scheduler (without the retired mark this fails about one run in
+    /// five), and `a_call_holding_a_swept_client_looks_again` covers it
+    /// deterministically.
+    #[test]
+    fn sweeps_racing_with_first_calls_admit_exactly_the_limit() {
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+        const CLIENTS: usize = 1_000;
+        let limiter = bounded(PolicyKind::Gcra, 2, 10, Bounds::new().evict_idle());
+        let admitted: Vec<AtomicU64> = (0..CLIENTS).map(|_| AtomicU64::new(0)).collect();
+        let done = AtomicBool::new(false);
+        // All three start together, so that the sweeps overlap the calls.
+        let start = std::sync::Barrier::new(3);
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                start.wait();
+                // Relaxed: the flag only ends the loop; the scope's join
+                // orders everything the assertions read.
+                while !done.load(Ordering::Relaxed) {
+                    limiter.sweep_at(0);
+                }
+            });
+            let workers: Vec<_> = (0..2)
+                .map(|_| {
+                    scope.spawn(|| {
+                        start.wait();
+                        for (client, count) in (0..).zip(&admitted) {
+                            // Leaves the client idle, so that a sweep can
+                            // come between any lookup and its decision.
+                            limiter.remaining_at(&client, 0);
+                            for _ in 0..3 {
+                                if limiter.check_at(&client, 0).allowed {
+                                    // Relaxed: a counter read after the join.
+                                    count.fetch_add(1, Ordering::Relaxed);
+                                }
+                            }
+                        }
+                    })
+                })
+                .collect();
+            for worker in workers {
+                worker.join().unwrap();
+            }
+            done.store(true, Ordering::Relaxed);
+        });
+        for (client, count) in admitted.iter().enumerate() {
+            assert_eq!(count.load(Ordering::Relaxed), 2, "client {client}");
+        }
     }
 }

@@ -1,5 +1,5 @@
-//! Per-client state words, their bit layouts, and the one CAS loop that
-//! updates them.
+//! Per-client state words, their bit layouts, and the CAS loops that update
+//! and retire them.
 //!
 //! # Layouts
 //!
@@ -8,17 +8,29 @@
 //! below 2^64.
 //!
 //! * `gcra`, `leaky-bucket`: one `u64`, the theoretical arrival time `TAT`.
-//!   No packing; saturating arithmetic keeps it below 2^64.
 //! * `token-bucket`: one `u64`, the bucket's `TAT` counted in drips (see
-//!   `policy::token_bucket`). It grows by one per admission and never passes
-//!   `now / I + L`.
+//!   `policy::token_bucket`).
+//!
+//!   ```text
+//!    63 62                                                                    0
+//!   +--+-----------------------------------------------------------------------+
+//!   |R |  TAT (63 bits)                                                        |
+//!   +--+-----------------------------------------------------------------------+
+//!   ```
+//!
+//!   These policies read time through [`schedule_time`], which stops at
+//!   [`TIME_HORIZON`] = 2^62 − 1 ticks past the origin (146 years of
+//!   nanoseconds), and their windows stop at
+//!   [`MAX_SCHEDULE_WINDOW`](crate::MAX_SCHEDULE_WINDOW) = 2^62: `TAT` runs at
+//!   most one window ahead of time (for `token-bucket`, `L` drips ahead of
+//!   `now / I`), so it stays below 2^63 and bit 63 is free for `R`.
 //! * `fixed-window` and `sliding-window-counter`: one `u128`, [`WindowWord`]:
 //!
 //!   ```text
-//!    127                      64 63            40 39           20 19            0
-//!   +---------------------------+----------------+---------------+---------------+
-//!   |  window index  (64 bits)  |  zero (24)     | previous (20) |  current (20) |
-//!   +---------------------------+----------------+---------------+---------------+
+//!    127                      64 63 62         40 39           20 19            0
+//!   +---------------------------+--+-------------+---------------+---------------+
+//!   |  window index  (64 bits)  |R | zero (23)   | previous (20) |  current (20) |
+//!   +---------------------------+--+-------------+---------------+---------------+
 //!   ```
 //!
 //!   The window index is `(now − origin) / W`: it fits 64 bits for every
@@ -30,24 +42,66 @@
 //! * `sliding-window`: a ring of `L` `u128` slots, [`LogSlot`]:
 //!
 //!   ```text
-//!    127                      64 63                                            0
-//!   +---------------------------+-----------------------------------------------+
-//!   |  sequence  (64 bits)      |  admission time (64 bits)                     |
-//!   +---------------------------+-----------------------------------------------+
+//!    127 126                  64 63                                            0
+//!   +--+------------------------+-----------------------------------------------+
+//!   |R | sequence  (63 bits)    |  admission time (64 bits)                     |
+//!   +--+------------------------+-----------------------------------------------+
 //!   ```
 //!
 //!   Slot `i` holds admission number `m` (`m ≡ i mod L`) with sequence
 //!   `m + L`; a slot that never held an admission has sequence `i`, as if
-//!   admission `i − L` had been there. One admission per `u64` sequence
-//!   number cannot wrap in practice (2^64 admissions).
+//!   admission `i − L` had been there. One admission per sequence number
+//!   cannot reach 2^63 in practice (9 × 10^18 admissions), so the top bit
+//!   is free for `R`. Only the slot of the next admission (the ring's
+//!   frontier) is ever marked.
+//!
+//! # Retirement
+//!
+//! `R` marks a *retired* state: one removed from its map (idle eviction) or
+//! carried into a reloaded tier. Marking is one CAS that keeps the rest of
+//! the word, so the state is frozen exactly as it was — anyone can still read
+//! what it held — and every later CAS on it fails: a call that raced with the
+//! retirement sees the mark, never counts anything in the dead state, and
+//! looks its client up again. An admission that won its CAS before the mark
+//! is in the frozen state, and so is carried over (tiers) or was judged idle
+//! with it (eviction): no request is lost or counted twice.
 
 use crate::sync::{AtomicU128, AtomicU64, Ordering};
 use crate::Decision;
+
+/// A state word was retired while a call was using it (module docs,
+/// "Retirement"): the call looks its client up again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Retired;
+
+/// Time as the `u64`-word policies see it: `now`, stopped at
+/// [`TIME_HORIZON`] (layout in the module docs). Stopping the clock there
+/// can only make them stricter: no drip or refill comes after it.
+#[inline]
+pub(crate) fn schedule_time(now: u64) -> u64 {
+    now.min(TIME_HORIZON)
+}
+
+/// The latest time the `u64`-word policies tell apart: 2^62 − 1 ticks past
+/// the origin.
+pub(crate) const TIME_HORIZON: u64 = (1 << 62) - 1;
 
 /// A machine word updated only by compare-and-swap.
 pub(crate) trait AtomicWord {
     /// The plain value.
     type Word: Copy + Eq;
+
+    /// The retirement mark `R` (layouts in the module docs).
+    const RETIRED: Self::Word;
+
+    /// Whether `word` is marked retired.
+    fn is_retired(word: Self::Word) -> bool;
+
+    /// `word` with the mark set.
+    fn marked(word: Self::Word) -> Self::Word;
+
+    /// `word` with the mark cleared: what the state held.
+    fn unmarked(word: Self::Word) -> Self::Word;
 
     fn load_word(&self) -> Self::Word;
 
@@ -65,6 +119,22 @@ pub(crate) trait AtomicWord {
 // free: every locked instruction is a full barrier and plain loads acquire.
 impl AtomicWord for AtomicU64 {
     type Word = u64;
+    const RETIRED: u64 = 1 << 63;
+
+    #[inline]
+    fn is_retired(word: u64) -> bool {
+        word & Self::RETIRED != 0
+    }
+
+    #[inline]
+    fn marked(word: u64) -> u64 {
+        word | Self::RETIRED
+    }
+
+    #[inline]
+    fn unmarked(word: u64) -> u64 {
+        word & !Self::RETIRED
+    }
 
     #[inline]
     fn load_word(&self) -> u64 {
@@ -80,6 +150,24 @@ impl AtomicWord for AtomicU64 {
 
 impl AtomicWord for AtomicU128 {
     type Word = u128;
+    // Bit 63: the top of the zero gap in `WindowWord` (the only `u128` word
+    // that goes through these loops; the sliding log marks its own slots).
+    const RETIRED: u128 = 1 << 63;
+
+    #[inline]
+    fn is_retired(word: u128) -> bool {
+        word & Self::RETIRED != 0
+    }
+
+    #[inline]
+    fn marked(word: u128) -> u128 {
+        word | Self::RETIRED
+    }
+
+    #[inline]
+    fn unmarked(word: u128) -> u128 {
+        word & !Self::RETIRED
+    }
 
     #[inline]
     fn load_word(&self) -> u128 {
@@ -107,20 +195,66 @@ pub(crate) struct Step<W> {
 ///
 /// Linearisation point: the successful compare-and-swap for a step that
 /// stores; the load it was computed from for one that does not. `step` is
-/// pure, so running it again after a lost race is harmless.
+/// pure, so running it again after a lost race is harmless. A retired word
+/// is never stepped on: `Err(Retired)`.
 #[inline]
 pub(crate) fn transition<A: AtomicWord>(
     cell: &A,
     mut step: impl FnMut(A::Word) -> Step<A::Word>,
-) -> Decision {
+) -> Result<Decision, Retired> {
     let mut current = cell.load_word();
     loop {
+        if A::is_retired(current) {
+            return Err(Retired);
+        }
         let Step { decision, next } = step(current);
         let Some(next) = next else {
-            return decision;
+            return Ok(decision);
         };
         match cell.swap_if_unchanged(current, next) {
-            Ok(()) => return decision,
+            Ok(()) => return Ok(decision),
+            Err(actual) => current = actual,
+        }
+    }
+}
+
+/// Reads the word for an answer that changes nothing (`remaining`).
+#[inline]
+pub(crate) fn read<A: AtomicWord>(cell: &A) -> Result<A::Word, Retired> {
+    let word = cell.load_word();
+    if A::is_retired(word) {
+        Err(Retired)
+    } else {
+        Ok(word)
+    }
+}
+
+/// Retires the word if `idle` holds for it; whether this call retired it.
+/// Linearised at the marking CAS, which fails if any decision stored since
+/// the word was judged idle.
+pub(crate) fn retire_if<A: AtomicWord>(cell: &A, idle: impl Fn(A::Word) -> bool) -> bool {
+    let mut current = cell.load_word();
+    loop {
+        if A::is_retired(current) || !idle(current) {
+            return false;
+        }
+        match cell.swap_if_unchanged(current, A::marked(current)) {
+            Ok(()) => return true,
+            Err(actual) => current = actual,
+        }
+    }
+}
+
+/// Retires the word whatever it holds; what it held when it was retired
+/// (by this call or an earlier one), and whether this call retired it.
+pub(crate) fn retire<A: AtomicWord>(cell: &A) -> (A::Word, bool) {
+    let mut current = cell.load_word();
+    loop {
+        if A::is_retired(current) {
+            return (A::unmarked(current), false);
+        }
+        match cell.swap_if_unchanged(current, A::marked(current)) {
+            Ok(()) => return (current, true),
             Err(actual) => current = actual,
         }
     }
@@ -170,6 +304,9 @@ pub(crate) struct LogSlot {
 }
 
 impl LogSlot {
+    /// The retirement mark `R`, in the sequence (layout in the module docs).
+    pub(crate) const RETIRED: u64 = 1 << 63;
+
     #[inline]
     pub(crate) fn pack(self) -> u128 {
         (u128::from(self.sequence) << 64) | u128::from(self.time)
@@ -232,7 +369,41 @@ mod tests {
             }
         });
         assert!(calls >= 2);
-        assert_eq!(decision.remaining, 7);
+        assert_eq!(decision.unwrap().remaining, 7);
         assert_eq!(cell.load(Ordering::Relaxed), 8);
+    }
+}
+
+#[cfg(all(test, not(floodgate_loom)))]
+mod retirement_tests {
+    use super::*;
+
+    #[test]
+    fn a_retired_word_is_never_stepped_on_and_keeps_its_value() {
+        let cell = AtomicU64::new(41);
+        assert!(!retire_if(&cell, |word| word == 0));
+        assert!(retire_if(&cell, |word| word == 41));
+        assert!(!retire_if(&cell, |_| true), "retired once only");
+        let stepped = transition(&cell, |word| Step {
+            decision: Decision::admit(word),
+            next: Some(word + 1),
+        });
+        assert_eq!(stepped, Err(Retired));
+        assert_eq!(read(&cell), Err(Retired));
+        assert_eq!(retire(&cell), (41, false));
+    }
+
+    #[test]
+    fn the_window_mark_sits_in_the_zero_gap() {
+        let word = WindowWord {
+            window: u64::MAX,
+            previous: (1 << 20) - 1,
+            current: (1 << 20) - 1,
+        }
+        .pack();
+        assert!(!AtomicU128::is_retired(word));
+        let marked = AtomicU128::marked(word);
+        assert!(AtomicU128::is_retired(marked));
+        assert_eq!(AtomicU128::unmarked(marked), word);
     }
 }

@@ -9,11 +9,12 @@ use std::time::Duration;
 /// into 20-bit fields of the per-client state words.
 pub const MAX_LIMIT: u64 = (1 << 20) - 1;
 
-/// The longest window `gcra` and `leaky-bucket` accept: 2^63 ticks (292
+/// The longest window `gcra` and `leaky-bucket` accept: 2^62 ticks (146
 /// years of nanoseconds). Their state is one `u64`, the theoretical arrival
-/// time, which runs up to one window ahead of `now`; with both below 2^63 it
-/// cannot pass 2^64.
-pub const MAX_SCHEDULE_WINDOW: u64 = 1 << 63;
+/// time, which runs up to one window ahead of `now`; they tell times apart up
+/// to 2^62 ticks past a client's origin, so it stays below 2^63 and the top
+/// bit is free to mark a retired state.
+pub const MAX_SCHEDULE_WINDOW: u64 = 1 << 62;
 
 /// The six policies, by the names used in configuration files and on the
 /// command line.

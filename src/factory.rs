@@ -8,7 +8,7 @@ use crate::policy::{
     FixedWindow, Gcra, LeakyBucket, SlidingWindow, SlidingWindowCounter, TokenBucket,
 };
 use crate::{
-    Clock, Config, ConfigError, Limiter, MutexLimiter, PolicyKind, QuantaClock, RateLimiter,
+    Bounds, Clock, Config, ConfigError, Limiter, MutexLimiter, PolicyKind, QuantaClock, RateLimiter,
 };
 
 /// Which implementation of the policies a factory-built limiter uses.
@@ -136,29 +136,81 @@ where
     Q::Owned: Hash + Eq + Clone + Send + Sync + 'static,
     C: Clock + 'static,
 {
-    fn boxed<Q, P, C>(config: Config, clock: C) -> Result<Box<dyn RateLimiter<Q>>, ConfigError>
+    build_bounded(policy, config, engine, clock, Bounds::new())
+}
+
+/// Builds a limiter for `policy` on `engine`, reading `clock`, within
+/// `bounds` (idle eviction, a cap on tracked clients: see [`crate::bounds`]).
+/// Both engines sweep and overflow alike, so they still give the same
+/// answers on the same calls.
+///
+/// # Errors
+///
+/// As [`build`].
+///
+/// # Examples
+///
+/// ```
+/// use floodgate::{build_bounded, Bounds, Config, Engine, ManualClock, Overflow, PolicyKind};
+///
+/// let clock = ManualClock::new(0);
+/// let limiter = build_bounded::<str, _>(
+///     PolicyKind::SlidingWindow,
+///     Config::new(5, 1_000)?,
+///     Engine::LockFree,
+///     clock.clone(),
+///     Bounds::new().evict_idle().max_clients(1).on_overflow(Overflow::Admit),
+/// )?;
+/// assert_eq!(limiter.check("alice").remaining, 4);
+/// assert_eq!(limiter.check("bob").remaining, 4); // admitted untracked
+/// assert_eq!(limiter.tracked_clients(), 1);
+/// clock.advance(1_000);
+/// assert_eq!(limiter.sweep(), 1); // alice's admission left the window
+/// assert_eq!(limiter.tracked_clients(), 0);
+/// # Ok::<(), floodgate::ConfigError>(())
+/// ```
+pub fn build_bounded<Q, C>(
+    policy: PolicyKind,
+    config: Config,
+    engine: Engine,
+    clock: C,
+    bounds: Bounds,
+) -> Result<Box<dyn RateLimiter<Q>>, ConfigError>
+where
+    Q: ?Sized + Hash + Eq + ToOwned + 'static,
+    Q::Owned: Hash + Eq + Clone + Send + Sync + 'static,
+    C: Clock + 'static,
+{
+    fn boxed<Q, P, C>(
+        config: Config,
+        clock: C,
+        bounds: Bounds,
+    ) -> Result<Box<dyn RateLimiter<Q>>, ConfigError>
     where
         Q: ?Sized + Hash + Eq + ToOwned + 'static,
         Q::Owned: Hash + Eq + Clone + Send + Sync + 'static,
         P: crate::policy::Policy,
         C: Clock + 'static,
     {
-        Ok(Box::new(Limiter::<Q::Owned, P, C>::with_clock(
+        Ok(Box::new(Limiter::<Q::Owned, P, C>::with_bounds(
             P::new(config)?,
             clock,
+            bounds,
         )))
     }
     match engine {
-        Engine::Mutex => Ok(Box::new(MutexLimiter::<Q::Owned, C>::with_clock(
-            policy, config, clock,
+        Engine::Mutex => Ok(Box::new(MutexLimiter::<Q::Owned, C>::with_bounds(
+            policy, config, clock, bounds,
         )?)),
         Engine::LockFree => match policy {
-            PolicyKind::SlidingWindow => boxed::<Q, SlidingWindow, C>(config, clock),
-            PolicyKind::TokenBucket => boxed::<Q, TokenBucket, C>(config, clock),
-            PolicyKind::FixedWindow => boxed::<Q, FixedWindow, C>(config, clock),
-            PolicyKind::SlidingWindowCounter => boxed::<Q, SlidingWindowCounter, C>(config, clock),
-            PolicyKind::Gcra => boxed::<Q, Gcra, C>(config, clock),
-            PolicyKind::LeakyBucket => boxed::<Q, LeakyBucket, C>(config, clock),
+            PolicyKind::SlidingWindow => boxed::<Q, SlidingWindow, C>(config, clock, bounds),
+            PolicyKind::TokenBucket => boxed::<Q, TokenBucket, C>(config, clock, bounds),
+            PolicyKind::FixedWindow => boxed::<Q, FixedWindow, C>(config, clock, bounds),
+            PolicyKind::SlidingWindowCounter => {
+                boxed::<Q, SlidingWindowCounter, C>(config, clock, bounds)
+            }
+            PolicyKind::Gcra => boxed::<Q, Gcra, C>(config, clock, bounds),
+            PolicyKind::LeakyBucket => boxed::<Q, LeakyBucket, C>(config, clock, bounds),
         },
     }
 }

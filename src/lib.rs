@@ -53,6 +53,7 @@
 #![forbid(unsafe_code)]
 
 mod baseline;
+pub mod bounds;
 mod cell;
 mod clock;
 mod config;
@@ -60,14 +61,18 @@ mod decision;
 mod factory;
 mod limiter;
 pub mod policy;
+#[cfg(feature = "redis")]
+pub mod redis;
 mod store;
 mod sync;
+pub mod tiers;
 
 pub use baseline::MutexLimiter;
+pub use bounds::{Bounds, Overflow, UnknownOverflow};
 pub use clock::{Clock, ManualClock, QuantaClock};
 pub use config::{Config, ConfigError, PolicyKind, UnknownPolicy, MAX_LIMIT, MAX_SCHEDULE_WINDOW};
 pub use decision::Decision;
-pub use factory::{build, build_with, Engine, UnknownEngine};
+pub use factory::{build, build_bounded, build_with, Engine, UnknownEngine};
 pub use limiter::{Limiter, RateLimiter};
 
 /// The README's examples, compiled and run as doctests.

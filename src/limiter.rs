@@ -5,9 +5,10 @@ use std::borrow::Borrow;
 use std::fmt;
 use std::hash::Hash;
 
-use crate::policy::Policy;
-use crate::store::KeyedStore;
-use crate::{Clock, Config, Decision, PolicyKind, QuantaClock};
+use crate::policy::{Policy, Retired};
+use crate::store::{Arrival, Client, KeyedStore};
+use crate::sync::OnceLock;
+use crate::{Bounds, Clock, Config, Decision, Overflow, PolicyKind, QuantaClock};
 
 /// A per-client rate limiter: one decision per request.
 ///
@@ -53,6 +54,22 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
     /// How many clients have state right now.
     fn tracked_clients(&self) -> usize;
 
+    /// Removes every client that is idle at `now` (see [`crate::bounds`]),
+    /// and answers how many went. A sweep already running on another thread
+    /// is not waited for: this one then removes nothing.
+    ///
+    /// Backends that forget idle clients on their own (a store with expiring
+    /// keys) keep this default, which removes nothing.
+    fn sweep_at(&self, now: u64) -> usize {
+        let _ = now;
+        0
+    }
+
+    /// [`sweep_at`](Self::sweep_at) now, by the limiter's clock.
+    fn sweep(&self) -> usize {
+        self.sweep_at(self.now())
+    }
+
     /// Decides one request of `key` now, by the limiter's clock.
     #[inline]
     fn check(&self, key: &Q) -> Decision {
@@ -79,7 +96,8 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
 ///
 /// A check for a known client takes no lock and allocates nothing; the first
 /// check of a new client allocates its state and takes one bucket lock of the
-/// map to insert it.
+/// map to insert it. [`Bounds`] (see [`with_bounds`](Self::with_bounds))
+/// evict idle clients and cap how many are tracked.
 ///
 /// ```
 /// use floodgate::policy::{Policy, SlidingWindow};
@@ -100,6 +118,9 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
 pub struct Limiter<K, P: Policy, C = QuantaClock> {
     policy: P,
     clients: KeyedStore<K, P::State>,
+    /// The state every client shares under [`Overflow::Shared`], created by
+    /// the first of them.
+    overflow: OnceLock<Client<P::State>>,
     clock: C,
 }
 
@@ -120,11 +141,37 @@ where
     P: Policy,
     C: Clock,
 {
-    /// A limiter applying `policy`, reading `clock`.
+    /// A limiter applying `policy`, reading `clock`, tracking every client
+    /// for ever (no eviction, no cap).
     pub fn with_clock(policy: P, clock: C) -> Self {
+        Self::with_bounds(policy, clock, Bounds::new())
+    }
+
+    /// A limiter applying `policy`, reading `clock`, within `bounds`.
+    ///
+    /// ```
+    /// use floodgate::policy::{Gcra, Policy};
+    /// use floodgate::{Bounds, Config, Limiter, ManualClock, Overflow};
+    ///
+    /// let clock = ManualClock::new(0);
+    /// let limiter: Limiter<u64, Gcra, _> = Limiter::with_bounds(
+    ///     Gcra::new(Config::new(10, 1_000)?)?,
+    ///     clock.clone(),
+    ///     Bounds::new().max_clients(2).on_overflow(Overflow::Reject),
+    /// );
+    /// assert!(limiter.check(&1).allowed);
+    /// assert!(limiter.check(&2).allowed);
+    /// assert!(!limiter.check(&3).allowed); // no room, and nobody is idle
+    /// clock.advance(100); // clients 1 and 2 have their full burst back
+    /// assert!(limiter.check(&3).allowed); // so they made room
+    /// assert_eq!(limiter.tracked_clients(), 1);
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
+    pub fn with_bounds(policy: P, clock: C, bounds: Bounds) -> Self {
         Self {
             policy,
-            clients: KeyedStore::new(),
+            clients: KeyedStore::new(bounds),
+            overflow: OnceLock::new(),
             clock,
         }
     }
@@ -134,6 +181,11 @@ where
         &self.policy
     }
 
+    /// The limiter's bounds.
+    pub fn bounds(&self) -> Bounds {
+        self.clients.bounds()
+    }
+
     /// Decides one request of `key` at `now` (see [`RateLimiter::check_at`]).
     #[inline]
     pub fn check_at<Q>(&self, key: &Q, now: u64) -> Decision
@@ -141,21 +193,20 @@ where
         Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
         K: Borrow<Q>,
     {
-        self.clients.with_client(
-            key,
-            now,
-            || self.policy.new_state(),
-            |client| match now.checked_sub(client.origin) {
-                Some(since) => self.policy.check(&client.state, since),
-                // Raced with the thread that created the client at a
-                // slightly later time: judge at the origin.
-                None => {
-                    let decision = self.policy.check(&client.state, 0);
-                    self.policy
-                        .measured_from_earlier(decision, client.origin - now)
-                }
-            },
-        )
+        loop {
+            let answer = match self.clients.peek(key, |client| self.decide(client, now)) {
+                Some(answer) => answer,
+                None => match self.arrive(key, now) {
+                    Arrival::Created(client) => self.decide(&client, now),
+                    Arrival::Raced => continue,
+                    Arrival::Full => return self.overflow_check(now),
+                },
+            };
+            match answer {
+                Ok(decision) => return decision,
+                Err(Retired) => self.forget_retired(key),
+            }
+        }
     }
 
     /// How many requests of `key` would be admitted at `now` (see
@@ -166,15 +217,122 @@ where
         Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
         K: Borrow<Q>,
     {
-        self.clients.with_client(
+        loop {
+            let answer = match self.clients.peek(key, |client| self.count(client, now)) {
+                Some(answer) => answer,
+                None => match self.arrive(key, now) {
+                    Arrival::Created(client) => self.count(&client, now),
+                    Arrival::Raced => continue,
+                    Arrival::Full => return self.overflow_remaining(now),
+                },
+            };
+            match answer {
+                Ok(remaining) => return remaining,
+                Err(Retired) => self.forget_retired(key),
+            }
+        }
+    }
+
+    /// Whether `key` has state. Changes nothing and creates nothing.
+    pub fn tracks<Q>(&self, key: &Q) -> bool
+    where
+        Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
+        K: Borrow<Q>,
+    {
+        self.clients.peek(key, |_| ()).is_some()
+    }
+
+    /// Removes every client idle at `now` (see [`RateLimiter::sweep_at`]).
+    pub fn sweep_at(&self, now: u64) -> usize {
+        self.clients.sweep(
+            now,
+            |client, now| self.retire_if_idle(client, now),
+            |state| self.policy.is_retired(state),
+        )
+    }
+
+    /// One decision on `client`'s state.
+    #[inline]
+    fn decide(&self, client: &Client<P::State>, now: u64) -> Result<Decision, Retired> {
+        match now.checked_sub(client.origin) {
+            Some(since) => self.policy.check(&client.state, since),
+            // Raced with the thread that created the client at a slightly
+            // later time: judge at the origin.
+            None => {
+                let decision = self.policy.check(&client.state, 0)?;
+                Ok(self
+                    .policy
+                    .measured_from_earlier(decision, client.origin - now))
+            }
+        }
+    }
+
+    #[inline]
+    fn count(&self, client: &Client<P::State>, now: u64) -> Result<u64, Retired> {
+        self.policy
+            .remaining(&client.state, now.saturating_sub(client.origin))
+    }
+
+    /// Retires `client` if it is idle at `now`; never one created after
+    /// `now` (a sweep's `now` is a time every client it removes has reached).
+    fn retire_if_idle(&self, client: &Client<P::State>, now: u64) -> bool {
+        now.checked_sub(client.origin)
+            .is_some_and(|since| self.policy.retire_if_idle(&client.state, since))
+    }
+
+    fn arrive<Q>(&self, key: &Q, now: u64) -> Arrival<P::State>
+    where
+        Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
+        K: Borrow<Q>,
+    {
+        self.clients.arrive(
             key,
             now,
             || self.policy.new_state(),
-            |client| {
-                self.policy
-                    .remaining(&client.state, now.saturating_sub(client.origin))
-            },
+            |client, now| self.retire_if_idle(client, now),
+            |state| self.policy.is_retired(state),
         )
+    }
+
+    #[cold]
+    fn forget_retired<Q>(&self, key: &Q)
+    where
+        Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
+        K: Borrow<Q>,
+    {
+        self.clients
+            .remove_retired(key, |state| self.policy.is_retired(state));
+    }
+
+    /// A check of a client that found no room at the cap.
+    #[cold]
+    fn overflow_check(&self, now: u64) -> Decision {
+        let limit = self.policy.config().limit();
+        match self.bounds().overflow() {
+            Overflow::Reject => Decision::reject(0, self.policy.forgets_after()),
+            Overflow::Admit => Decision::admit(limit - 1),
+            Overflow::Shared => self
+                .decide(self.shared(now), now)
+                .expect("the overflow state is never retired"),
+        }
+    }
+
+    #[cold]
+    fn overflow_remaining(&self, now: u64) -> u64 {
+        match self.bounds().overflow() {
+            Overflow::Reject => 0,
+            Overflow::Admit => self.policy.config().limit(),
+            Overflow::Shared => self
+                .count(self.shared(now), now)
+                .expect("the overflow state is never retired"),
+        }
+    }
+
+    fn shared(&self, now: u64) -> &Client<P::State> {
+        self.overflow.get_or_init(|| Client {
+            origin: now,
+            state: self.policy.new_state(),
+        })
     }
 
     /// Decides one request of `key` now, by the limiter's clock.
@@ -212,6 +370,7 @@ where
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Limiter")
             .field("policy", &self.policy)
+            .field("bounds", &self.clients.bounds())
             .field("tracked_clients", &self.clients.len())
             .finish_non_exhaustive()
     }
@@ -249,5 +408,9 @@ where
 
     fn tracked_clients(&self) -> usize {
         self.clients.len()
+    }
+
+    fn sweep_at(&self, now: u64) -> usize {
+        Limiter::sweep_at(self, now)
     }
 }

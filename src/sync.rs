@@ -10,20 +10,23 @@
 //!
 //! The same goes for the keyed store's map. `scc::HashIndex` is not
 //! loom-aware, so under the cfg [`ClientIndex`] is a list of entries behind a
-//! loom mutex with the two operations the store uses, `insert_sync` and
-//! `peek_with`, and their contracts: an insert of a key that is present fails
+//! loom mutex with the operations the store uses (`insert_sync`,
+//! `peek_with`, `remove_if_sync`, `retain_sync`) and their contracts: an insert of a key that is present fails
 //! and hands the pair back; a peek runs its reader on a shared value outside
 //! any lock, as `peek_with` does. The store's create protocol — build a
 //! candidate, insert it, on losing the race use the winner's — then runs
 //! unchanged with every step visible to loom.
 
 #[cfg(not(floodgate_loom))]
-pub(crate) use core::sync::atomic::{AtomicU64, Ordering};
+pub(crate) use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 #[cfg(not(floodgate_loom))]
 pub(crate) use portable_atomic::AtomicU128;
+// Loom does not model `OnceLock`; the one it guards (the shared overflow
+// state) is set once and then only read, so std's is used under loom too.
+pub(crate) use std::sync::OnceLock;
 
 #[cfg(floodgate_loom)]
-pub(crate) use loom::sync::atomic::{AtomicU64, Ordering};
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 #[cfg(floodgate_loom)]
 pub(crate) use self::loom_u128::AtomicU128;
@@ -34,6 +37,69 @@ pub(crate) type ClientIndex<K, V> = scc::HashIndex<K, V, ahash::RandomState>;
 
 #[cfg(floodgate_loom)]
 pub(crate) use self::loom_index::ClientIndex;
+
+/// A read-mostly pointer to a shared value: `arc-swap`'s, whose `load` is
+/// lock-free. Under loom, a loom mutex around an `Arc` (arc-swap keeps
+/// per-thread state loom does not see), so a swap racing a load is one of
+/// loom's steps.
+#[cfg(not(floodgate_loom))]
+pub(crate) type SwapCell<T> = arc_swap::ArcSwap<T>;
+
+#[cfg(floodgate_loom)]
+pub(crate) use self::loom_swap::SwapCell;
+
+#[cfg(floodgate_loom)]
+mod loom_swap {
+    use std::sync::Arc;
+
+    /// `ArcSwap`'s three operations the tiers use, as single loom steps.
+    pub(crate) struct SwapCell<T>(loom::sync::Mutex<Arc<T>>);
+
+    impl<T> SwapCell<T> {
+        pub(crate) fn from_pointee(value: T) -> Self {
+            Self(loom::sync::Mutex::new(Arc::new(value)))
+        }
+
+        pub(crate) fn load(&self) -> Arc<T> {
+            Arc::clone(&self.0.lock().unwrap())
+        }
+
+        pub(crate) fn load_full(&self) -> Arc<T> {
+            self.load()
+        }
+
+        pub(crate) fn store(&self, value: Arc<T>) {
+            *self.0.lock().unwrap() = value;
+        }
+    }
+}
+
+/// Replaces `key`'s value by `value` if `condition` holds for the present
+/// one, under the bucket's lock; whether it did. Lock-free readers see the
+/// old value or the new one.
+#[cfg(not(floodgate_loom))]
+pub(crate) fn replace_if<K, V, Q>(
+    index: &ClientIndex<K, V>,
+    key: &Q,
+    condition: impl FnOnce(&V) -> bool,
+    value: V,
+) -> bool
+where
+    K: Eq + std::hash::Hash + Clone + 'static,
+    V: Clone + 'static,
+    Q: ?Sized + std::hash::Hash + scc::Equivalent<K>,
+{
+    match index.get_sync(key) {
+        Some(mut entry) if condition(entry.get()) => {
+            entry.update(value);
+            true
+        }
+        _ => false,
+    }
+}
+
+#[cfg(floodgate_loom)]
+pub(crate) use self::loom_index::replace_if;
 
 #[cfg(floodgate_loom)]
 mod loom_u128 {
@@ -125,8 +191,59 @@ mod loom_index {
             entry.map(|(key, value)| reader(&key, &value))
         }
 
+        /// As `HashIndex::remove_if_sync`: removes `key` if `condition`
+        /// holds for its value, under the lock.
+        pub(crate) fn remove_if_sync<Q, F>(&self, key: &Q, condition: F) -> bool
+        where
+            Q: ?Sized + Equivalent<K>,
+            F: FnOnce(&V) -> bool,
+        {
+            let mut entries = self.0.lock().unwrap();
+            match entries
+                .iter()
+                .position(|(present, _)| key.equivalent(present))
+            {
+                Some(at) if condition(&entries[at].1) => {
+                    entries.swap_remove(at);
+                    true
+                }
+                _ => false,
+            }
+        }
+
+        /// As `HashIndex::retain_sync`: keeps the entries `keep` accepts.
+        pub(crate) fn retain_sync(&self, mut keep: impl FnMut(&K, &V) -> bool) {
+            self.0
+                .lock()
+                .unwrap()
+                .retain(|(key, value)| keep(key, value));
+        }
+
         pub(crate) fn len(&self) -> usize {
             self.0.lock().unwrap().len()
+        }
+    }
+
+    /// As `crate::sync::replace_if` on the real map.
+    pub(crate) fn replace_if<K, V, Q>(
+        index: &ClientIndex<K, V>,
+        key: &Q,
+        condition: impl FnOnce(&V) -> bool,
+        value: V,
+    ) -> bool
+    where
+        Q: ?Sized + Equivalent<K>,
+    {
+        let mut entries = index.0.lock().unwrap();
+        match entries
+            .iter_mut()
+            .find(|(present, _)| key.equivalent(present))
+        {
+            Some((_, present)) if condition(present) => {
+                *present = value;
+                true
+            }
+            _ => false,
         }
     }
 }

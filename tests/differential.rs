@@ -53,7 +53,7 @@ fn window(policy: PolicyKind, limit: u64) -> impl Strategy<Value = u64> {
         10 => least..=least + 49,
         3 => (1..=20u64, 0..limit).prop_map(move |(k, r)| (limit * k + r).max(least)),
         1 => select(vec![1_000_000_000, 1 << 40, u64::MAX / 3, longest - 1, longest])
-            .prop_map(move |w: u64| w.max(least)),
+            .prop_map(move |w: u64| w.min(longest).max(least)),
         1 => least..=longest,
     ]
 }

@@ -4,14 +4,19 @@
 //! threads with tiny limits; these tests run the real engines — the real
 //! `scc` map, the real atomics, both engines — with eight threads and
 //! hundreds of requests, and check answers that leave no room for luck: at a
-//! frozen instant each client admits exactly `min(L, calls)`, and on a
-//! moving clock no span of `W` holds more than `L` sliding-window admissions.
+//! frozen instant each client admits exactly `min(L, calls)` — also while
+//! sweeps remove idle clients under the threads' feet, and while a flood of
+//! new clients meets the cap — and on a moving clock no span of `W` holds
+//! more than `L` sliding-window admissions.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Barrier;
 use std::thread;
 
-use floodgate::{build_with, Config, Decision, Engine, ManualClock, PolicyKind, RateLimiter};
+use floodgate::{
+    build_bounded, build_with, Bounds, Config, Decision, Engine, ManualClock, Overflow, PolicyKind,
+    RateLimiter,
+};
 
 /// More threads than the machine has cores, so the scheduler interleaves
 /// them as well as the hardware does.
@@ -263,6 +268,140 @@ fn a_moving_clock_never_admits_more_than_l_in_any_window() {
                 crowded.len(),
                 first.passed
             );
+        }
+    }
+}
+
+/// Sweeps racing checks: phases at frozen instants two windows apart (so at
+/// the start of each every client is idle, for every policy), threads
+/// hammering the same clients while another thread sweeps over and over at
+/// the phase's instant. A sweep may remove a client only while it is idle —
+/// before its first admission of the phase — and whether it was removed or
+/// not, it has all `L` again; so each phase admits exactly `min(L, calls)`
+/// per client. An admission lost in a removed state, or a client removed
+/// while busy, would admit more.
+#[test]
+fn sweeps_under_traffic_keep_every_total_exact() {
+    const CLIENTS: u64 = 16;
+    const LIMIT: u64 = 5;
+    const WINDOW: u64 = 1_000;
+    const PHASES: u64 = 6;
+    const PASSES: usize = 3; // calls per client and phase: (THREADS − 1) × 3
+    for engine in ENGINES {
+        for policy in PolicyKind::ALL {
+            let clock = ManualClock::new(0);
+            let config = Config::new(LIMIT, WINDOW).expect("a valid config");
+            let bounds = Bounds::new().evict_idle();
+            let limiter = build_bounded::<u64, _>(policy, config, engine, clock.clone(), bounds)
+                .expect("a valid config");
+            let mut removed = 0;
+            for phase in 0..PHASES {
+                let now = phase * 2 * WINDOW;
+                let swept = AtomicU64::new(0);
+                let per_thread: Vec<Vec<u64>> = hammer(|me| {
+                    let mut admitted = vec![0u64; CLIENTS as usize];
+                    if me == 0 {
+                        for _ in 0..200 {
+                            let n = limiter.sweep_at(now) as u64;
+                            swept.fetch_add(n, Ordering::Relaxed);
+                        }
+                        return admitted;
+                    }
+                    for _ in 0..PASSES {
+                        for k in 0..CLIENTS {
+                            let client = (k + me as u64 * 5) % CLIENTS;
+                            if limiter.check_at(&client, now).allowed {
+                                admitted[client as usize] += 1;
+                            }
+                        }
+                    }
+                    admitted
+                });
+                let calls = ((THREADS - 1) * PASSES) as u64;
+                for client in 0..CLIENTS {
+                    let total: u64 = per_thread.iter().map(|c| c[client as usize]).sum();
+                    let context = format!("{policy} on {engine}, phase {phase}, client {client}");
+                    assert_eq!(total, LIMIT.min(calls), "{context}");
+                    assert_eq!(limiter.remaining_at(&client, now), 0, "{context}");
+                }
+                assert_eq!(
+                    limiter.tracked_clients() as u64,
+                    CLIENTS,
+                    "{policy} on {engine}"
+                );
+                removed += swept.load(Ordering::Relaxed);
+            }
+            // Whether a racing sweep caught a client while idle is up to
+            // the scheduler (the loom models cover each order); what is
+            // certain is that two windows after the last phase everyone is
+            // idle and one sweep removes them all.
+            eprintln!("{policy} on {engine}: {removed} removed by racing sweeps");
+            let later = PHASES * 2 * WINDOW;
+            assert_eq!(
+                limiter.sweep_at(later) as u64,
+                CLIENTS,
+                "{policy} on {engine}"
+            );
+            assert_eq!(limiter.tracked_clients(), 0, "{policy} on {engine}");
+        }
+    }
+}
+
+/// A flood of new clients from every thread against a cap, at a frozen
+/// instant (so nobody is ever idle): exactly `cap` of them are tracked and
+/// admitted, every other one is refused by the fail-closed rule, and a
+/// watcher never sees the map above the cap.
+#[test]
+fn a_concurrent_flood_tracks_exactly_the_cap() {
+    const CAP: usize = 5_000;
+    const PER_THREAD: u64 = 2_000; // 7 × 2,000 = 14,000 new clients
+    for engine in ENGINES {
+        for policy in PolicyKind::ALL {
+            let config = Config::new(3, LONG_WINDOW).expect("a valid config");
+            let bounds = Bounds::new()
+                .evict_idle()
+                .max_clients(CAP)
+                .on_overflow(Overflow::Reject);
+            let limiter =
+                build_bounded::<u64, _>(policy, config, engine, ManualClock::new(50), bounds)
+                    .expect("a valid config");
+            let flooding = AtomicU64::new(THREADS as u64 - 1);
+            let admitted: u64 = hammer(|me| {
+                if me == 0 {
+                    let mut peak = 0;
+                    while flooding.load(Ordering::Acquire) > 0 {
+                        peak = peak.max(limiter.tracked_clients());
+                        thread::yield_now();
+                    }
+                    assert!(peak <= CAP, "{policy} on {engine}: {peak} tracked");
+                    return 0;
+                }
+                let mut admitted = 0;
+                for k in 0..PER_THREAD {
+                    let stranger = me as u64 * 1_000_000 + k;
+                    let decision = limiter.check(&stranger);
+                    if decision.allowed {
+                        admitted += 1;
+                    } else {
+                        assert_eq!(
+                            decision.retry_after,
+                            config.window()
+                                * if policy == PolicyKind::SlidingWindowCounter {
+                                    2
+                                } else {
+                                    1
+                                },
+                            "{policy} on {engine}"
+                        );
+                    }
+                }
+                flooding.fetch_sub(1, Ordering::Release);
+                admitted
+            })
+            .into_iter()
+            .sum();
+            assert_eq!(admitted, CAP as u64, "{policy} on {engine}");
+            assert_eq!(limiter.tracked_clients(), CAP, "{policy} on {engine}");
         }
     }
 }

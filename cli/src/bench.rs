@@ -34,6 +34,10 @@ use floodgate::policy::{
 use floodgate::{Config, Limiter, MutexLimiter, PolicyKind, QuantaClock, RateLimiter, MAX_LIMIT};
 use governor::{DefaultKeyedRateLimiter, Quota};
 
+#[cfg(feature = "redis")]
+#[path = "bench_redis.rs"]
+mod redis;
+
 /// The default limit. Small because a `sliding-window` client keeps
 /// its last `L` admission times (16 bytes each) and the Zipf grid tracks
 /// 100,000 clients.
@@ -99,6 +103,18 @@ pub struct Args {
     /// one hot client; 100 admits every check even on one hot client.
     #[arg(long, value_name = "NS", default_value_t = WINDOW_NS)]
     window_ns: u64,
+
+    /// Measure through Redis instead: decisions per second and latency with
+    /// --connections connections, beside redis-benchmark's INCR rate. The
+    /// window is --window-ns in microseconds of Redis's clock.
+    #[cfg(feature = "redis")]
+    #[arg(long, value_name = "redis://HOST:PORT")]
+    backend: Option<String>,
+
+    /// Connection (and calling thread) counts for --backend.
+    #[cfg(feature = "redis")]
+    #[arg(long, value_name = "N", value_delimiter = ',', default_values_t = [1, 4, 16])]
+    connections: Vec<usize>,
 }
 
 /// Which clients the timed loop checks.
@@ -334,6 +350,22 @@ pub fn run(args: Args) -> ExitCode {
     } else {
         args.policy.clone()
     };
+    #[cfg(feature = "redis")]
+    if let Some(url) = &args.backend {
+        if args.connections.iter().any(|&c| c == 0 || c > MAX_THREADS) {
+            eprintln!("floodgate bench: connection counts must be between 1 and {MAX_THREADS}");
+            return ExitCode::from(2);
+        }
+        return redis::run(
+            url,
+            &policies,
+            &args.connections,
+            args.limit,
+            args.window_ns / 1_000,
+            args.quick,
+            args.json,
+        );
+    }
     if args.threads.iter().any(|&t| t == 0 || t > MAX_THREADS) {
         eprintln!("floodgate bench: thread counts must be between 1 and {MAX_THREADS}");
         return ExitCode::from(2);

@@ -14,7 +14,14 @@ use std::fmt;
 use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
 use std::process::ExitCode;
 
-use floodgate::{build_with, Config, Engine, ManualClock, PolicyKind, RateLimiter, MAX_LIMIT};
+use floodgate::{
+    build_bounded, Bounds, Config, Engine, ManualClock, Overflow, PolicyKind, RateLimiter,
+    MAX_LIMIT,
+};
+
+#[cfg(feature = "redis")]
+#[path = "replay_redis.rs"]
+mod redis_backend;
 
 /// The longest window replay accepts, in milliseconds (the contract's bound).
 const MAX_WINDOW_MS: u64 = 1_000_000_000;
@@ -75,6 +82,28 @@ pub struct Args {
     /// The engine that answers: lockfree or mutex.
     #[arg(long, value_name = "ENGINE", default_value_t = Engine::LockFree)]
     engine: Engine,
+
+    #[cfg(feature = "redis")]
+    #[command(flatten)]
+    backend: redis_backend::Backend,
+
+    /// Forget idle clients, swept as new clients arrive (off by default, so
+    /// answers are exactly the contract's). A forgotten client that calls
+    /// again is new: for token-bucket, fixed-window and
+    /// sliding-window-counter its grid starts at that call.
+    #[arg(long)]
+    evict_idle: bool,
+
+    /// Track at most N clients; a new client that finds no room gets the
+    /// --overflow rule.
+    #[arg(long, value_name = "N", value_parser = parse_max_clients)]
+    max_clients: Option<usize>,
+
+    /// What a new client gets at --max-clients when nobody is idle: reject
+    /// (fail closed), admit (fail open, untracked) or shared (one state for
+    /// all of them).
+    #[arg(long, value_name = "RULE", default_value_t = Overflow::Reject, requires = "max_clients")]
+    overflow: Overflow,
 }
 
 /// Runs `floodgate replay` on standard input, output and error.
@@ -141,10 +170,34 @@ fn limiter(args: &Args) -> Result<Box<dyn RateLimiter<str>>, String> {
         ));
     }
     let config = Config::new(args.limit, args.window_ms).map_err(|e| e.to_string())?;
+    #[cfg(feature = "redis")]
+    if let Some(redis) = redis_backend::limiter(args.policy, config, &args.backend)? {
+        return Ok(redis);
+    }
     // Every call passes its time explicitly, so the clock is never read: a
     // manual clock keeps the limiter free of any real time.
-    build_with::<str, _>(args.policy, config, args.engine, ManualClock::new(0))
-        .map_err(|e| e.to_string())
+    let mut bounds = Bounds::new().on_overflow(args.overflow);
+    if args.evict_idle {
+        bounds = bounds.evict_idle();
+    }
+    if let Some(max_clients) = args.max_clients {
+        bounds = bounds.max_clients(max_clients);
+    }
+    build_bounded::<str, _>(
+        args.policy,
+        config,
+        args.engine,
+        ManualClock::new(0),
+        bounds,
+    )
+    .map_err(|e| e.to_string())
+}
+
+/// Parses `--max-clients`: a whole number (0 tracks nobody).
+fn parse_max_clients(text: &str) -> Result<usize, String> {
+    parse_digits(text)
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or_else(|| "the number of clients must be a whole number".to_owned())
 }
 
 /// Parses `--limit`: a whole number; its range is checked with the rest of
@@ -428,6 +481,7 @@ fn answer<W: Write>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use floodgate::build_with;
 
     fn call(verb: Verb, client: &str, now: u64) -> Line<'_> {
         Line::Call(Call { verb, client, now })

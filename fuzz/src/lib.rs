@@ -189,11 +189,12 @@ fn call(limiter: &dyn RateLimiter<u64>, call: Call) -> Answer {
 /// horizon where no time the engines hold can saturate: every stored time is
 /// at most `now + 2W` past the origin (a GCRA schedule runs at most `τ + I`
 /// ahead, a window ends within `W`), so answers are exact while that fits
-/// in a `u64`. Past it — about 292 years of nanoseconds, far past the
-/// contract's 2 × 10^12 ticks — stored times saturate and the engines may
-/// answer differently; they must still not panic.
+/// in a `u64`; and the lock-free engine's `u64`-word policies stop their
+/// clock at 2^62 − 1 ticks past the origin (146 years of nanoseconds, far
+/// past the contract's 2 × 10^12 ticks). Past it the engines may answer
+/// differently; they must still not panic.
 pub fn within_horizon(since: u64, window: u64) -> bool {
-    u128::from(since) + 2 * u128::from(window) <= u128::from(u64::MAX)
+    since < 1 << 62 && u128::from(since) + 2 * u128::from(window) <= u128::from(u64::MAX)
 }
 
 /// Differential check, time never decreasing: the lock-free engine and the

@@ -102,8 +102,16 @@ impl<P: Policy> Subject for Bare<P> {
 
     fn call(&self, call: Call) -> Answer {
         match call {
-            Call::Check(now) => Answer::Check(self.policy.check(&self.state, now)),
-            Call::Remaining(now) => Answer::Remaining(self.policy.remaining(&self.state, now)),
+            Call::Check(now) => Answer::Check(
+                self.policy
+                    .check(&self.state, now)
+                    .expect("nothing retires a bare state"),
+            ),
+            Call::Remaining(now) => Answer::Remaining(
+                self.policy
+                    .remaining(&self.state, now)
+                    .expect("nothing retires a bare state"),
+            ),
             Call::Clients => Answer::Clients(1),
         }
     }

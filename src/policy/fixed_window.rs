@@ -2,8 +2,8 @@
 //! `[k·W, (k+1)·W)` of the client's own grid (windows start at its origin,
 //! so clients do not all reset at once).
 
-use super::{saturate, sealed, Policy};
-use crate::cell::{transition, AtomicWord, Step, WindowWord};
+use super::{saturate, sealed, Policy, Retired};
+use crate::cell::{self, transition, AtomicWord, Step, WindowWord};
 use crate::sync::AtomicU128;
 use crate::{Config, ConfigError, Decision, PolicyKind};
 
@@ -37,6 +37,11 @@ impl FixedWindow {
         } else {
             stored
         }
+    }
+
+    #[inline]
+    fn remaining_of(&self, word: u128, now: u64) -> u64 {
+        self.config.limit() - u64::from(self.current(word, now).current)
     }
 
     #[inline]
@@ -82,14 +87,40 @@ impl Policy for FixedWindow {
     }
 
     #[inline]
-    fn check(&self, state: &FixedWindowState, now: u64) -> Decision {
+    fn check(&self, state: &FixedWindowState, now: u64) -> Result<Decision, Retired> {
         transition(&state.word, |word| self.step(word, now))
     }
 
     #[inline]
-    fn remaining(&self, state: &FixedWindowState, now: u64) -> u64 {
-        let current = self.current(state.word.load_word(), now).current;
-        self.config.limit() - u64::from(current)
+    fn remaining(&self, state: &FixedWindowState, now: u64) -> Result<u64, Retired> {
+        Ok(self.remaining_of(cell::read(&state.word)?, now))
+    }
+
+    /// Idle when the window that holds `now` has no admission: it is the
+    /// stored one with a count of 0, or a later one (counts start at 0).
+    fn retire_if_idle(&self, state: &FixedWindowState, now: u64) -> bool {
+        cell::retire_if(&state.word, |word| self.current(word, now).current == 0)
+    }
+
+    fn retire_spent(&self, state: &FixedWindowState, now: u64) -> u64 {
+        let (word, _) = cell::retire(&state.word);
+        self.config.limit() - self.remaining_of(word, now)
+    }
+
+    fn spent_state(&self, spent: u64, now: u64) -> FixedWindowState {
+        let counts = WindowWord {
+            window: now / self.config.window(),
+            previous: 0,
+            // At most L < 2^20 (the 20-bit field).
+            current: spent.min(self.config.limit()) as u32,
+        };
+        FixedWindowState {
+            word: AtomicU128::new(counts.pack()),
+        }
+    }
+
+    fn is_retired(&self, state: &FixedWindowState) -> bool {
+        AtomicU128::is_retired(state.word.load_word())
     }
 }
 
@@ -101,13 +132,38 @@ mod tests {
     fn windows_start_at_the_origin() {
         let policy = FixedWindow::new(Config::new(2, 100).unwrap()).unwrap();
         let state = policy.new_state();
-        assert_eq!(policy.check(&state, 0), Decision::admit(1));
-        assert_eq!(policy.check(&state, 99), Decision::admit(0));
-        assert_eq!(policy.check(&state, 99), Decision::reject(0, 1));
-        assert_eq!(policy.remaining(&state, 100), 2);
-        assert_eq!(policy.check(&state, 100), Decision::admit(1));
+        assert_eq!(policy.check(&state, 0), Ok(Decision::admit(1)));
+        assert_eq!(policy.check(&state, 99), Ok(Decision::admit(0)));
+        assert_eq!(policy.check(&state, 99), Ok(Decision::reject(0, 1)));
+        assert_eq!(policy.remaining(&state, 100), Ok(2));
+        assert_eq!(policy.check(&state, 100), Ok(Decision::admit(1)));
         // Back in window 0: judged in window 1, where one is left.
-        assert_eq!(policy.check(&state, 50), Decision::admit(0));
-        assert_eq!(policy.check(&state, 50), Decision::reject(0, 150));
+        assert_eq!(policy.check(&state, 50), Ok(Decision::admit(0)));
+        assert_eq!(policy.check(&state, 50), Ok(Decision::reject(0, 150)));
+    }
+
+    #[test]
+    fn idle_once_the_window_with_admissions_is_over() {
+        let policy = FixedWindow::new(Config::new(2, 100).unwrap()).unwrap();
+        let state = policy.new_state();
+        assert!(policy.retire_if_idle(&policy.new_state(), 0), "never used");
+        policy.check(&state, 150).unwrap();
+        assert!(!policy.retire_if_idle(&state, 199));
+        assert!(policy.retire_if_idle(&state, 200));
+        assert_eq!(policy.check(&state, 200), Err(Retired));
+    }
+
+    #[test]
+    fn spent_is_carried_in_the_same_window() {
+        let policy = FixedWindow::new(Config::new(100, 1_000).unwrap()).unwrap();
+        let state = policy.new_state();
+        for _ in 0..80 {
+            policy.check(&state, 1_500).unwrap();
+        }
+        assert_eq!(policy.retire_spent(&state, 1_600), 80);
+        let wider = FixedWindow::new(Config::new(200, 1_000).unwrap()).unwrap();
+        let carried = wider.spent_state(80, 1_600);
+        assert_eq!(wider.remaining(&carried, 1_999), Ok(120));
+        assert_eq!(wider.remaining(&carried, 2_000), Ok(200));
     }
 }

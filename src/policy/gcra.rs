@@ -6,13 +6,13 @@
 //! once, then one per `I`.
 //!
 //! Horizon: `TAT` is at most `now + W` (`τ + I = I·L <= W`). Windows are
-//! capped at 2^63 ticks ([`MAX_SCHEDULE_WINDOW`](crate::MAX_SCHEDULE_WINDOW)),
-//! so for any `now` below 2^63 ticks past the client's origin (292 years of
-//! nanoseconds) the `u64` is exact; past that it saturates, which only makes
-//! the policy stricter.
+//! capped at 2^62 ticks ([`MAX_SCHEDULE_WINDOW`](crate::MAX_SCHEDULE_WINDOW))
+//! and time stops at 2^62 − 1 ticks past the client's origin (146 years of
+//! nanoseconds; `cell::schedule_time`), so `TAT` stays below 2^63, exact,
+//! with the top bit free for the retirement mark.
 
 use super::{sealed, Policy};
-use crate::cell::{transition, Step};
+use crate::cell::{self, schedule_time, transition, AtomicWord, Retired, Step};
 use crate::sync::AtomicU64;
 use crate::{Config, ConfigError, Decision, PolicyKind};
 
@@ -51,7 +51,7 @@ impl Gcra {
             Slot::Admitted {
                 wait,
                 // Exact below the horizon in the module docs.
-                next_tat: t.saturating_add(self.interval),
+                next_tat: t + self.interval,
             }
         } else {
             Slot::Rejected {
@@ -109,18 +109,51 @@ impl Gcra {
         })
     }
 
-    pub(super) fn check_state(&self, state: &GcraState, now: u64, shaped: bool) -> Decision {
+    #[inline]
+    pub(super) fn check_state(
+        &self,
+        state: &GcraState,
+        now: u64,
+        shaped: bool,
+    ) -> Result<Decision, Retired> {
+        let now = schedule_time(now);
         transition(&state.tat, |tat| self.step(tat, now, shaped))
     }
 
-    pub(super) fn remaining_state(&self, state: &GcraState, now: u64) -> u64 {
-        self.remaining_of(crate::cell::AtomicWord::load_word(&state.tat), now)
+    #[inline]
+    pub(super) fn remaining_state(&self, state: &GcraState, now: u64) -> Result<u64, Retired> {
+        Ok(self.remaining_of(cell::read(&state.tat)?, schedule_time(now)))
     }
 
     pub(super) fn fresh_state() -> GcraState {
         GcraState {
             tat: AtomicU64::new(0),
         }
+    }
+
+    /// Idle once the schedule is not ahead of `now`: `max(TAT, t) = t` for
+    /// every later `t`, as with a new client's `TAT` of 0.
+    pub(super) fn retire_if_idle_state(&self, state: &GcraState, now: u64) -> bool {
+        let now = schedule_time(now);
+        cell::retire_if(&state.tat, |tat| tat <= now)
+    }
+
+    pub(super) fn retire_spent_state(&self, state: &GcraState, now: u64) -> u64 {
+        let (tat, _) = cell::retire(&state.tat);
+        self.config.limit() - self.remaining_of(tat, schedule_time(now))
+    }
+
+    /// `TAT = now + spent·I` leaves `⌊(τ − spent·I) / I⌋ + 1 = L − spent`.
+    pub(super) fn spent_state_at(&self, spent: u64, now: u64) -> GcraState {
+        let spent = spent.min(self.config.limit());
+        GcraState {
+            // At most now + L·I <= now + W: below 2^63 (module docs).
+            tat: AtomicU64::new(schedule_time(now) + spent * self.interval),
+        }
+    }
+
+    pub(super) fn is_retired_state(state: &GcraState) -> bool {
+        AtomicU64::is_retired(state.tat.load_word())
     }
 }
 
@@ -143,13 +176,29 @@ impl Policy for Gcra {
     }
 
     #[inline]
-    fn check(&self, state: &GcraState, now: u64) -> Decision {
+    fn check(&self, state: &GcraState, now: u64) -> Result<Decision, Retired> {
         self.check_state(state, now, false)
     }
 
     #[inline]
-    fn remaining(&self, state: &GcraState, now: u64) -> u64 {
+    fn remaining(&self, state: &GcraState, now: u64) -> Result<u64, Retired> {
         self.remaining_state(state, now)
+    }
+
+    fn retire_if_idle(&self, state: &GcraState, now: u64) -> bool {
+        self.retire_if_idle_state(state, now)
+    }
+
+    fn retire_spent(&self, state: &GcraState, now: u64) -> u64 {
+        self.retire_spent_state(state, now)
+    }
+
+    fn spent_state(&self, spent: u64, now: u64) -> GcraState {
+        self.spent_state_at(spent, now)
+    }
+
+    fn is_retired(&self, state: &GcraState) -> bool {
+        Self::is_retired_state(state)
     }
 }
 
@@ -165,23 +214,53 @@ mod tests {
     fn burst_then_one_per_interval() {
         let policy = gcra(3, 300); // I = 100, τ = 200
         let state = policy.new_state();
-        assert_eq!(policy.remaining(&state, 0), 3);
+        assert_eq!(policy.remaining(&state, 0), Ok(3));
         for left in [2, 1, 0] {
-            assert_eq!(policy.check(&state, 0), Decision::admit(left));
+            assert_eq!(policy.check(&state, 0), Ok(Decision::admit(left)));
         }
-        assert_eq!(policy.check(&state, 0), Decision::reject(0, 100));
-        assert_eq!(policy.check(&state, 99), Decision::reject(0, 1));
-        assert_eq!(policy.check(&state, 100), Decision::admit(0));
+        assert_eq!(policy.check(&state, 0), Ok(Decision::reject(0, 100)));
+        assert_eq!(policy.check(&state, 99), Ok(Decision::reject(0, 1)));
+        assert_eq!(policy.check(&state, 100), Ok(Decision::admit(0)));
     }
 
     #[test]
     fn an_older_now_is_never_more_lenient() {
         let policy = gcra(2, 200);
         let state = policy.new_state();
-        policy.check(&state, 1_000);
-        policy.check(&state, 1_000);
-        assert!(!policy.check(&state, 1_050).allowed);
-        assert!(!policy.check(&state, 10).allowed);
-        assert!(policy.check(&state, 1_100).allowed);
+        let allowed = |now| policy.check(&state, now).unwrap().allowed;
+        assert!(allowed(1_000));
+        assert!(allowed(1_000));
+        assert!(!allowed(1_050));
+        assert!(!allowed(10));
+        assert!(allowed(1_100));
+    }
+
+    #[test]
+    fn idle_exactly_when_the_schedule_is_not_ahead() {
+        let policy = gcra(2, 200); // I = 100
+        let state = policy.new_state();
+        policy.check(&state, 1_000).unwrap(); // TAT = 1100
+        assert!(!policy.retire_if_idle(&state, 1_099));
+        assert!(policy.retire_if_idle(&state, 1_100));
+        assert_eq!(policy.check(&state, 1_100), Err(Retired));
+        assert!(policy.is_retired(&state));
+    }
+
+    #[test]
+    fn spent_is_carried_and_capped_at_the_limit() {
+        let policy = gcra(100, 1_000); // I = 10
+        let state = policy.new_state();
+        for _ in 0..80 {
+            policy.check(&state, 500).unwrap();
+        }
+        assert_eq!(policy.retire_spent(&state, 500), 80);
+        assert_eq!(policy.check(&state, 500), Err(Retired));
+        let wider = gcra(200, 1_000); // I = 5
+        assert_eq!(wider.remaining(&wider.spent_state(80, 500), 500), Ok(120));
+        let narrower = gcra(50, 1_000);
+        assert_eq!(
+            narrower.remaining(&narrower.spent_state(80, 500), 500),
+            Ok(0)
+        );
     }
 }

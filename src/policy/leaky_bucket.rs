@@ -3,7 +3,7 @@
 //! place in a queue that drains one request every `I`.
 
 use super::gcra::{Gcra, GcraState};
-use super::{sealed, Policy};
+use super::{sealed, Policy, Retired};
 use crate::{Config, ConfigError, Decision, PolicyKind};
 
 /// A leaky bucket used as a shaper: at most `limit` queued, drained one per
@@ -34,13 +34,29 @@ impl Policy for LeakyBucket {
     }
 
     #[inline]
-    fn check(&self, state: &GcraState, now: u64) -> Decision {
+    fn check(&self, state: &GcraState, now: u64) -> Result<Decision, Retired> {
         self.schedule.check_state(state, now, true)
     }
 
     #[inline]
-    fn remaining(&self, state: &GcraState, now: u64) -> u64 {
+    fn remaining(&self, state: &GcraState, now: u64) -> Result<u64, Retired> {
         self.schedule.remaining_state(state, now)
+    }
+
+    fn retire_if_idle(&self, state: &GcraState, now: u64) -> bool {
+        self.schedule.retire_if_idle_state(state, now)
+    }
+
+    fn retire_spent(&self, state: &GcraState, now: u64) -> u64 {
+        self.schedule.retire_spent_state(state, now)
+    }
+
+    fn spent_state(&self, spent: u64, now: u64) -> GcraState {
+        self.schedule.spent_state_at(spent, now)
+    }
+
+    fn is_retired(&self, state: &GcraState) -> bool {
+        Gcra::is_retired_state(state)
     }
 
     fn measured_from_earlier(&self, mut decision: Decision, lag: u64) -> Decision {
@@ -61,13 +77,15 @@ mod tests {
     fn a_burst_is_spread_out() {
         let policy = LeakyBucket::new(Config::new(3, 300).unwrap()).unwrap();
         let state = policy.new_state();
-        let delays: Vec<_> = (0..3).map(|_| policy.check(&state, 0).delay).collect();
+        let delays: Vec<_> = (0..3)
+            .map(|_| policy.check(&state, 0).unwrap().delay)
+            .collect();
         assert_eq!(delays, [0, 100, 200]);
-        let rejected = policy.check(&state, 0);
+        let rejected = policy.check(&state, 0).unwrap();
         assert_eq!(
             (rejected.allowed, rejected.delay, rejected.retry_after),
             (false, 0, 100)
         );
-        assert_eq!(policy.check(&state, 150).delay, 150);
+        assert_eq!(policy.check(&state, 150).unwrap().delay, 150);
     }
 }

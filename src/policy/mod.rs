@@ -19,6 +19,7 @@ pub use sliding_window::{SlidingWindow, SlidingWindowState};
 pub use sliding_window_counter::{SlidingWindowCounter, SlidingWindowCounterState};
 pub use token_bucket::{TokenBucket, TokenBucketState};
 
+pub use crate::cell::Retired;
 use crate::{Config, ConfigError, Decision, PolicyKind};
 
 mod sealed {
@@ -29,6 +30,11 @@ mod sealed {
 /// decides on one client's state. Implemented by the six policy types of
 /// this module and sealed; use it to name a policy in
 /// [`Limiter`](crate::Limiter)'s type.
+///
+/// Every method that reads or writes a state answers `Err(`[`Retired`]`)`
+/// when the state was retired (evicted as idle, or carried into a reloaded
+/// tier) under the call: the caller looks the client up again. Times are
+/// ticks past the client's origin.
 pub trait Policy: sealed::Sealed + Send + Sync + Sized + 'static {
     /// One client's state: atomic words, updated in place.
     type State: Send + Sync + 'static;
@@ -50,12 +56,44 @@ pub trait Policy: sealed::Sealed + Send + Sync + Sized + 'static {
     /// The state of a client that has made no request yet.
     fn new_state(&self) -> Self::State;
 
-    /// Decides one request at `now` ticks past the client's origin, and
-    /// records it if admitted.
-    fn check(&self, state: &Self::State, now: u64) -> Decision;
+    /// Decides one request at `now`, and records it if admitted.
+    ///
+    /// # Errors
+    ///
+    /// [`Retired`] if the state was retired.
+    fn check(&self, state: &Self::State, now: u64) -> Result<Decision, Retired>;
 
     /// How many requests would be admitted one after another at `now`.
-    fn remaining(&self, state: &Self::State, now: u64) -> u64;
+    ///
+    /// # Errors
+    ///
+    /// [`Retired`] if the state was retired.
+    fn remaining(&self, state: &Self::State, now: u64) -> Result<u64, Retired>;
+
+    /// Retires the state if it is idle at `now` — it answers every call at
+    /// `now` or later as a new state would (see [`crate::bounds`]) — and
+    /// says whether this call retired it.
+    fn retire_if_idle(&self, state: &Self::State, now: u64) -> bool;
+
+    /// Retires the state, whatever it holds, and answers how much of the
+    /// limit it had spent at `now`: `limit − remaining(now)` of the state as
+    /// it was retired (by this call or an earlier one).
+    fn retire_spent(&self, state: &Self::State, now: u64) -> u64;
+
+    /// A state that has spent `min(spent, limit)` at `now`, as if that many
+    /// requests had just been admitted: `remaining(now)` answers
+    /// `limit − spent`.
+    fn spent_state(&self, spent: u64, now: u64) -> Self::State;
+
+    /// Whether the state was retired.
+    fn is_retired(&self, state: &Self::State) -> bool;
+
+    /// Within how many ticks a client that stops calling becomes idle: the
+    /// window (two for `sliding-window-counter`, whose previous window still
+    /// counts).
+    fn forgets_after(&self) -> u64 {
+        self.config().window()
+    }
 
     /// Re-expresses a decision made at the client's origin for a call whose
     /// `now` was `lag` ticks before it (threads race to create a client, so a

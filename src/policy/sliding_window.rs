@@ -21,8 +21,12 @@
 //! An admission's `Decision::remaining` is read after its CAS, so under
 //! contention it may already count other threads' later admissions: smaller,
 //! never larger, than at the instant of the CAS.
+//!
+//! Retiring the state marks the frontier slot (the one admission `n` would
+//! take) with `R`: every admission's CAS expects that slot unmarked, so the
+//! ring is frozen from then on, and reads see the mark and stop.
 
-use super::{sealed, Policy};
+use super::{sealed, Policy, Retired};
 use crate::cell::LogSlot;
 use crate::sync::{AtomicU128, AtomicU64, Ordering};
 use crate::{Config, ConfigError, Decision, PolicyKind};
@@ -78,13 +82,16 @@ impl SlidingWindowState {
 
     /// A consistent view of the state: linearised at the load of the oldest
     /// slot (which shows that admission `n` had not yet been committed).
-    fn snapshot(&self) -> Snapshot {
+    fn snapshot(&self) -> Result<Snapshot, Retired> {
         let len = self.ring.len() as u64;
         loop {
             // Acquire: a hint only; every slot read below is checked by its
             // sequence number.
             let n = self.committed.load(Ordering::Acquire);
             let oldest = LogSlot::unpack(self.slot(n).load(Ordering::Acquire));
+            if oldest.sequence == n | LogSlot::RETIRED {
+                return Err(Retired);
+            }
             if oldest.sequence == n + len {
                 // Admission n is committed but the hint lags: move it on for
                 // whoever committed it, then look again.
@@ -103,12 +110,46 @@ impl SlidingWindowState {
                     Err(Moved) => continue,
                 },
             };
-            return Snapshot {
+            return Ok(Snapshot {
                 n,
                 oldest,
                 latest_time,
-            };
+            });
         }
+    }
+
+    /// Marks the frontier slot of `snapshot` retired; fails if the ring
+    /// moved on since. AcqRel/Acquire as an admission's CAS.
+    fn mark(&self, snapshot: &Snapshot) -> bool {
+        let marked = LogSlot {
+            sequence: snapshot.n | LogSlot::RETIRED,
+            ..snapshot.oldest
+        };
+        self.slot(snapshot.n)
+            .compare_exchange(
+                snapshot.oldest.pack(),
+                marked.pack(),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok()
+    }
+
+    /// The admissions of a retired (frozen) ring: the marked slot is the
+    /// frontier `n`, and the hint is `n` or `n − 1`.
+    fn frozen_admissions(&self) -> u64 {
+        let hint = self.committed.load(Ordering::Acquire);
+        let at_hint = LogSlot::unpack(self.slot(hint).load(Ordering::Acquire));
+        if at_hint.sequence == hint | LogSlot::RETIRED {
+            hint
+        } else {
+            hint + 1
+        }
+    }
+
+    /// Admission `admission`'s time in a frozen ring (no slot can change).
+    fn frozen_time(&self, admission: u64) -> u64 {
+        LogSlot::unpack(self.slot(admission).load(Ordering::Acquire)).time
     }
 
     #[inline]
@@ -137,8 +178,13 @@ impl SlidingWindow {
     /// bisect what is left: O(log min(expired, inside)) slot reads, so a
     /// client that is idle (all expired) or saturated (all inside) costs two
     /// or three reads, mostly of slots the caller has just touched.
-    fn in_window(&self, state: &SlidingWindowState, n: u64, now: u64) -> Result<u64, Moved> {
-        let expired = |admission| Ok::<_, Moved>(self.expired(state.read(admission)?.time, now));
+    fn in_window(
+        &self,
+        n: u64,
+        now: u64,
+        time_of: impl Fn(u64) -> Result<u64, Moved>,
+    ) -> Result<u64, Moved> {
+        let expired = |admission| Ok::<_, Moved>(self.expired(time_of(admission)?, now));
         let mut low = n.saturating_sub(self.config.limit()); // [first, low) expired
         let mut high = n; // [high, n) inside
         let mut stride = 1;
@@ -168,19 +214,26 @@ impl SlidingWindow {
         Ok(n - low)
     }
 
-    fn remaining_at(&self, state: &SlidingWindowState, now: u64) -> u64 {
+    fn remaining_at(&self, state: &SlidingWindowState, now: u64) -> Result<u64, Retired> {
         loop {
-            let snapshot = state.snapshot();
+            let snapshot = state.snapshot()?;
             let now = now.max(snapshot.latest_time);
-            let Ok(inside) = self.in_window(state, snapshot.n, now) else {
+            let time_of = |admission| state.read(admission).map(|slot| slot.time);
+            let Ok(inside) = self.in_window(snapshot.n, now, time_of) else {
                 continue;
             };
             // Every slot read above stays until admission n is committed; if
             // it still is not, the reads all held at this instant.
             if state.slot(snapshot.n).load(Ordering::Acquire) == snapshot.oldest.pack() {
-                return self.config.limit() - inside;
+                return Ok(self.config.limit() - inside);
             }
         }
+    }
+
+    /// Idle when no admission is inside the window at `now`: none ever, or
+    /// the latest one is `<= now − W` (times rise along the ring).
+    fn idle(&self, snapshot: &Snapshot, now: u64) -> bool {
+        snapshot.n == 0 || self.expired(snapshot.latest_time, now)
     }
 }
 
@@ -200,40 +253,26 @@ impl Policy for SlidingWindow {
         self.config
     }
 
+    /// Slot `i` starts as if admission `i − L` had been there.
     fn new_state(&self) -> SlidingWindowState {
-        let len = self.config.limit();
-        SlidingWindowState {
-            committed: AtomicU64::new(0),
-            // Slot i starts as if admission i − L had been there.
-            ring: (0..len)
-                .map(|i| {
-                    AtomicU128::new(
-                        LogSlot {
-                            sequence: i,
-                            time: 0,
-                        }
-                        .pack(),
-                    )
-                })
-                .collect(),
-        }
+        self.spent_state(0, 0)
     }
 
-    fn check(&self, state: &SlidingWindowState, now: u64) -> Decision {
+    fn check(&self, state: &SlidingWindowState, now: u64) -> Result<Decision, Retired> {
         let limit = self.config.limit();
         loop {
             let Snapshot {
                 n,
                 oldest,
                 latest_time,
-            } = state.snapshot();
+            } = state.snapshot()?;
             // Judged at the latest time the state reflects, if that is later.
             let at = now.max(latest_time);
             if n >= limit && !self.expired(oldest.time, at) {
                 // All of the last L are inside the window: none left.
                 let free_at = u128::from(oldest.time) + u128::from(self.config.window());
                 let retry_after = u64::try_from(free_at - u128::from(now)).unwrap_or(u64::MAX);
-                return Decision::reject(0, retry_after);
+                return Ok(Decision::reject(0, retry_after));
             }
             let admitted = LogSlot {
                 sequence: n + limit,
@@ -253,13 +292,85 @@ impl Policy for SlidingWindow {
                 .is_ok()
             {
                 state.advance_hint(n);
-                return Decision::admit(self.remaining_at(state, at));
+                // Retired right after this admission: it is in the frozen
+                // ring, and counted there, so answer from it.
+                let remaining = match self.remaining_at(state, at) {
+                    Ok(remaining) => remaining,
+                    Err(Retired) => self.frozen_remaining(state, at),
+                };
+                return Ok(Decision::admit(remaining));
             }
         }
     }
 
-    fn remaining(&self, state: &SlidingWindowState, now: u64) -> u64 {
+    fn remaining(&self, state: &SlidingWindowState, now: u64) -> Result<u64, Retired> {
         self.remaining_at(state, now)
+    }
+
+    fn retire_if_idle(&self, state: &SlidingWindowState, now: u64) -> bool {
+        loop {
+            let Ok(snapshot) = state.snapshot() else {
+                return false;
+            };
+            if !self.idle(&snapshot, now) {
+                return false;
+            }
+            if state.mark(&snapshot) {
+                return true;
+            }
+        }
+    }
+
+    fn retire_spent(&self, state: &SlidingWindowState, now: u64) -> u64 {
+        while let Ok(snapshot) = state.snapshot() {
+            if state.mark(&snapshot) {
+                break;
+            }
+        }
+        self.config.limit() - self.frozen_remaining(state, now)
+    }
+
+    /// The ring with `spent` admissions at `now`: slot `i < spent` holds
+    /// admission `i` (sequence `i + L`), the others are as new.
+    fn spent_state(&self, spent: u64, now: u64) -> SlidingWindowState {
+        let len = self.config.limit();
+        let spent = spent.min(len);
+        SlidingWindowState {
+            committed: AtomicU64::new(spent),
+            ring: (0..len)
+                .map(|i| {
+                    let slot = if i < spent {
+                        LogSlot {
+                            sequence: i + len,
+                            time: now,
+                        }
+                    } else {
+                        LogSlot {
+                            sequence: i,
+                            time: 0,
+                        }
+                    };
+                    AtomicU128::new(slot.pack())
+                })
+                .collect(),
+        }
+    }
+
+    fn is_retired(&self, state: &SlidingWindowState) -> bool {
+        state.snapshot().is_err()
+    }
+}
+
+impl SlidingWindow {
+    /// `remaining` of a retired ring, as it was frozen.
+    fn frozen_remaining(&self, state: &SlidingWindowState, now: u64) -> u64 {
+        let n = state.frozen_admissions();
+        let latest = n.checked_sub(1).map_or(0, |last| state.frozen_time(last));
+        let time_of = |admission| Ok(state.frozen_time(admission));
+        match self.in_window(n, now.max(latest), time_of) {
+            Ok(inside) => self.config.limit() - inside,
+            Err(Moved) => unreachable!("a frozen ring does not move"),
+        }
     }
 }
 
@@ -275,13 +386,13 @@ mod tests {
     fn the_spec_session_for_one_client() {
         let policy = policy(3, 1_000);
         let rahul = policy.new_state();
-        assert_eq!(policy.check(&rahul, 0), Decision::admit(2));
-        assert_eq!(policy.check(&rahul, 100), Decision::admit(1));
-        assert_eq!(policy.check(&rahul, 200), Decision::admit(0));
-        assert_eq!(policy.check(&rahul, 300), Decision::reject(0, 700));
-        assert_eq!(policy.remaining(&rahul, 999), 0);
-        assert_eq!(policy.check(&rahul, 1_000), Decision::admit(0));
-        assert_eq!(policy.remaining(&rahul, 1_150), 1);
+        assert_eq!(policy.check(&rahul, 0).unwrap(), Decision::admit(2));
+        assert_eq!(policy.check(&rahul, 100).unwrap(), Decision::admit(1));
+        assert_eq!(policy.check(&rahul, 200).unwrap(), Decision::admit(0));
+        assert_eq!(policy.check(&rahul, 300).unwrap(), Decision::reject(0, 700));
+        assert_eq!(policy.remaining(&rahul, 999).unwrap(), 0);
+        assert_eq!(policy.check(&rahul, 1_000).unwrap(), Decision::admit(0));
+        assert_eq!(policy.remaining(&rahul, 1_150).unwrap(), 1);
     }
 
     #[test]
@@ -290,14 +401,14 @@ mod tests {
         let state = policy.new_state();
         for lap in 0..50u64 {
             for i in 0..5 {
-                assert!(policy.check(&state, lap * 100 + i * 10).allowed);
+                assert!(policy.check(&state, lap * 100 + i * 10).unwrap().allowed);
             }
         }
         // Admissions at 4900, 4910, …, 4940.
-        assert_eq!(policy.remaining(&state, 4_999), 0);
-        assert_eq!(policy.remaining(&state, 5_000), 1);
-        assert_eq!(policy.remaining(&state, 5_025), 3);
-        assert_eq!(policy.remaining(&state, 5_040), 5);
+        assert_eq!(policy.remaining(&state, 4_999).unwrap(), 0);
+        assert_eq!(policy.remaining(&state, 5_000).unwrap(), 1);
+        assert_eq!(policy.remaining(&state, 5_025).unwrap(), 3);
+        assert_eq!(policy.remaining(&state, 5_040).unwrap(), 5);
     }
 
     #[test]
@@ -308,11 +419,15 @@ mod tests {
         let state = policy.new_state();
         let times: Vec<u64> = (0..64).map(|i| i * 10).collect();
         for &t in &times {
-            assert!(policy.check(&state, t).allowed);
+            assert!(policy.check(&state, t).unwrap().allowed);
         }
         for now in 630..=1_640 {
             let inside = times.iter().filter(|&&t| t + 1_000 > now).count() as u64;
-            assert_eq!(policy.remaining(&state, now), 64 - inside, "at {now}");
+            assert_eq!(
+                policy.remaining(&state, now).unwrap(),
+                64 - inside,
+                "at {now}"
+            );
         }
     }
 
@@ -320,9 +435,37 @@ mod tests {
     fn an_older_now_is_stored_as_the_latest_time() {
         let policy = policy(2, 100);
         let state = policy.new_state();
-        assert!(policy.check(&state, 500).allowed);
-        assert!(policy.check(&state, 10).allowed); // stored as 500
-        assert_eq!(policy.check(&state, 550), Decision::reject(0, 50));
-        assert_eq!(policy.remaining(&state, 600), 2);
+        assert!(policy.check(&state, 500).unwrap().allowed);
+        assert!(policy.check(&state, 10).unwrap().allowed); // stored as 500
+        assert_eq!(policy.check(&state, 550).unwrap(), Decision::reject(0, 50));
+        assert_eq!(policy.remaining(&state, 600).unwrap(), 2);
+    }
+
+    #[test]
+    fn idle_once_the_latest_admission_left_the_window() {
+        let policy = policy(3, 100);
+        let state = policy.new_state();
+        assert!(policy.check(&state, 10).unwrap().allowed);
+        assert!(policy.check(&state, 40).unwrap().allowed);
+        assert!(!policy.retire_if_idle(&state, 139));
+        assert!(policy.retire_if_idle(&state, 140));
+        assert_eq!(policy.check(&state, 140), Err(Retired));
+        assert_eq!(policy.remaining(&state, 140), Err(Retired));
+        assert!(policy.is_retired(&state));
+    }
+
+    #[test]
+    fn a_retired_ring_still_tells_what_it_spent() {
+        let policy = policy(4, 100);
+        let state = policy.new_state();
+        for t in [0, 10, 20, 30, 100, 110] {
+            assert!(policy.check(&state, t).unwrap().allowed);
+        }
+        // At 110: 20, 30, 100 and 110 are inside.
+        assert_eq!(policy.retire_spent(&state, 110), 4);
+        assert_eq!(policy.retire_spent(&state, 131), 2, "frozen: 100, 110");
+        let carried = policy.spent_state(2, 131);
+        assert_eq!(policy.remaining(&carried, 131).unwrap(), 2);
+        assert_eq!(policy.remaining(&carried, 231).unwrap(), 4);
     }
 }

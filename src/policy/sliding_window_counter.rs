@@ -4,8 +4,8 @@
 //! and `e` ticks into it, a request is admitted iff
 //! `p·(W − e) + c·W < L·W` (all in exact integers).
 
-use super::{saturate, sealed, Policy};
-use crate::cell::{transition, AtomicWord, Step, WindowWord};
+use super::{saturate, sealed, Policy, Retired};
+use crate::cell::{self, transition, AtomicWord, Step, WindowWord};
 use crate::sync::AtomicU128;
 use crate::{Config, ConfigError, Decision, PolicyKind};
 
@@ -175,13 +175,49 @@ impl Policy for SlidingWindowCounter {
     }
 
     #[inline]
-    fn check(&self, state: &SlidingWindowCounterState, now: u64) -> Decision {
+    fn check(&self, state: &SlidingWindowCounterState, now: u64) -> Result<Decision, Retired> {
         transition(&state.word, |word| self.step(word, now))
     }
 
     #[inline]
-    fn remaining(&self, state: &SlidingWindowCounterState, now: u64) -> u64 {
-        self.remaining_of(self.view(state.word.load_word(), now))
+    fn remaining(&self, state: &SlidingWindowCounterState, now: u64) -> Result<u64, Retired> {
+        Ok(self.remaining_of(self.view(cell::read(&state.word)?, now)))
+    }
+
+    /// Idle when both counts seen from `now` are 0: every later window
+    /// then starts from (0, 0), as a new client's do.
+    fn retire_if_idle(&self, state: &SlidingWindowCounterState, now: u64) -> bool {
+        cell::retire_if(&state.word, |word| {
+            let counts = self.view(word, now).counts;
+            counts.previous == 0 && counts.current == 0
+        })
+    }
+
+    fn retire_spent(&self, state: &SlidingWindowCounterState, now: u64) -> u64 {
+        let (word, _) = cell::retire(&state.word);
+        self.config.limit() - self.remaining_of(self.view(word, now))
+    }
+
+    /// The spent count lands in the current window, with no previous
+    /// count: `remaining` is `⌈(L·W − spent·W) / W⌉ = L − spent`.
+    fn spent_state(&self, spent: u64, now: u64) -> SlidingWindowCounterState {
+        let counts = WindowWord {
+            window: now / self.config.window(),
+            previous: 0,
+            // At most L < 2^20 (the 20-bit field).
+            current: spent.min(self.config.limit()) as u32,
+        };
+        SlidingWindowCounterState {
+            word: AtomicU128::new(counts.pack()),
+        }
+    }
+
+    fn is_retired(&self, state: &SlidingWindowCounterState) -> bool {
+        AtomicU128::is_retired(state.word.load_word())
+    }
+
+    fn forgets_after(&self) -> u64 {
+        self.config.window().saturating_mul(2)
     }
 }
 
@@ -198,23 +234,33 @@ mod tests {
         let policy = policy(4, 100);
         let state = policy.new_state();
         for _ in 0..4 {
-            assert!(policy.check(&state, 10).allowed);
+            assert!(policy.check(&state, 10).unwrap().allowed);
         }
         // Window 1, e = 0: 4·100 >= 400, rejected; first open e: 4e > 0 → 1.
-        assert_eq!(policy.check(&state, 100), Decision::reject(0, 1));
+        assert_eq!(policy.check(&state, 100), Ok(Decision::reject(0, 1)));
         // e = 25: 4·75 = 300 < 400, one fits: remaining ⌈100/100⌉ = 1 → 0 after.
-        assert_eq!(policy.check(&state, 125), Decision::admit(0));
-        assert_eq!(policy.remaining(&state, 150), 1);
+        assert_eq!(policy.check(&state, 125), Ok(Decision::admit(0)));
+        assert_eq!(policy.remaining(&state, 150), Ok(1));
         // Two windows later everything is forgotten.
-        assert_eq!(policy.remaining(&state, 300), 4);
+        assert_eq!(policy.remaining(&state, 300), Ok(4));
+    }
+
+    #[test]
+    fn idle_once_both_counts_are_behind() {
+        let policy = policy(4, 100);
+        let state = policy.new_state();
+        policy.check(&state, 150).unwrap(); // window 1
+        assert!(!policy.retire_if_idle(&state, 299)); // window 2: previous = 1
+        assert!(policy.retire_if_idle(&state, 300)); // window 3: (0, 0)
+        assert_eq!(policy.check(&state, 300), Err(Retired));
     }
 
     #[test]
     fn window_of_one_tick_waits_two_windows_when_full() {
         let policy = policy(1, 1);
         let state = policy.new_state();
-        assert!(policy.check(&state, 0).allowed);
+        assert!(policy.check(&state, 0).unwrap().allowed);
         // At 0 full; at 1 the previous window (count 1) weighs 1·(1 − 0) = 1.
-        assert_eq!(policy.check(&state, 0), Decision::reject(0, 2));
+        assert_eq!(policy.check(&state, 0), Ok(Decision::reject(0, 2)));
     }
 }

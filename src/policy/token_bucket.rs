@@ -10,10 +10,12 @@
 //! until `B <= d`, the full bucket; an admission raises `max(B, d)` by one,
 //! taking one.) That is GCRA counted in drips with `τ = L − 1`, so the whole
 //! state is one `u64` that only grows — by one per admission, never past
-//! `d + L` — and no count or timestamp needs packing.
+//! `d + L` — and no count or timestamp needs packing. Time stops at 2^62 − 1
+//! ticks past the origin (`cell::schedule_time`), so `B < 2^62 + 2^20` and
+//! the top bit is free for the retirement mark.
 
-use super::{saturate, sealed, Policy};
-use crate::cell::{transition, AtomicWord, Step};
+use super::{saturate, sealed, Policy, Retired};
+use crate::cell::{self, schedule_time, transition, AtomicWord, Step};
 use crate::sync::AtomicU64;
 use crate::{Config, ConfigError, Decision, PolicyKind};
 
@@ -32,6 +34,12 @@ pub struct TokenBucketState {
 }
 
 impl TokenBucket {
+    /// Drips so far at `now`.
+    #[inline]
+    fn drips(&self, now: u64) -> u64 {
+        schedule_time(now) / self.interval
+    }
+
     /// Tokens in a bucket whose state is `b` after `drips` drips.
     #[inline]
     fn tokens(&self, b: u64, drips: u64) -> u64 {
@@ -45,8 +53,8 @@ impl TokenBucket {
         let drips = now / self.interval;
         let t = b.max(drips);
         if t - drips < self.config.limit() {
-            // Saturates only at now / I = 2^64 − 1, past any real clock.
-            let next = t.saturating_add(1);
+            // t <= d + L − 1 < 2^62 + 2^20: no overflow (module docs).
+            let next = t + 1;
             Step {
                 decision: Decision::admit(self.tokens(next, drips)),
                 next: Some(next),
@@ -88,13 +96,36 @@ impl Policy for TokenBucket {
     }
 
     #[inline]
-    fn check(&self, state: &TokenBucketState, now: u64) -> Decision {
+    fn check(&self, state: &TokenBucketState, now: u64) -> Result<Decision, Retired> {
+        let now = schedule_time(now);
         transition(&state.drips, |b| self.step(b, now))
     }
 
     #[inline]
-    fn remaining(&self, state: &TokenBucketState, now: u64) -> u64 {
-        self.tokens(state.drips.load_word(), now / self.interval)
+    fn remaining(&self, state: &TokenBucketState, now: u64) -> Result<u64, Retired> {
+        Ok(self.tokens(cell::read(&state.drips)?, self.drips(now)))
+    }
+
+    /// Idle when full: `B <= d`, as a new bucket's `B = 0` is for every `d`.
+    fn retire_if_idle(&self, state: &TokenBucketState, now: u64) -> bool {
+        let drips = self.drips(now);
+        cell::retire_if(&state.drips, |b| b <= drips)
+    }
+
+    fn retire_spent(&self, state: &TokenBucketState, now: u64) -> u64 {
+        let (b, _) = cell::retire(&state.drips);
+        self.config.limit() - self.tokens(b, self.drips(now))
+    }
+
+    /// `B = d + spent` holds `L − spent` tokens.
+    fn spent_state(&self, spent: u64, now: u64) -> TokenBucketState {
+        TokenBucketState {
+            drips: AtomicU64::new(self.drips(now) + spent.min(self.config.limit())),
+        }
+    }
+
+    fn is_retired(&self, state: &TokenBucketState) -> bool {
+        AtomicU64::is_retired(state.drips.load_word())
     }
 }
 
@@ -106,21 +137,43 @@ mod tests {
     fn the_spec_session() {
         let policy = TokenBucket::new(Config::new(2, 1_000).unwrap()).unwrap();
         let state = policy.new_state();
-        assert_eq!(policy.check(&state, 0), Decision::admit(1));
-        assert_eq!(policy.check(&state, 10), Decision::admit(0));
-        assert_eq!(policy.check(&state, 20), Decision::reject(0, 480));
-        assert_eq!(policy.remaining(&state, 499), 0);
-        assert_eq!(policy.check(&state, 500), Decision::admit(0));
-        assert_eq!(policy.remaining(&state, 2_000), 2);
+        assert_eq!(policy.check(&state, 0), Ok(Decision::admit(1)));
+        assert_eq!(policy.check(&state, 10), Ok(Decision::admit(0)));
+        assert_eq!(policy.check(&state, 20), Ok(Decision::reject(0, 480)));
+        assert_eq!(policy.remaining(&state, 499), Ok(0));
+        assert_eq!(policy.check(&state, 500), Ok(Decision::admit(0)));
+        assert_eq!(policy.remaining(&state, 2_000), Ok(2));
     }
 
     #[test]
     fn a_drip_into_a_full_bucket_is_wasted() {
         let policy = TokenBucket::new(Config::new(2, 10).unwrap()).unwrap(); // I = 5
         let state = policy.new_state();
-        assert_eq!(policy.remaining(&state, 1_000), 2);
-        assert!(policy.check(&state, 1_000).allowed);
-        assert!(policy.check(&state, 1_000).allowed);
-        assert_eq!(policy.check(&state, 1_004), Decision::reject(0, 1));
+        assert_eq!(policy.remaining(&state, 1_000), Ok(2));
+        assert!(policy.check(&state, 1_000).unwrap().allowed);
+        assert!(policy.check(&state, 1_000).unwrap().allowed);
+        assert_eq!(policy.check(&state, 1_004), Ok(Decision::reject(0, 1)));
+    }
+
+    #[test]
+    fn idle_exactly_when_full_again() {
+        let policy = TokenBucket::new(Config::new(2, 10).unwrap()).unwrap(); // I = 5
+        let state = policy.new_state();
+        policy.check(&state, 7).unwrap(); // B = 2, d = 1: one token
+        assert!(!policy.retire_if_idle(&state, 9));
+        assert!(policy.retire_if_idle(&state, 10)); // the drip at 10 fills it
+        assert_eq!(policy.remaining(&state, 10), Err(Retired));
+    }
+
+    #[test]
+    fn spent_is_carried() {
+        let policy = TokenBucket::new(Config::new(100, 1_000).unwrap()).unwrap();
+        let state = policy.new_state();
+        for _ in 0..80 {
+            policy.check(&state, 3).unwrap();
+        }
+        assert_eq!(policy.retire_spent(&state, 3), 80);
+        let wider = TokenBucket::new(Config::new(200, 1_000).unwrap()).unwrap();
+        assert_eq!(wider.remaining(&wider.spent_state(80, 3), 3), Ok(120));
     }
 }

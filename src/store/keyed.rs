@@ -1,5 +1,6 @@
 //! The in-memory keyed store: client key → that client's state, in an
-//! `scc::HashIndex` hashed by a randomly seeded `ahash`.
+//! `scc::HashIndex` hashed by a randomly seeded `ahash`, with the bounds of
+//! [`crate::bounds`] (idle sweeps, a cap).
 //!
 //! # What is lock-free
 //!
@@ -13,13 +14,33 @@
 //! that race to create the same client each build a candidate, exactly one
 //! insert succeeds, and the others drop theirs and use the winner's: every
 //! client has exactly one state.
+//!
+//! # Removing clients
+//!
+//! A client leaves the map only after its state was *retired* (`cell`'s
+//! module docs): a sweep retires an idle state with one CAS, which fails if
+//! any decision was stored since it was judged idle, and only then removes
+//! the entry. A call that still holds the entry sees the mark on its next
+//! CAS, removes the entry if the sweep has not yet, and looks the client up
+//! again — so no admission is ever made on a state that has left the map.
+//!
+//! # The cap
+//!
+//! `tracked` counts clients in the map plus places reserved by inserts in
+//! flight, minus states retired and about to be removed. A new client
+//! reserves its place (one CAS that fails at the cap) before it is inserted,
+//! so `tracked` never passes the cap. The map itself can hold more for the
+//! moment between a sweep's retiring CAS and its removal of that entry: at
+//! most one entry per thread sweeping (one at a time) or removing a retired
+//! entry it found — the slack the cap documents.
 
 use std::hash::Hash;
 use std::sync::Arc;
 
 use scc::Equivalent;
 
-use crate::sync::ClientIndex;
+use crate::bounds::{Bounds, SweepSchedule, SweepTurn};
+use crate::sync::{self, AtomicUsize, ClientIndex, Ordering};
 
 /// One client: when it was created, and its policy state.
 #[derive(Debug)]
@@ -30,11 +51,26 @@ pub(crate) struct Client<S> {
     pub(crate) state: S,
 }
 
+/// What a new client's arrival came to.
+pub(crate) enum Arrival<S> {
+    /// This call created the client.
+    Created(Arc<Client<S>>),
+    /// Another call created it first: look it up again.
+    Raced,
+    /// The cap is reached and nothing idle could go: the overflow rule.
+    Full,
+}
+
 /// Client key → shared client state.
 pub(crate) struct KeyedStore<K, S> {
     /// `scc::HashIndex` hashed by a randomly seeded `ahash` (a loom-visible
     /// stand-in under the loom cfg; see `crate::sync`).
     clients: ClientIndex<K, Arc<Client<S>>>,
+    /// Places taken under the cap (module docs, "The cap"). Relaxed: it is
+    /// one counter changed only by read-modify-writes, which are totally
+    /// ordered whatever the ordering; nothing else is published through it.
+    tracked: AtomicUsize,
+    schedule: SweepSchedule,
 }
 
 impl<K, S> KeyedStore<K, S>
@@ -42,67 +78,244 @@ where
     K: Hash + Eq + Clone + 'static,
     S: 'static,
 {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(bounds: Bounds) -> Self {
         Self {
             // `HashIndex::default()` is `with_hasher(RandomState::default())`,
-            // and ahash's `default()` is `new()`: a randomly seeded hasher.
+            // and ahash's `default()` is `new()`: a randomly seeded hasher, so
+            // ids crafted to collide in one process do not in another.
             clients: ClientIndex::default(),
+            tracked: AtomicUsize::new(0),
+            schedule: SweepSchedule::new(bounds),
         }
     }
 
-    /// Runs `visit` on `key`'s client, creating it (with origin `now`) if it
-    /// does not exist yet.
+    pub(crate) fn bounds(&self) -> Bounds {
+        self.schedule.bounds()
+    }
+
+    /// Runs `visit` on `key`'s client, if it is tracked.
     #[inline]
-    pub(crate) fn with_client<Q, R>(
-        &self,
-        key: &Q,
-        now: u64,
-        new_state: impl Fn() -> S,
-        visit: impl Fn(&Client<S>) -> R,
-    ) -> R
+    pub(crate) fn peek<Q, R>(&self, key: &Q, visit: impl FnOnce(&Client<S>) -> R) -> Option<R>
     where
-        Q: ?Sized + Hash + Equivalent<K> + ToOwned<Owned = K>,
+        Q: ?Sized + Hash + Equivalent<K>,
     {
-        if let Some(answer) = self.clients.peek_with(key, |_, client| visit(client)) {
-            return answer;
-        }
-        self.create(key, now, new_state, visit)
+        self.clients.peek_with(key, |_, client| visit(client))
     }
 
+    /// A call for `key`, which was not tracked, at `now`: sweeps first if a
+    /// sweep is due, then creates the client if there is room.
+    ///
+    /// `retire_idle(client, now)` retires the client's state if it is idle
+    /// at `now` and says whether it did; `retired(state)` tells a retired
+    /// state.
     #[cold]
     #[inline(never)]
-    fn create<Q, R>(
+    pub(crate) fn arrive<Q>(
         &self,
         key: &Q,
         now: u64,
-        new_state: impl Fn() -> S,
-        visit: impl Fn(&Client<S>) -> R,
-    ) -> R
+        new_state: impl FnOnce() -> S,
+        retire_idle: impl Fn(&Client<S>, u64) -> bool,
+        retired: impl Fn(&S) -> bool,
+    ) -> Arrival<S>
     where
         Q: ?Sized + Hash + Equivalent<K> + ToOwned<Owned = K>,
     {
+        if let Some(turn) = self.schedule.arrive() {
+            self.sweep_turn(turn, now, &retire_idle, &retired);
+        }
+        let cap = self.schedule.bounds().cap();
+        if !self.reserve(cap) {
+            let Some(cap) = cap else {
+                unreachable!("reserving fails only at a cap")
+            };
+            if let Some(turn) = self.schedule.at_cap(cap) {
+                self.sweep_turn(turn, now, &retire_idle, &retired);
+            }
+            if !self.reserve(Some(cap)) {
+                // A racing first call may have created this very client.
+                return if self.clients.peek_with(key, |_, _| ()).is_some() {
+                    Arrival::Raced
+                } else {
+                    Arrival::Full
+                };
+            }
+        }
         let candidate = Arc::new(Client {
             origin: now,
             state: new_state(),
         });
-        loop {
-            match self
-                .clients
-                .insert_sync(key.to_owned(), Arc::clone(&candidate))
-            {
-                Ok(()) => return visit(&candidate),
-                Err(_) => {
-                    // Another thread created it first: use theirs.
-                    if let Some(answer) = self.clients.peek_with(key, |_, client| visit(client)) {
-                        return answer;
-                    }
-                }
+        match self
+            .clients
+            .insert_sync(key.to_owned(), Arc::clone(&candidate))
+        {
+            Ok(()) => Arrival::Created(candidate),
+            Err(_) => {
+                // Another thread created it first: give the place back and
+                // use theirs.
+                self.tracked.fetch_sub(1, Ordering::Relaxed);
+                Arrival::Raced
             }
         }
     }
 
-    /// How many clients have state.
+    /// Takes a place under `cap`; false at the cap.
+    fn reserve(&self, cap: Option<usize>) -> bool {
+        let Some(cap) = cap else {
+            self.tracked.fetch_add(1, Ordering::Relaxed);
+            return true;
+        };
+        self.tracked
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |tracked| {
+                (tracked < cap).then_some(tracked + 1)
+            })
+            .is_ok()
+    }
+
+    /// Removes `key`'s entry if its state is retired (a call found it so;
+    /// the place was given back by whoever retired it).
+    pub(crate) fn remove_retired<Q>(&self, key: &Q, retired: impl Fn(&S) -> bool)
+    where
+        Q: ?Sized + Hash + Equivalent<K>,
+    {
+        self.clients
+            .remove_if_sync(key, |client| retired(&client.state));
+    }
+
+    /// An explicit sweep at `now`: how many clients it removed (0 if another
+    /// thread is sweeping).
+    pub(crate) fn sweep(
+        &self,
+        now: u64,
+        retire_idle: impl Fn(&Client<S>, u64) -> bool,
+        retired: impl Fn(&S) -> bool,
+    ) -> usize {
+        match self.schedule.turn() {
+            Some(turn) => self.sweep_turn(turn, now, &retire_idle, &retired),
+            None => 0,
+        }
+    }
+
+    /// Removes every client idle at `now`, one bucket at a time.
+    fn sweep_turn(
+        &self,
+        turn: SweepTurn<'_>,
+        now: u64,
+        retire_idle: &impl Fn(&Client<S>, u64) -> bool,
+        retired: &impl Fn(&S) -> bool,
+    ) -> usize {
+        let mut removed = 0;
+        self.clients.retain_sync(|_, client| {
+            if retire_idle(client, now) {
+                removed += 1;
+                return false;
+            }
+            // Retired by someone else (a reloaded tier's carry-over) and not
+            // yet removed: drop the entry too; its place is not ours to give.
+            !retired(&client.state)
+        });
+        let kept = self.tracked.fetch_sub(removed, Ordering::Relaxed) - removed;
+        turn.finish(kept);
+        removed
+    }
+
+    /// How many clients hold a place: those in the map, plus those being
+    /// inserted right now. Exact when no call is in flight; and, unlike a
+    /// count of the map's entries (a scan, which while another thread
+    /// resizes the map can see an entry in both the old and the new table),
+    /// never above the cap and O(1).
     pub(crate) fn len(&self) -> usize {
-        self.clients.len()
+        self.tracked.load(Ordering::Relaxed)
+    }
+
+    /// `key`'s client, shared.
+    pub(crate) fn get<Q>(&self, key: &Q) -> Option<Arc<Client<S>>>
+    where
+        Q: ?Sized + Hash + Equivalent<K>,
+    {
+        self.clients.peek_with(key, |_, client| Arc::clone(client))
+    }
+
+    /// Puts `successor` in `key`'s entry if the entry still holds `client`;
+    /// whether it did. The place stays taken: it is the same client.
+    pub(crate) fn replace<Q>(
+        &self,
+        key: &Q,
+        client: &Arc<Client<S>>,
+        successor: Arc<Client<S>>,
+    ) -> bool
+    where
+        Q: ?Sized + Hash + Equivalent<K>,
+    {
+        sync::replace_if(
+            &self.clients,
+            key,
+            |present| Arc::ptr_eq(present, client),
+            successor,
+        )
+    }
+}
+
+#[cfg(all(test, not(floodgate_loom)))]
+mod tests {
+    use super::*;
+    use crate::sync::AtomicU64;
+
+    /// A state that is idle while its word is even, retired when it is
+    /// `u64::MAX`: enough to drive the store's protocols by hand.
+    type Word = AtomicU64;
+
+    fn idle(client: &Client<Word>, _: u64) -> bool {
+        let word = client.state.load(Ordering::Relaxed);
+        word % 2 == 0
+            && client
+                .state
+                .compare_exchange(word, u64::MAX, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+    }
+
+    fn retired(state: &Word) -> bool {
+        state.load(Ordering::Relaxed) == u64::MAX
+    }
+
+    fn arrive(store: &KeyedStore<u64, Word>, key: u64, word: u64) -> bool {
+        matches!(
+            store.arrive(&key, 0, || AtomicU64::new(word), idle, retired),
+            Arrival::Created(_)
+        )
+    }
+
+    /// The place count is the map's length after every kind of step:
+    /// inserts, a lost race, a sweep, the cap, a retired entry removed.
+    #[test]
+    fn places_follow_the_map() {
+        let store = KeyedStore::<u64, Word>::new(Bounds::new().max_clients(5));
+        for key in 0..4 {
+            assert!(arrive(&store, key, key)); // keys 0 and 2 idle
+        }
+        assert_eq!((store.len(), store.clients.len()), (4, 4));
+        assert!(matches!(
+            store.arrive(&1, 0, || AtomicU64::new(1), idle, retired),
+            Arrival::Raced
+        ));
+        assert_eq!((store.len(), store.clients.len()), (4, 4));
+        assert!(arrive(&store, 4, 5));
+        // At the cap: the arrival sweeps (0 and 2 go) and takes a place.
+        assert!(arrive(&store, 10, 1));
+        assert_eq!((store.len(), store.clients.len()), (4, 4));
+        assert!(store.peek(&0, |_| ()).is_none());
+        assert!(arrive(&store, 11, 3));
+        // Full of busy clients: no room.
+        assert!(matches!(
+            store.arrive(&12, 0, || AtomicU64::new(1), idle, retired),
+            Arrival::Full
+        ));
+        assert_eq!((store.len(), store.clients.len()), (5, 5));
+        // A state retired by someone else, then removed by a call.
+        store.peek(&10, |client| {
+            client.state.store(u64::MAX, Ordering::Relaxed)
+        });
+        store.remove_retired(&10, retired);
+        assert_eq!(store.clients.len(), 4);
     }
 }

@@ -3,4 +3,4 @@
 
 mod keyed;
 
-pub(crate) use keyed::KeyedStore;
+pub(crate) use keyed::{Arrival, Client, KeyedStore};

@@ -1,0 +1,162 @@
+//! Removing clients under traffic: an idle sweep racing a check of the
+//! client it judges, and a tier reload carried over by racing checks. The
+//! limiter runs its real retire, remove and replace protocols over the
+//! library's loom-visible map and pointer.
+#![cfg(floodgate_loom)]
+
+use floodgate::policy::{Gcra, Policy, SlidingWindow, TokenBucket};
+use floodgate::tiers::{TierSpec, Tiers};
+use floodgate::{Config, Limiter, ManualClock, PolicyKind, RateLimiter};
+use loom::sync::Arc;
+use loom::thread;
+
+const KEY: u64 = 7;
+
+/// `L = 1`, `W = 100`: the client's one admission at 0 makes it idle from
+/// 100 on. A sweep at 100 races a check at 100: either the sweep retires and
+/// removes the idle state and the check creates a fresh one, or the check
+/// lands first and the sweep finds the client busy. Either way exactly one
+/// admission at 100, one client, and no second admission.
+fn sweep_races_check<P: Policy>() {
+    loom::model(|| {
+        let policy = P::new(Config::new(1, 100).unwrap()).unwrap();
+        let limiter = Arc::new(Limiter::<u64, P, _>::with_clock(
+            policy,
+            ManualClock::new(0),
+        ));
+        assert!(limiter.check_at(&KEY, 0).allowed);
+        let sweeper = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || limiter.sweep_at(100))
+        };
+        let admitted = limiter.check_at(&KEY, 100).allowed;
+        let removed = sweeper.join().unwrap();
+        assert!(admitted, "the client was idle at 100 either way");
+        assert!(removed <= 1);
+        assert_eq!(limiter.tracked_clients(), 1);
+        assert!(!limiter.check_at(&KEY, 100).allowed, "one admission at 100");
+        assert_eq!(limiter.remaining_at(&KEY, 100), 0);
+    });
+}
+
+/// The same race with a client that is *not* idle (one of two spent, and
+/// the sweep at the same instant): the sweep must never remove it, so the
+/// racing check takes the last one and a third is rejected.
+fn sweep_never_removes_a_busy_client<P: Policy>() {
+    loom::model(|| {
+        let policy = P::new(Config::new(2, 100).unwrap()).unwrap();
+        let limiter = Arc::new(Limiter::<u64, P, _>::with_clock(
+            policy,
+            ManualClock::new(0),
+        ));
+        assert!(limiter.check_at(&KEY, 50).allowed);
+        let sweeper = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || limiter.sweep_at(60))
+        };
+        assert!(limiter.check_at(&KEY, 60).allowed);
+        assert_eq!(sweeper.join().unwrap(), 0);
+        assert!(!limiter.check_at(&KEY, 60).allowed);
+    });
+}
+
+/// A tier reloaded from `L = 2` to `L = 3` after one admission, then two
+/// threads' first calls after the reload race to carry the client over (and
+/// each makes one check): the spent one is carried exactly once, so exactly
+/// two more are admitted at the frozen instant and nothing is left.
+fn racing_carry_over(policy: PolicyKind) {
+    loom::model(move || {
+        let spec = move |limit| TierSpec::new(policy, Config::new(limit, 300).unwrap()).unwrap();
+        let tiers = Arc::new(Tiers::with_clock(
+            "free",
+            spec(2),
+            |_: &u64| "free",
+            ManualClock::new(0),
+        ));
+        assert!(tiers.check_at(&KEY, 0).allowed);
+        tiers.reload("free", spec(3)).unwrap();
+        let other = {
+            let tiers = Arc::clone(&tiers);
+            thread::spawn(move || tiers.check_at(&KEY, 0).allowed)
+        };
+        let mine = tiers.check_at(&KEY, 0).allowed;
+        let theirs = other.join().unwrap();
+        assert!(mine && theirs, "3 − 1 spent = 2 left for the two racers");
+        assert_eq!(tiers.remaining_at(&KEY, 0), 0);
+        assert!(!tiers.check_at(&KEY, 0).allowed);
+    });
+}
+
+/// A reload racing a client's checks: whichever rule each check meets, the
+/// total is exact. Two checks under `L = 2` after one admission: the old
+/// rule leaves one, the new rule (`L = 4`) three minus what was spent.
+/// Whatever the order, what is left afterwards is `4 − everything admitted`.
+fn reload_races_checks(policy: PolicyKind) {
+    loom::model(move || {
+        let spec = move |limit| TierSpec::new(policy, Config::new(limit, 400).unwrap()).unwrap();
+        let tiers = Arc::new(Tiers::with_clock(
+            "free",
+            spec(2),
+            |_: &u64| "free",
+            ManualClock::new(0),
+        ));
+        assert!(tiers.check_at(&KEY, 0).allowed);
+        let reloader = {
+            let tiers = Arc::clone(&tiers);
+            thread::spawn(move || tiers.reload("free", spec(4)).unwrap())
+        };
+        let admitted = 1 + (0..2).filter(|_| tiers.check_at(&KEY, 0).allowed).count() as u64;
+        reloader.join().unwrap();
+        assert_eq!(tiers.remaining_at(&KEY, 0), 4 - admitted);
+    });
+}
+
+#[test]
+fn gcra_sweep_races_check() {
+    sweep_races_check::<Gcra>();
+}
+
+#[test]
+fn token_bucket_sweep_races_check() {
+    sweep_races_check::<TokenBucket>();
+}
+
+#[test]
+fn sliding_window_sweep_races_check() {
+    sweep_races_check::<SlidingWindow>();
+}
+
+#[test]
+fn gcra_sweep_never_removes_a_busy_client() {
+    sweep_never_removes_a_busy_client::<Gcra>();
+}
+
+#[test]
+fn sliding_window_sweep_never_removes_a_busy_client() {
+    sweep_never_removes_a_busy_client::<SlidingWindow>();
+}
+
+#[test]
+fn gcra_racing_carry_over() {
+    racing_carry_over(PolicyKind::Gcra);
+}
+
+#[test]
+fn sliding_window_racing_carry_over() {
+    racing_carry_over(PolicyKind::SlidingWindow);
+}
+
+#[test]
+fn fixed_window_racing_carry_over() {
+    racing_carry_over(PolicyKind::FixedWindow);
+}
+
+#[test]
+fn gcra_reload_races_checks() {
+    reload_races_checks(PolicyKind::Gcra);
+}
+
+#[test]
+fn token_bucket_reload_races_checks() {
+    reload_races_checks(PolicyKind::TokenBucket);
+}

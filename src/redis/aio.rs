@@ -1,0 +1,207 @@
+//! The async Redis limiter, for tokio.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use ::redis::Client;
+
+use super::script::{decision, Op, Reply};
+use super::{Core, RedisConfigError, RedisError, RedisOptions, TimeSource};
+use crate::{Config, Decision, PolicyKind};
+
+/// A per-client limiter whose state lives in Redis, for tokio: the
+/// decisions of [`RedisLimiter`](super::RedisLimiter) as `async` methods.
+///
+/// All calls share one multiplexed connection (a [`ConnectionManager`]):
+/// concurrent calls are pipelined on it, and after a failure it reconnects
+/// in the background, so the limiter outlives a restart of Redis. Each call
+/// is bounded by [`RedisOptions::timeout`], waiting for a reconnection
+/// included. Cloning is cheap and shares the connection.
+///
+/// The infallible methods answer by the [`OnFailure`](super::OnFailure)
+/// rule when Redis fails; the `try_*` methods return the error.
+///
+/// # Examples
+///
+/// ```no_run
+/// use floodgate::redis::{AsyncRedisLimiter, RedisOptions};
+/// use floodgate::{Config, PolicyKind};
+///
+/// # async fn serve() -> Result<(), Box<dyn std::error::Error>> {
+/// // 10 requests per second on Redis's clock (microseconds).
+/// let limiter = AsyncRedisLimiter::new(
+///     "redis://127.0.0.1:6379",
+///     PolicyKind::TokenBucket,
+///     Config::new(10, 1_000_000)?,
+///     RedisOptions::new(),
+/// )
+/// .await?;
+/// let decision = limiter.check("client-42").await;
+/// if !decision.allowed {
+///     // 429, retry after `decision.retry_after` microseconds
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct AsyncRedisLimiter {
+    core: std::sync::Arc<Core>,
+    connection: ConnectionManager,
+}
+
+impl AsyncRedisLimiter {
+    /// A limiter applying `policy` with `config` to the Redis at `url`.
+    /// Connects on first use (Redis need not be up yet); call it inside a
+    /// tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// As [`RedisLimiter::new`](super::RedisLimiter::new).
+    pub async fn new(
+        url: &str,
+        policy: PolicyKind,
+        config: Config,
+        options: RedisOptions,
+    ) -> Result<Self, RedisConfigError> {
+        let core = Core::new(policy, config, &options)?;
+        let client = Client::open(url).map_err(RedisConfigError::Url)?;
+        let manager = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(core.timeout))
+            .set_response_timeout(Some(core.timeout))
+            // Reconnection attempts back off from 10 ms to 1 s, so traffic
+            // resumes within about a second of Redis coming back.
+            .set_min_delay(Duration::from_millis(10))
+            .set_max_delay(Duration::from_secs(1));
+        let connection = ConnectionManager::new_lazy_with_config(client, manager)
+            .map_err(RedisConfigError::Url)?;
+        Ok(Self {
+            core: std::sync::Arc::new(core),
+            connection,
+        })
+    }
+
+    /// Decides one request of `key` at `now` (ticks of the time source).
+    ///
+    /// # Errors
+    ///
+    /// As [`RedisLimiter::try_check_at`](super::RedisLimiter::try_check_at).
+    pub async fn try_check_at(&self, key: &str, now: u64) -> Result<Decision, RedisError> {
+        decision(self.call(key, Op::Check, Some(now)).await?)
+    }
+
+    /// Decides one request of `key` now (by Redis's clock with
+    /// [`TimeSource::Server`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`try_check_at`](Self::try_check_at).
+    pub async fn try_check(&self, key: &str) -> Result<Decision, RedisError> {
+        decision(self.call(key, Op::Check, self.core.implicit_now()).await?)
+    }
+
+    /// How many requests of `key` would be admitted one after another at
+    /// `now`.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_check_at`](Self::try_check_at).
+    pub async fn try_remaining_at(&self, key: &str, now: u64) -> Result<u64, RedisError> {
+        Ok(decision(self.call(key, Op::Remaining, Some(now)).await?)?.remaining)
+    }
+
+    /// How many requests of `key` would be admitted now.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_check_at`](Self::try_check_at).
+    pub async fn try_remaining(&self, key: &str) -> Result<u64, RedisError> {
+        let now = self.core.implicit_now();
+        Ok(decision(self.call(key, Op::Remaining, now).await?)?.remaining)
+    }
+
+    /// Decides one request of `key` at `now`; the fault rule answers when
+    /// Redis fails.
+    pub async fn check_at(&self, key: &str, now: u64) -> Decision {
+        match self.try_check_at(key, now).await {
+            Ok(decision) => decision,
+            Err(_) => self.core.check_on_failure(key, Some(now)),
+        }
+    }
+
+    /// Decides one request of `key` now; the fault rule answers when Redis
+    /// fails.
+    pub async fn check(&self, key: &str) -> Decision {
+        let now = self.core.implicit_now();
+        match self.call(key, Op::Check, now).await.and_then(decision) {
+            Ok(decision) => decision,
+            Err(_) => self.core.check_on_failure(key, now),
+        }
+    }
+
+    /// How many requests of `key` would be admitted at `now`; the fault
+    /// rule answers when Redis fails.
+    pub async fn remaining_at(&self, key: &str, now: u64) -> u64 {
+        match self.try_remaining_at(key, now).await {
+            Ok(remaining) => remaining,
+            Err(_) => self.core.remaining_on_failure(key, Some(now)),
+        }
+    }
+
+    /// How many requests of `key` would be admitted now; the fault rule
+    /// answers when Redis fails.
+    pub async fn remaining(&self, key: &str) -> u64 {
+        let now = self.core.implicit_now();
+        match self.call(key, Op::Remaining, now).await.and_then(decision) {
+            Ok(decision) => decision.remaining,
+            Err(_) => self.core.remaining_on_failure(key, now),
+        }
+    }
+
+    /// How many infallible calls the fault rule has answered.
+    pub fn faults(&self) -> u64 {
+        self.core.faults.load(Ordering::Relaxed)
+    }
+
+    /// The policy this limiter applies.
+    pub fn policy(&self) -> PolicyKind {
+        self.core.policy
+    }
+
+    /// The limit and window this limiter applies.
+    pub fn config(&self) -> Config {
+        self.core.config
+    }
+
+    /// The options' time source.
+    pub fn time_source(&self) -> TimeSource {
+        self.core.time
+    }
+
+    /// The key that holds `client`'s state.
+    pub fn key(&self, client: &str) -> String {
+        self.core.key(client)
+    }
+
+    /// One script call, sent at most once, within the timeout. A call cut
+    /// by the timeout is dropped, never re-sent: its reply, if it comes, is
+    /// discarded by the multiplexer.
+    async fn call(&self, key: &str, op: Op, now: Option<u64>) -> Result<Reply, RedisError> {
+        let invocation =
+            self.core
+                .arguments
+                .invocation(&self.core.script, &self.core.key(key), op, now)?;
+        let mut connection = self.connection.clone();
+        // `invoke_async` sends EVALSHA; only on NOSCRIPT (the script did not
+        // run) does it load the script and send it again.
+        match tokio::time::timeout(
+            self.core.timeout,
+            invocation.invoke_async::<Reply>(&mut connection),
+        )
+        .await
+        {
+            Ok(reply) => reply.map_err(RedisError::from_client),
+            Err(_elapsed) => Err(RedisError::Timeout),
+        }
+    }
+}

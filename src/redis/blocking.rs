@@ -1,0 +1,334 @@
+//! The blocking Redis limiter and its small pool of reconnecting
+//! connections.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use ::redis::{Client, Connection, ConnectionLike, RedisResult};
+
+use super::script::{decision, Op, Reply};
+use super::{prefix_pattern, Core, RedisConfigError, RedisError, RedisOptions, TimeSource};
+use crate::{Config, Decision, PolicyKind, RateLimiter};
+
+/// A per-client limiter whose state lives in Redis, for threads that block:
+/// one script call per decision over a pool of connections.
+///
+/// It is a [`RateLimiter<str>`]: its trait methods never fail, and answer
+/// by the configured [`OnFailure`](super::OnFailure) rule when Redis does.
+/// The inherent `try_*` methods return the error instead.
+///
+/// # Connections
+///
+/// The limiter keeps up to [`RedisOptions::connections`] connections, each
+/// behind its own lock; a call takes a free one (or waits for one) for the
+/// duration of its round trip. Connections are made on first use: building
+/// the limiter does not need Redis to be up. A connection that fails or
+/// times out is dropped, and the next call on its slot connects again, so
+/// the limiter outlives a restart of Redis without being rebuilt.
+///
+/// # Examples
+///
+/// ```no_run
+/// use floodgate::redis::{OnFailure, RedisLimiter, RedisOptions, TimeSource};
+/// use floodgate::{Config, PolicyKind, RateLimiter};
+/// use std::time::Duration;
+///
+/// let limiter = RedisLimiter::new(
+///     "redis://127.0.0.1:6379",
+///     PolicyKind::SlidingWindow,
+///     Config::new(3, 1_000)?,
+///     RedisOptions::new()
+///         .time(TimeSource::MILLIS)
+///         .timeout(Duration::from_millis(50))
+///         .on_failure(OnFailure::Local),
+/// )?;
+/// assert!(limiter.check_at("rahul", 0).allowed);
+/// // The same call, with the error instead of the fault rule:
+/// match limiter.try_check_at("rahul", 100) {
+///     Ok(decision) => assert!(decision.allowed),
+///     Err(error) => eprintln!("Redis failed: {error}"),
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct RedisLimiter {
+    core: Core,
+    pool: Pool,
+}
+
+impl RedisLimiter {
+    /// A limiter applying `policy` with `config` to the Redis at `url`
+    /// (`redis://[user:password@]host:port[/db]`). Connects on first use.
+    ///
+    /// # Errors
+    ///
+    /// [`RedisConfigError`] when the policy refuses the configuration, the
+    /// scripts could not compute it exactly, an option is invalid or the
+    /// URL is not a Redis URL.
+    pub fn new(
+        url: &str,
+        policy: PolicyKind,
+        config: Config,
+        options: RedisOptions,
+    ) -> Result<Self, RedisConfigError> {
+        let core = Core::new(policy, config, &options)?;
+        let client = Client::open(url).map_err(RedisConfigError::Url)?;
+        Ok(Self {
+            pool: Pool::new(client, options.connections, core.timeout),
+            core,
+        })
+    }
+
+    /// Decides one request of `key` at `now` (ticks of the time source).
+    ///
+    /// # Errors
+    ///
+    /// [`RedisError`] when Redis is unreachable, fails or is too slow, or
+    /// `now` is past [`MAX_NOW`](super::MAX_NOW). On
+    /// [`RedisError::Timeout`] and [`RedisError::Unavailable`] the request
+    /// may have been counted.
+    pub fn try_check_at(&self, key: &str, now: u64) -> Result<Decision, RedisError> {
+        self.call(key, Op::Check, Some(now)).and_then(decision)
+    }
+
+    /// Decides one request of `key` now: by Redis's clock with
+    /// [`TimeSource::Server`], by the local Unix time in ticks otherwise.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_check_at`](Self::try_check_at).
+    pub fn try_check(&self, key: &str) -> Result<Decision, RedisError> {
+        self.call(key, Op::Check, self.core.implicit_now())
+            .and_then(decision)
+    }
+
+    /// How many requests of `key` would be admitted one after another at
+    /// `now`.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_check_at`](Self::try_check_at).
+    pub fn try_remaining_at(&self, key: &str, now: u64) -> Result<u64, RedisError> {
+        Ok(decision(self.call(key, Op::Remaining, Some(now))?)?.remaining)
+    }
+
+    /// How many requests of `key` would be admitted now.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_check_at`](Self::try_check_at).
+    pub fn try_remaining(&self, key: &str) -> Result<u64, RedisError> {
+        Ok(decision(self.call(key, Op::Remaining, self.core.implicit_now())?)?.remaining)
+    }
+
+    /// How many clients of this limiter (this prefix, policy, configuration
+    /// and clock) have state in Redis: one `SCAN` through the database, so
+    /// meant for tests and diagnostics, not for a hot path.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_check_at`](Self::try_check_at).
+    pub fn try_tracked_clients(&self) -> Result<usize, RedisError> {
+        let pattern = self.core.pattern();
+        self.pool.with(|connection| {
+            let keys: Vec<String> = ::redis::cmd("SCAN")
+                .cursor_arg(0)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(1_000)
+                .clone()
+                .iter(connection)?
+                .collect::<RedisResult<_>>()?;
+            Ok(keys.len())
+        })
+    }
+
+    /// Deletes every key under `prefix` (any policy, configuration or clock)
+    /// with `SCAN` and `UNLINK`, never `FLUSHDB`: what `floodgate replay
+    /// --backend redis://…` does before a trace. Returns how many keys went.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_check_at`](Self::try_check_at).
+    pub fn clear_prefix(&self, prefix: &str) -> Result<usize, RedisError> {
+        let pattern = prefix_pattern(prefix);
+        self.pool.with(|connection| {
+            let keys: Vec<String> = ::redis::cmd("SCAN")
+                .cursor_arg(0)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(1_000)
+                .clone()
+                .iter(connection)?
+                .collect::<RedisResult<_>>()?;
+            for batch in keys.chunks(512) {
+                ::redis::cmd("UNLINK").arg(batch).exec(connection)?;
+            }
+            Ok(keys.len())
+        })
+    }
+
+    /// How many [`RateLimiter`] calls the fault rule has answered.
+    pub fn faults(&self) -> u64 {
+        self.core.faults.load(Ordering::Relaxed)
+    }
+
+    /// The options' time source.
+    pub fn time_source(&self) -> TimeSource {
+        self.core.time
+    }
+
+    /// The key that holds `client`'s state.
+    pub fn key(&self, client: &str) -> String {
+        self.core.key(client)
+    }
+
+    /// One script call, sent at most once (see the module's Faults).
+    fn call(&self, key: &str, op: Op, now: Option<u64>) -> Result<Reply, RedisError> {
+        let invocation =
+            self.core
+                .arguments
+                .invocation(&self.core.script, &self.core.key(key), op, now)?;
+        // `invoke` sends EVALSHA; only on NOSCRIPT (the script did not run)
+        // does it load the script and send it again.
+        self.pool
+            .with(|connection| invocation.invoke::<Reply>(connection))
+    }
+}
+
+impl RateLimiter<str> for RedisLimiter {
+    fn check_at(&self, key: &str, now: u64) -> Decision {
+        self.try_check_at(key, now)
+            .unwrap_or_else(|_| self.core.check_on_failure(key, Some(now)))
+    }
+
+    fn remaining_at(&self, key: &str, now: u64) -> u64 {
+        self.try_remaining_at(key, now)
+            .unwrap_or_else(|_| self.core.remaining_on_failure(key, Some(now)))
+    }
+
+    /// The local Unix time in ticks (microseconds with the server's clock).
+    fn now(&self) -> u64 {
+        crate::Clock::now(&self.core.clock)
+    }
+
+    fn policy(&self) -> PolicyKind {
+        self.core.policy
+    }
+
+    fn config(&self) -> Config {
+        self.core.config
+    }
+
+    /// [`try_tracked_clients`](RedisLimiter::try_tracked_clients), or 0 when
+    /// Redis fails.
+    fn tracked_clients(&self) -> usize {
+        self.try_tracked_clients().unwrap_or(0)
+    }
+
+    /// With the server's clock, the script reads Redis `TIME`.
+    fn check(&self, key: &str) -> Decision {
+        let now = self.core.implicit_now();
+        self.call(key, Op::Check, now)
+            .and_then(decision)
+            .unwrap_or_else(|_| self.core.check_on_failure(key, now))
+    }
+
+    fn remaining(&self, key: &str) -> u64 {
+        let now = self.core.implicit_now();
+        self.call(key, Op::Remaining, now)
+            .and_then(decision)
+            .map(|decision| decision.remaining)
+            .unwrap_or_else(|_| self.core.remaining_on_failure(key, now))
+    }
+}
+
+/// Connections made on demand, each slot behind its own lock.
+struct Pool {
+    client: Client,
+    slots: Box<[Mutex<Option<Connection>>]>,
+    /// Where the next call starts looking for a free slot, so that
+    /// concurrent calls spread over the slots. Relaxed: any value is a
+    /// correct starting point.
+    next: AtomicUsize,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool")
+            .field("connections", &self.slots.len())
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Pool {
+    fn new(client: Client, size: usize, timeout: Duration) -> Self {
+        Self {
+            client,
+            slots: (0..size).map(|_| Mutex::new(None)).collect(),
+            next: AtomicUsize::new(0),
+            timeout,
+        }
+    }
+
+    /// Runs `work` on a connection: a free slot's if there is one, else
+    /// the first tried slot's once it is free. A slot without a connection
+    /// connects first. A connection whose call failed other than by a
+    /// server's error reply is dropped: it may be broken, or a late reply
+    /// may still be on its way.
+    fn with<T>(
+        &self,
+        work: impl FnOnce(&mut Connection) -> RedisResult<T>,
+    ) -> Result<T, RedisError> {
+        let start = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
+        let mut slot = (0..self.slots.len())
+            .find_map(|offset| {
+                self.slots[(start + offset) % self.slots.len()]
+                    .try_lock()
+                    .ok()
+            })
+            .unwrap_or_else(|| Self::lock(&self.slots[start]));
+        let connection = match &mut *slot {
+            Some(connection) => connection,
+            empty => empty.insert(self.connect()?),
+        };
+        match work(connection) {
+            Ok(value) => Ok(value),
+            Err(error) => {
+                if !matches!(error.kind(), ::redis::ErrorKind::Server(_)) || !connection.is_open() {
+                    *slot = None;
+                }
+                Err(RedisError::from_client(error))
+            }
+        }
+    }
+
+    /// Takes a slot's lock. A panic while it was held (in `work`) may have
+    /// left its connection in the middle of a reply, so a poisoned slot's
+    /// connection is dropped.
+    fn lock(slot: &Mutex<Option<Connection>>) -> MutexGuard<'_, Option<Connection>> {
+        slot.lock().unwrap_or_else(|poisoned| {
+            let mut guard = PoisonError::into_inner(poisoned);
+            *guard = None;
+            guard
+        })
+    }
+
+    /// A new connection whose reads and writes time out after the timeout.
+    fn connect(&self) -> Result<Connection, RedisError> {
+        let connection = self
+            .client
+            .get_connection_with_timeout(self.timeout)
+            .map_err(RedisError::from_client)?;
+        connection
+            .set_read_timeout(Some(self.timeout))
+            .and_then(|()| connection.set_write_timeout(Some(self.timeout)))
+            .map_err(RedisError::from_client)?;
+        Ok(connection)
+    }
+}

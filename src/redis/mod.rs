@@ -1,0 +1,782 @@
+//! The Redis store: the same six policies and the same answers, with each
+//! client's state in Redis, so that any number of instances share one limit.
+//! Compiled with the cargo feature `redis`.
+//!
+//! # From one instance to many
+//!
+//! The in-memory [`build`](crate::build) becomes [`RedisLimiter::new`]; the
+//! call sites do not change, as both are a [`RateLimiter<str>`]:
+//!
+//! ```no_run
+//! use floodgate::redis::{RedisLimiter, RedisOptions};
+//! use floodgate::{Config, PolicyKind, RateLimiter};
+//!
+//! // 100 requests per second. The default clock is Redis's own, in
+//! // microseconds, so the window is in microseconds too.
+//! let config = Config::new(100, 1_000_000)?;
+//! let limiter = RedisLimiter::new(
+//!     "redis://127.0.0.1:6379",
+//!     PolicyKind::Gcra,
+//!     config,
+//!     RedisOptions::new().prefix("api"),
+//! )?;
+//! let decision = limiter.check("client-42");
+//! if !decision.allowed {
+//!     // answer 429 with `Retry-After: decision.retry_after` (microseconds)
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! Tokio services use [`AsyncRedisLimiter`], whose methods are `async` and
+//! share one multiplexed connection that reconnects on its own.
+//!
+//! # One round trip per decision
+//!
+//! Each policy's step is one Lua script (`src/redis/scripts/`), loaded once
+//! and called by its SHA1 with `EVALSHA`; Redis runs a script alone, so the
+//! read, the step and the write are atomic with no `WATCH`/`MULTI` and no
+//! retry. The scripts are the contract of `SPEC.md` written out in integer
+//! arithmetic, field by field, and the tests compare every answer with the
+//! in-memory engine's.
+//!
+//! # Keys
+//!
+//! One hash per client:
+//!
+//! ```text
+//! {prefix}:{policy}:{limit}:{window}:{clock}:{<client>}
+//! floodgate:gcra:100:1000000:server:{client-42}
+//! replay:sliding-window:3:1000:1ms:{rahul}
+//! ```
+//!
+//! - the policy and its configuration are part of the key, so a changed
+//!   configuration starts from fresh state instead of misreading the old;
+//! - `{clock}` is `server` (Redis `TIME`, microseconds) or the caller's tick
+//!   (`1ms`, `10us`, `2ms`, …): times in different units never share state;
+//! - the client is a hash tag: every key of one client (whatever the policy
+//!   or configuration) maps to the same cluster slot. A client name that is
+//!   empty or starts with `}` has an empty tag, and Redis then hashes the
+//!   whole key; a name containing `}` is tagged by its part before it.
+//!
+//! Field `o` of the hash is the client's origin (the `now` of its first
+//! call): token-bucket drips and the window grids are measured from it, as
+//! in memory. The other fields are the policy's state, in ticks since the
+//! origin; `sliding-window` keeps its last `L` admissions in a ring of `L`
+//! fields (never more).
+//!
+//! # Expiry: idle clients cost nothing
+//!
+//! Every write sets the key's TTL to the time until the state answers as an
+//! empty one would (rounded up to whole milliseconds):
+//!
+//! | policy | TTL after a write at `now` (times since the origin) |
+//! | --- | --- |
+//! | `gcra`, `leaky-bucket` | `TAT − now` (then `max(TAT, now) = now`) |
+//! | `sliding-window` | `newest admission + W − now` |
+//! | `token-bucket` | `(d + L − t)·I − now`: the bucket is full again |
+//! | `fixed-window` | `(i + 1)·W − now`: the window with admissions ends |
+//! | `sliding-window-counter` | `(i + 2)·W − now`: no counted window weighs any more |
+//!
+//! For `gcra`, `leaky-bucket` and `sliding-window` an expired state is
+//! exactly a new client's, so answers never change. The other three keep a
+//! grid (drips, windows) anchored at the origin; a client whose key expired
+//! comes back as a new client with its next call as its origin, so its drips
+//! or windows restart from there. Until its key expires, every answer is the
+//! in-memory engine's. A `remaining` call of a new client stores nothing for
+//! the same reason (its state would be empty). [`RedisOptions::min_ttl`]
+//! keeps every written state at least that long, which makes the grid
+//! policies exact for clients that return within it.
+//!
+//! # Time
+//!
+//! [`TimeSource::Server`] (the default): a script without a `now` reads
+//! Redis `TIME` in microseconds, so instances with skewed clocks agree; the
+//! configuration's window is then in microseconds. [`TimeSource::Caller`]:
+//! every call passes its `now` (the `*_at` methods; `check` uses the local
+//! Unix time in ticks) in ticks of the given length, exactly as the
+//! in-memory engine takes it; that tick converts TTLs to real time, which
+//! assumes the caller's ticks advance no slower than real time (a trace
+//! replayed faster than real time is exact; one replayed slower may see a
+//! key expire early: use [`RedisOptions::min_ttl`]). Either way stored time
+//! never moves backwards: an earlier `now` is judged at the latest time the
+//! state reflects, as in memory.
+//!
+//! The scripts compute in Lua's doubles, exact below 2^53: `now` is refused
+//! above [`MAX_NOW`] (2^52), the window above [`MAX_WINDOW`] (2^50), and
+//! `L × W` above [`MAX_COUNTER_PRODUCT`] (2^52) for
+//! `sliding-window-counter`; within those every value a script computes is
+//! an exact integer.
+//!
+//! # Faults
+//!
+//! The inherent `try_*` methods return [`RedisError`] when Redis cannot be
+//! reached, fails, or does not answer within [`RedisOptions::timeout`]. The
+//! [`RateLimiter`] methods cannot fail, so [`OnFailure`] decides for them:
+//! [`FailClosed`](OnFailure::FailClosed) (the default: reject),
+//! [`FailOpen`](OnFailure::FailOpen) (admit) or [`Local`](OnFailure::Local)
+//! (decide with an in-memory limiter of the same policy in this process).
+//!
+//! A call is sent at most once: an answer that did not arrive is an error,
+//! never a resend, because the script may have run and counted the request.
+//! Only `NOSCRIPT` (the script is not loaded, so it did not run; after a
+//! restart or `SCRIPT FLUSH`) loads the script and sends the call again. A
+//! broken or timed-out connection is dropped and replaced on a later call,
+//! so traffic resumes by itself when Redis comes back.
+
+mod aio;
+mod blocking;
+mod script;
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+pub use aio::AsyncRedisLimiter;
+pub use blocking::RedisLimiter;
+pub use script::{MAX_COUNTER_PRODUCT, MAX_NOW, MAX_WINDOW};
+
+use crate::{build_with, Clock, Config, ConfigError, Decision, Engine, PolicyKind, RateLimiter};
+use script::Arguments;
+
+/// Where a decision's `now` comes from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum TimeSource {
+    /// Redis's clock (`TIME`), in microseconds since the Unix epoch: one
+    /// clock for every instance. The window is in microseconds. The `*_at`
+    /// methods may still pass a time, in the same unit.
+    #[default]
+    Server,
+    /// The caller's time, in ticks of `tick`. `tick` is a whole number of
+    /// milliseconds or divides one millisecond (1 µs, 10 µs, 250 µs, 1 ms,
+    /// 1 s, …), and is at least 1 µs; it converts TTLs to real time and
+    /// scales the Unix time that `check` and `remaining` pass.
+    Caller {
+        /// The real duration of one tick.
+        tick: Duration,
+    },
+}
+
+impl TimeSource {
+    /// Caller-supplied times in milliseconds, as `floodgate replay` uses.
+    pub const MILLIS: TimeSource = TimeSource::Caller {
+        tick: Duration::from_millis(1),
+    };
+
+    /// The tick's length in nanoseconds.
+    fn tick_ns(self) -> u128 {
+        match self {
+            TimeSource::Server => 1_000,
+            TimeSource::Caller { tick } => tick.as_nanos(),
+        }
+    }
+}
+
+/// What the [`RateLimiter`] methods answer when Redis fails (the `try_*`
+/// methods return the error instead).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum OnFailure {
+    /// Reject: `allowed` false, `remaining` 0, `retry_after` the timeout in
+    /// ticks (at least 1). The default, as with the in-memory engine's caps:
+    /// an outage of the limiter must not become an outage of what it
+    /// protects.
+    #[default]
+    FailClosed,
+    /// Admit: `allowed` true, `remaining` the limit, no delay.
+    FailOpen,
+    /// Decide with an in-memory limiter of the same policy and
+    /// configuration, local to this process ([`build_with`]):
+    /// each instance then limits on its own until Redis is back, so the
+    /// total admitted may reach the limit times the number of instances.
+    /// Its state is not merged into Redis afterwards.
+    Local,
+}
+
+/// Options of a Redis limiter; [`RedisOptions::new`] gives the defaults.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RedisOptions {
+    prefix: String,
+    time: TimeSource,
+    timeout: Duration,
+    on_failure: OnFailure,
+    min_ttl: Duration,
+    connections: usize,
+}
+
+impl Default for RedisOptions {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl RedisOptions {
+    /// Prefix `floodgate`, Redis's clock, a 100 ms timeout, fail closed, no
+    /// least TTL, 8 blocking connections.
+    pub fn new() -> Self {
+        Self {
+            prefix: "floodgate".to_owned(),
+            time: TimeSource::Server,
+            timeout: Duration::from_millis(100),
+            on_failure: OnFailure::FailClosed,
+            min_ttl: Duration::ZERO,
+            connections: 8,
+        }
+    }
+
+    /// The first part of every key (no `{` or `}`, which would move the
+    /// client's hash tag).
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Where `now` comes from.
+    pub fn time(mut self, time: TimeSource) -> Self {
+        self.time = time;
+        self
+    }
+
+    /// How long Redis may keep a call waiting before it fails with
+    /// [`RedisError::Timeout`] (at least 1 ms; default 100 ms). The async
+    /// limiter bounds the whole call, reconnection included; the blocking
+    /// one bounds each wait on its socket (connecting, sending, the reply),
+    /// so a call that must also load its script may wait up to three times
+    /// as long.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// What the [`RateLimiter`] methods answer when Redis fails.
+    pub fn on_failure(mut self, rule: OnFailure) -> Self {
+        self.on_failure = rule;
+        self
+    }
+
+    /// The least TTL of a written state (whole milliseconds count; default
+    /// zero). States normally expire as soon as they answer as an empty one;
+    /// a longer life keeps the grid policies' origins (and so their answers
+    /// exact) for clients that come back within it, and protects
+    /// caller-supplied times that run slower than real time.
+    pub fn min_ttl(mut self, min_ttl: Duration) -> Self {
+        self.min_ttl = min_ttl;
+        self
+    }
+
+    /// How many connections the blocking [`RedisLimiter`] keeps (at least
+    /// 1): that many calls can be in flight at once; more wait for one.
+    /// The async limiter multiplexes one connection and ignores this.
+    pub fn connections(mut self, connections: usize) -> Self {
+        self.connections = connections;
+        self
+    }
+
+    /// The key prefix.
+    pub fn get_prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The time source.
+    pub fn get_time(&self) -> TimeSource {
+        self.time
+    }
+}
+
+/// A Redis limiter that cannot be built as asked.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum RedisConfigError {
+    /// The policy refuses the limit and window (as in memory).
+    Config(ConfigError),
+    /// The window is longer than the scripts compute exactly.
+    WindowTooLong {
+        /// The window, in ticks.
+        window: u64,
+        /// [`MAX_WINDOW`].
+        max: u64,
+    },
+    /// `sliding-window-counter` with `L × W` past [`MAX_COUNTER_PRODUCT`].
+    CounterTooLarge {
+        /// The limit.
+        limit: u64,
+        /// The window, in ticks.
+        window: u64,
+    },
+    /// A caller tick shorter than 1 µs, or neither a whole number of
+    /// milliseconds nor a divisor of one.
+    Tick(Duration),
+    /// A prefix containing `{` or `}`.
+    Prefix(String),
+    /// A timeout under 1 ms, or zero connections.
+    Options(&'static str),
+    /// The URL is not a Redis URL.
+    Url(::redis::RedisError),
+}
+
+impl fmt::Display for RedisConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RedisConfigError::Config(error) => error.fmt(f),
+            RedisConfigError::WindowTooLong { window, max } => write!(
+                f,
+                "window {window} is too long for the Redis store: at most {max} ticks"
+            ),
+            RedisConfigError::CounterTooLarge { limit, window } => write!(
+                f,
+                "limit {limit} times window {window} is too large for sliding-window-counter \
+                 in Redis: the product must be at most {MAX_COUNTER_PRODUCT}"
+            ),
+            RedisConfigError::Tick(tick) => write!(
+                f,
+                "tick {tick:?} is invalid: it must be at least 1 µs and a whole number of \
+                 milliseconds or a divisor of one millisecond"
+            ),
+            RedisConfigError::Prefix(prefix) => write!(
+                f,
+                "prefix {prefix:?} is invalid: it must not contain '{{' or '}}'"
+            ),
+            RedisConfigError::Options(what) => f.write_str(what),
+            RedisConfigError::Url(error) => write!(f, "invalid Redis URL: {error}"),
+        }
+    }
+}
+
+impl std::error::Error for RedisConfigError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            RedisConfigError::Config(error) => Some(error),
+            RedisConfigError::Url(error) => Some(error),
+            _ => None,
+        }
+    }
+}
+
+impl From<ConfigError> for RedisConfigError {
+    fn from(error: ConfigError) -> Self {
+        RedisConfigError::Config(error)
+    }
+}
+
+/// Why one call got no answer from Redis.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum RedisError {
+    /// Redis could not be reached, or the connection broke during the call.
+    /// A request whose connection broke after it was sent may have been
+    /// counted.
+    Unavailable(::redis::RedisError),
+    /// No answer within [`RedisOptions::timeout`]. The request may have
+    /// been counted; it is not sent again.
+    Timeout,
+    /// Redis answered with an error: the key holds another type, the server
+    /// is out of memory or read-only, a script failed.
+    Server(::redis::RedisError),
+    /// A reply that is not what the scripts return.
+    Reply(String),
+    /// A `now` past what the scripts compute exactly.
+    TimeOutOfRange {
+        /// The time given, in ticks.
+        now: u64,
+        /// [`MAX_NOW`].
+        max: u64,
+    },
+}
+
+impl RedisError {
+    /// Sorts an error of the client library.
+    fn from_client(error: ::redis::RedisError) -> Self {
+        if error.is_timeout() {
+            RedisError::Timeout
+        } else if matches!(error.kind(), ::redis::ErrorKind::Server(_)) {
+            RedisError::Server(error)
+        } else if error.kind() == ::redis::ErrorKind::UnexpectedReturnType {
+            RedisError::Reply(error.to_string())
+        } else {
+            RedisError::Unavailable(error)
+        }
+    }
+}
+
+impl fmt::Display for RedisError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RedisError::Unavailable(error) => write!(f, "Redis is unavailable: {error}"),
+            RedisError::Timeout => f.write_str("Redis did not answer within the timeout"),
+            RedisError::Server(error) => write!(f, "Redis answered with an error: {error}"),
+            RedisError::Reply(what) => write!(f, "unexpected reply from Redis: {what}"),
+            RedisError::TimeOutOfRange { now, max } => {
+                write!(f, "time {now} is out of range: at most {max} ticks")
+            }
+        }
+    }
+}
+
+impl std::error::Error for RedisError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            RedisError::Unavailable(error) | RedisError::Server(error) => Some(error),
+            _ => None,
+        }
+    }
+}
+
+/// The Unix time in ticks of `tick_ns` nanoseconds: the local clock of a
+/// Redis limiter (what `now()` answers, and the time `check` passes with
+/// caller-supplied times). A clock set before 1970 reads 0.
+#[derive(Clone, Copy, Debug)]
+struct UnixClock {
+    tick_ns: u128,
+}
+
+impl Clock for UnixClock {
+    fn now(&self) -> u64 {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |since| since.as_nanos());
+        u64::try_from(nanos / self.tick_ns).unwrap_or(u64::MAX)
+    }
+}
+
+/// Everything the blocking and the async limiter share: the validated
+/// configuration, the key layout, the script and the fault rule.
+struct Core {
+    policy: PolicyKind,
+    config: Config,
+    /// `{prefix}:{policy}:{limit}:{window}:{clock}:{`; a key is this, the
+    /// client, and `}`.
+    key_head: String,
+    script: ::redis::Script,
+    arguments: Arguments,
+    time: TimeSource,
+    clock: UnixClock,
+    timeout: Duration,
+    on_failure: OnFailure,
+    /// The in-memory limiter of [`OnFailure::Local`].
+    local: Option<Box<dyn RateLimiter<str>>>,
+    /// How many trait calls the fault rule answered. Relaxed: a statistic,
+    /// publishing nothing.
+    faults: AtomicU64,
+}
+
+impl Core {
+    fn new(
+        policy: PolicyKind,
+        config: Config,
+        options: &RedisOptions,
+    ) -> Result<Self, RedisConfigError> {
+        let config = config.check_for(policy)?;
+        if config.window() > MAX_WINDOW {
+            return Err(RedisConfigError::WindowTooLong {
+                window: config.window(),
+                max: MAX_WINDOW,
+            });
+        }
+        if policy == PolicyKind::SlidingWindowCounter
+            && u128::from(config.limit()) * u128::from(config.window())
+                > u128::from(MAX_COUNTER_PRODUCT)
+        {
+            return Err(RedisConfigError::CounterTooLarge {
+                limit: config.limit(),
+                window: config.window(),
+            });
+        }
+        const MS: u128 = 1_000_000;
+        let tick_ns = options.time.tick_ns();
+        let clock_name = match options.time {
+            TimeSource::Server => "server".to_owned(),
+            TimeSource::Caller { tick } => {
+                let valid = tick_ns >= 1_000
+                    && (tick_ns % MS == 0 || MS % tick_ns == 0)
+                    && u64::try_from(tick_ns).is_ok();
+                if !valid {
+                    return Err(RedisConfigError::Tick(tick));
+                }
+                if tick_ns % MS == 0 {
+                    format!("{}ms", tick_ns / MS)
+                } else {
+                    format!("{}us", tick_ns / 1_000)
+                }
+            }
+        };
+        if options.prefix.contains(['{', '}']) {
+            return Err(RedisConfigError::Prefix(options.prefix.clone()));
+        }
+        if options.timeout < Duration::from_millis(1) {
+            return Err(RedisConfigError::Options(
+                "the timeout must be at least 1 ms",
+            ));
+        }
+        if options.connections == 0 {
+            return Err(RedisConfigError::Options(
+                "the limiter needs at least 1 connection",
+            ));
+        }
+        let clock = UnixClock { tick_ns };
+        let local = match options.on_failure {
+            OnFailure::Local => Some(build_with::<str, _>(
+                policy,
+                config,
+                Engine::LockFree,
+                clock,
+            )?),
+            _ => None,
+        };
+        let min_ttl_ms = u64::try_from(options.min_ttl.as_millis()).unwrap_or(u64::MAX);
+        Ok(Self {
+            policy,
+            config,
+            key_head: format!(
+                "{}:{}:{}:{}:{clock_name}:{{",
+                options.prefix,
+                policy.name(),
+                config.limit(),
+                config.window()
+            ),
+            script: script::script(policy),
+            arguments: Arguments::new(
+                policy,
+                config,
+                u64::try_from(tick_ns).expect("checked above"),
+                min_ttl_ms,
+            ),
+            time: options.time,
+            clock,
+            timeout: options.timeout,
+            on_failure: options.on_failure,
+            local,
+            faults: AtomicU64::new(0),
+        })
+    }
+
+    /// The key of `client`'s state.
+    fn key(&self, client: &str) -> String {
+        let mut key = String::with_capacity(self.key_head.len() + client.len() + 1);
+        key.push_str(&self.key_head);
+        key.push_str(client);
+        key.push('}');
+        key
+    }
+
+    /// The `SCAN` pattern of every key of this limiter: the head with the
+    /// glob's special characters escaped, then `*}`.
+    fn pattern(&self) -> String {
+        glob_escape(&self.key_head) + "*}"
+    }
+
+    /// `now` for a call that passes none: `None` (the script reads `TIME`)
+    /// on the server's clock, the local Unix time in ticks otherwise.
+    fn implicit_now(&self) -> Option<u64> {
+        match self.time {
+            TimeSource::Server => None,
+            TimeSource::Caller { .. } => Some(self.clock.now()),
+        }
+    }
+
+    /// The fault rule's decision for a check of `key` at `now` (the local
+    /// clock's time when the call had none).
+    fn check_on_failure(&self, key: &str, now: Option<u64>) -> Decision {
+        self.faults.fetch_add(1, Ordering::Relaxed);
+        match (self.on_failure, &self.local) {
+            (OnFailure::Local, Some(local)) => {
+                local.check_at(key, now.unwrap_or_else(|| self.clock.now()))
+            }
+            (OnFailure::FailOpen, _) => Decision {
+                allowed: true,
+                remaining: self.config.limit(),
+                retry_after: 0,
+                delay: 0,
+            },
+            _ => Decision {
+                allowed: false,
+                remaining: 0,
+                retry_after: self.timeout_ticks(),
+                delay: 0,
+            },
+        }
+    }
+
+    /// The fault rule's answer to `remaining`.
+    fn remaining_on_failure(&self, key: &str, now: Option<u64>) -> u64 {
+        self.faults.fetch_add(1, Ordering::Relaxed);
+        match (self.on_failure, &self.local) {
+            (OnFailure::Local, Some(local)) => {
+                local.remaining_at(key, now.unwrap_or_else(|| self.clock.now()))
+            }
+            (OnFailure::FailOpen, _) => self.config.limit(),
+            _ => 0,
+        }
+    }
+
+    /// The timeout in ticks, at least 1: a rejected request's `retry_after`
+    /// when failing closed (by then a new connection may have been made).
+    fn timeout_ticks(&self) -> u64 {
+        u64::try_from(self.timeout.as_nanos() / self.clock.tick_ns)
+            .unwrap_or(u64::MAX)
+            .max(1)
+    }
+}
+
+impl fmt::Debug for Core {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("policy", &self.policy)
+            .field("config", &self.config)
+            .field("keys", &format_args!("{}…}}", self.key_head))
+            .field("time", &self.time)
+            .field("timeout", &self.timeout)
+            .field("on_failure", &self.on_failure)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `text` with the characters Redis's glob gives a meaning escaped.
+fn glob_escape(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len() + 4);
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\' | '^') {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    escaped
+}
+
+/// The `SCAN` pattern of every key under `prefix`, any policy.
+fn prefix_pattern(prefix: &str) -> String {
+    glob_escape(prefix) + ":*"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn core(
+        policy: PolicyKind,
+        limit: u64,
+        window: u64,
+        options: &RedisOptions,
+    ) -> Result<Core, RedisConfigError> {
+        Core::new(policy, Config::new(limit, window)?, options)
+    }
+
+    #[test]
+    fn keys_name_the_policy_configuration_clock_and_tag_the_client() {
+        let options = RedisOptions::new().prefix("api").time(TimeSource::MILLIS);
+        let gcra = core(PolicyKind::Gcra, 100, 1_000, &options).unwrap();
+        assert_eq!(gcra.key("client-42"), "api:gcra:100:1000:1ms:{client-42}");
+        let server = core(
+            PolicyKind::SlidingWindow,
+            3,
+            1_000_000,
+            &RedisOptions::new(),
+        )
+        .unwrap();
+        assert_eq!(
+            server.key("a"),
+            "floodgate:sliding-window:3:1000000:server:{a}"
+        );
+        let micros = RedisOptions::new().time(TimeSource::Caller {
+            tick: Duration::from_micros(10),
+        });
+        let fixed = core(PolicyKind::FixedWindow, 1, 5, &micros).unwrap();
+        assert_eq!(fixed.key("x"), "floodgate:fixed-window:1:5:10us:{x}");
+        let glob = core(PolicyKind::Gcra, 1, 1, &RedisOptions::new().prefix("a*b")).unwrap();
+        assert_eq!(glob.pattern(), "a\\*b:gcra:1:1:server:{*}");
+        assert_eq!(prefix_pattern("r[1]"), "r\\[1\\]:*");
+    }
+
+    #[test]
+    fn configurations_past_exact_double_arithmetic_are_refused() {
+        let options = RedisOptions::new();
+        assert!(matches!(
+            core(PolicyKind::FixedWindow, 1, MAX_WINDOW + 1, &options),
+            Err(RedisConfigError::WindowTooLong { .. })
+        ));
+        assert!(core(PolicyKind::FixedWindow, 1, MAX_WINDOW, &options).is_ok());
+        // L·W at the bound is taken, one window tick more is not.
+        let limit = 1 << 10;
+        let window = MAX_COUNTER_PRODUCT / limit;
+        assert!(core(PolicyKind::SlidingWindowCounter, limit, window, &options).is_ok());
+        assert!(matches!(
+            core(
+                PolicyKind::SlidingWindowCounter,
+                limit,
+                window + 1,
+                &options
+            ),
+            Err(RedisConfigError::CounterTooLarge { .. })
+        ));
+        assert!(matches!(
+            core(PolicyKind::Gcra, 10, 9, &options),
+            Err(RedisConfigError::Config(
+                ConfigError::WindowShorterThanLimit { .. }
+            ))
+        ));
+    }
+
+    #[test]
+    fn ticks_prefixes_and_options_are_validated() {
+        let tick = |tick| RedisOptions::new().time(TimeSource::Caller { tick });
+        for bad in [
+            Duration::from_nanos(999),
+            Duration::from_micros(3),
+            Duration::from_micros(1_500),
+        ] {
+            assert!(
+                matches!(
+                    core(PolicyKind::Gcra, 1, 1, &tick(bad)),
+                    Err(RedisConfigError::Tick(_))
+                ),
+                "{bad:?}"
+            );
+        }
+        for good in [
+            Duration::from_micros(1),
+            Duration::from_micros(250),
+            Duration::from_secs(1),
+        ] {
+            assert!(
+                core(PolicyKind::Gcra, 1, 1, &tick(good)).is_ok(),
+                "{good:?}"
+            );
+        }
+        assert!(matches!(
+            core(PolicyKind::Gcra, 1, 1, &RedisOptions::new().prefix("a{b")),
+            Err(RedisConfigError::Prefix(_))
+        ));
+        assert!(matches!(
+            core(PolicyKind::Gcra, 1, 1, &RedisOptions::new().connections(0)),
+            Err(RedisConfigError::Options(_))
+        ));
+        assert!(matches!(
+            core(
+                PolicyKind::Gcra,
+                1,
+                1,
+                &RedisOptions::new().timeout(Duration::ZERO)
+            ),
+            Err(RedisConfigError::Options(_))
+        ));
+    }
+
+    #[test]
+    fn the_fault_rules_answer_as_documented() {
+        let options = |rule| {
+            RedisOptions::new()
+                .time(TimeSource::MILLIS)
+                .timeout(Duration::from_millis(250))
+                .on_failure(rule)
+        };
+        let closed = core(PolicyKind::Gcra, 2, 1_000, &options(OnFailure::FailClosed)).unwrap();
+        let decision = closed.check_on_failure("a", Some(5));
+        assert_eq!((decision.allowed, decision.retry_after), (false, 250));
+        assert_eq!(closed.remaining_on_failure("a", Some(5)), 0);
+        let open = core(PolicyKind::Gcra, 2, 1_000, &options(OnFailure::FailOpen)).unwrap();
+        assert!(open.check_on_failure("a", Some(5)).allowed);
+        assert_eq!(open.remaining_on_failure("a", Some(5)), 2);
+        let local = core(PolicyKind::Gcra, 2, 1_000, &options(OnFailure::Local)).unwrap();
+        assert!(local.check_on_failure("a", Some(5)).allowed);
+        assert!(local.check_on_failure("a", Some(5)).allowed);
+        assert!(!local.check_on_failure("a", Some(5)).allowed);
+        assert_eq!(local.faults.load(Ordering::Relaxed), 3);
+    }
+}

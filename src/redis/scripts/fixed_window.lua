@@ -1,0 +1,44 @@
+-- fixed-window: `c` admissions in window `i`, [i * W, (i + 1) * W) past the
+-- origin. (i + 1) * W <= r + W.
+local state = redis.call('HMGET', key, 'o', 'i', 'c')
+local origin = tonumber(state[1])
+local new = origin == nil
+local index, count = 0, 0
+if new then
+  origin = now
+else
+  index = tonumber(state[2])
+  count = tonumber(state[3])
+end
+local r, lag = since(origin)
+local current = idiv(r, W)
+
+-- Empty (on its grid) once window i ends; a window with no admission is
+-- empty already.
+local function ttl(i, c)
+  if c > 0 then
+    return (i + 1) * W - (now - origin)
+  end
+  return 0
+end
+
+if not check then
+  if new then
+    store({'o', int(origin), 'i', '0', 'c', '0'}, ttl(0, 0))
+  end
+  if current > index then
+    return {0, L, 0, 0}
+  end
+  return {0, L - count, 0, 0}
+end
+-- A time in an earlier window than the stored one is judged in the stored
+-- one: it is full at least as often.
+local window, used = index, count
+if current > index then
+  window, used = current, 0
+end
+if used < L then
+  store({'o', int(origin), 'i', int(window), 'c', int(used + 1)}, ttl(window, used + 1))
+  return {1, L - used - 1, 0, 0}
+end
+return {0, 0, (window + 1) * W - r + lag, 0}

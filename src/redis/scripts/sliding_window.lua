@@ -1,0 +1,67 @@
+-- sliding-window: the times of the last (at most L) admissions, oldest
+-- first, in a ring of hash fields `0` .. `L-1`: `n` of them are used, the
+-- oldest at slot `h`. Times are sorted (each is judged no earlier than the
+-- newest before it); time + W <= 2^52 + 2^50.
+local state = redis.call('HMGET', key, 'o', 'n', 'h')
+local origin = tonumber(state[1])
+local new = origin == nil
+local n, head = 0, 0
+if new then
+  origin = now
+else
+  n = tonumber(state[2])
+  head = tonumber(state[3])
+end
+local r, lag = since(origin)
+
+-- The k-th oldest kept admission, k in 0 .. n - 1.
+local function kept(k)
+  return tonumber(redis.call('HGET', key, int((head + k) % L)))
+end
+
+-- Judged no earlier than the newest admission, so that the ring stays
+-- sorted and an early `now` cannot see a window with fewer admissions.
+local at = r
+if n > 0 then
+  at = math.max(r, kept(n - 1))
+end
+-- The kept admissions that have left the window at `at` (t + W <= at) come
+-- first: binary search for the first one still in it.
+local low, high = 0, n
+while low < high do
+  local middle = math.floor((low + high) / 2)
+  if kept(middle) + W <= at then
+    low = middle + 1
+  else
+    high = middle
+  end
+end
+local used = n - low
+
+-- Empty once the newest admission has left the window; the log has no
+-- grid, so from then on it answers exactly as a new client.
+local function ttl(newest)
+  return newest + W - (now - origin)
+end
+
+if not check then
+  if new then
+    store({'o', int(origin), 'n', '0', 'h', '0'}, 0)
+  end
+  return {0, L - used, 0, 0}
+end
+if used < L then
+  local slot
+  if n == L then
+    slot = head
+    head = (head + 1) % L
+  else
+    slot = (head + n) % L
+    n = n + 1
+  end
+  store({'o', int(origin), 'n', int(n), 'h', int(head), int(slot), int(at)}, ttl(at))
+  return {1, L - used - 1, 0, 0}
+end
+-- All L kept times are in the window; the oldest leaves first, at its time
+-- plus W.
+return {0, 0, kept(0) + W - r + lag, 0}

@@ -1,0 +1,91 @@
+-- sliding-window-counter: `c` admissions in window `i` and `p` in window
+-- i - 1, on the fixed-window grid. The caller keeps L * W <= 2^52, so each
+-- product below (p * (W - e), c * W, L * W, (p + c - L) * W) is at most
+-- 2^52 and each sum of two of them at most 2^53, all exact.
+local state = redis.call('HMGET', key, 'o', 'i', 'p', 'c')
+local origin = tonumber(state[1])
+local new = origin == nil
+local index, previous, current = 0, 0, 0
+if new then
+  origin = now
+else
+  index = tonumber(state[2])
+  previous = tonumber(state[3])
+  current = tonumber(state[4])
+end
+local r, lag = since(origin)
+
+-- The counts as seen at r, rolled forward by the windows that have passed;
+-- an r before the stored window is judged at that window's start (e = 0),
+-- where the weighted count is highest.
+local at_index, p, c, e = index, previous, current, 0
+local now_index = idiv(r, W)
+if now_index >= index then
+  at_index = now_index
+  e = r - now_index * W
+  if now_index - index == 1 then
+    p, c = current, 0
+  elseif now_index - index >= 2 then
+    p, c = 0, 0
+  end
+end
+
+local function room(c_)
+  return L * W - p * (W - e) - c_ * W
+end
+
+-- max(0, ceil(room / W)); room + W - 1 <= L * W + W.
+local function remaining_with(c_)
+  local free = room(c_)
+  if free <= 0 then
+    return 0
+  end
+  return idiv(free + W - 1, W)
+end
+
+-- Empty (on its grid) once no window it counts can weigh any more: two
+-- windows after one with admissions starts, one window after one whose
+-- predecessor alone had admissions.
+local function ttl(i, p_, c_)
+  if c_ > 0 then
+    return (i + 2) * W - (now - origin)
+  elseif p_ > 0 then
+    return (i + 1) * W - (now - origin)
+  end
+  return 0
+end
+
+if not check then
+  if new then
+    store({'o', int(origin), 'i', '0', 'p', '0', 'c', '0'}, ttl(0, 0, 0))
+  end
+  return {0, remaining_with(c), 0, 0}
+end
+if room(c) > 0 then
+  store({'o', int(origin), 'i', int(at_index), 'p', int(p), 'c', int(c + 1)},
+    ttl(at_index, p, c + 1))
+  return {1, remaining_with(c + 1), 0, 0}
+end
+
+-- The first admitted instant: within this window at offset
+-- floor((p + c - L) * W / p) + 1 if that is below W (p > 0); else at the
+-- next window's start if c < L, one tick into it if W >= 2, or (W = 1) at
+-- the start of the window after. start + 2W <= r + 2W < 2^53.
+local start = at_index * W
+local first
+if p > 0 then
+  local f = idiv((p + c - L) * W, p) + 1
+  if f < W then
+    first = start + f
+  end
+end
+if first == nil then
+  if c < L then
+    first = start + W
+  elseif W >= 2 then
+    first = start + W + 1
+  else
+    first = start + 2 * W
+  end
+end
+return {0, remaining_with(c), first - r + lag, 0}

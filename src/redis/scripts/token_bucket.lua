@@ -1,0 +1,45 @@
+-- token-bucket: `t` tokens once the drips up to index `d` (at d * I) are
+-- counted. Drips fall on the client's own grid, origin + k * I.
+local state = redis.call('HMGET', key, 'o', 't', 'd')
+local origin = tonumber(state[1])
+local new = origin == nil
+local tokens, drips = L, 0
+if new then
+  origin = now
+else
+  tokens = tonumber(state[2])
+  drips = tonumber(state[3])
+end
+local r, lag = since(origin)
+local I = idiv(W, L)
+
+-- The bucket at r: every drip not yet counted is added, up to L. An `r`
+-- before the last counted drip adds nothing. due <= r < 2^52.
+local available, counted = tokens, drips
+local due = idiv(r, I)
+if due > drips then
+  available = math.min(tokens + (due - drips), L)
+  counted = due
+end
+
+-- Full again at drip d + (L - t); from then on it answers as a new client's
+-- bucket would, except that its drips keep the old grid. (d + L - t) * I is
+-- at most r + W.
+local function ttl(t, d)
+  return (d + L - t) * I - (now - origin)
+end
+
+if not check then
+  if new then
+    store({'o', int(origin), 't', int(tokens), 'd', '0'}, ttl(tokens, 0))
+  end
+  return {0, available, 0, 0}
+end
+if available > 0 then
+  tokens = available - 1
+  drips = counted
+  store({'o', int(origin), 't', int(tokens), 'd', int(drips)}, ttl(tokens, drips))
+  return {1, tokens, 0, 0}
+end
+-- (counted + 1) * I <= r + I.
+return {0, 0, (counted + 1) * I - r + lag, 0}

@@ -1,0 +1,636 @@
+//! Tiers: named rules (free, premium, …) in one registry, each replaceable
+//! at run time without forgetting what any client has spent.
+//!
+//! A [`Tiers`] registry maps tier names to a policy and its limits
+//! ([`TierSpec`]) and asks a [`Resolver`] which tier a client is in. It is a
+//! [`RateLimiter`], so a call site does not know it is talking to tiers.
+//!
+//! # Reload
+//!
+//! [`Tiers::reload`] swaps a tier's rule with one atomic pointer store
+//! (`arc-swap`): a check reads the pointer without a lock. Each client's
+//! state remembers the rule it was made by; a client's next call after a
+//! reload finds its state made by an older rule and *carries it over*: it
+//! retires the old state (one CAS that freezes it, see the state words'
+//! "Retirement" docs) and puts in its place a state of the new rule that has
+//! spent what the old one had spent at that instant:
+//! `spent = old limit − old remaining(now)`, and the new state answers
+//! `remaining(now) = new limit − spent` (0 if the new limit is lower).
+//! A request racing with the carry-over either landed in the old state
+//! before it froze — and is in what is carried — or finds it frozen and
+//! is decided on the new state: none is lost or counted twice.
+//!
+//! What the carried state remembers, by the new rule's policy:
+//!
+//! | new policy | the spent requests count as |
+//! | --- | --- |
+//! | `gcra`, `leaky-bucket` | a schedule `spent` intervals ahead of now: they drain at the new rate |
+//! | `token-bucket` | tokens taken now; drips refill them at the new rate |
+//! | `fixed-window` | admitted in the current window of the client's grid (same origin) |
+//! | `sliding-window-counter` | admitted in the current window, none in the previous one |
+//! | `sliding-window` | admitted now: they leave the window one window from now |
+//!
+//! The spent count is the old policy's own (`sliding-window-counter`'s is
+//! its weighted estimate), so a change of policy keeps *how much* was spent,
+//! not *when*; the table says when it is given back. A client's origin (its
+//! grid) is kept.
+//!
+//! # A process-wide registry
+//!
+//! Pass a `Tiers` around (or share it in an `Arc`) — or, if the service
+//! prefers one registry for the whole process, [`install`] one once at
+//! start-up and reach it anywhere with [`installed`].
+
+use std::borrow::Borrow;
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::Hash;
+use std::sync::{Arc, OnceLock};
+
+use crate::policy::{
+    FixedWindow, FixedWindowState, Gcra, GcraState, LeakyBucket, Policy, Retired, SlidingWindow,
+    SlidingWindowCounter, SlidingWindowCounterState, SlidingWindowState, TokenBucket,
+    TokenBucketState,
+};
+use crate::store::{Arrival, Client, KeyedStore};
+use crate::sync::SwapCell;
+use crate::{Bounds, Clock, Config, ConfigError, Decision, PolicyKind, QuantaClock, RateLimiter};
+
+/// One tier's rule: a policy and its limits, validated together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TierSpec {
+    policy: PolicyKind,
+    config: Config,
+}
+
+impl TierSpec {
+    /// `policy` with `config`.
+    ///
+    /// # Errors
+    ///
+    /// What [`Config::check_for`] refuses for `policy`.
+    pub const fn new(policy: PolicyKind, config: Config) -> Result<Self, ConfigError> {
+        match config.check_for(policy) {
+            Ok(config) => Ok(Self { policy, config }),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// The policy.
+    pub const fn policy(&self) -> PolicyKind {
+        self.policy
+    }
+
+    /// The limit and window.
+    pub const fn config(&self) -> Config {
+        self.config
+    }
+}
+
+/// Which tier a client is in, by name. A name the registry does not know
+/// means its default tier.
+///
+/// Any `Fn(&Q) -> &'static str` is a resolver:
+///
+/// ```
+/// use floodgate::tiers::Resolver;
+///
+/// let by_prefix = |client: &str| if client.starts_with("pro-") { "premium" } else { "free" };
+/// assert_eq!(by_prefix.tier("pro-7"), "premium");
+/// ```
+pub trait Resolver<Q: ?Sized>: Send + Sync {
+    /// `client`'s tier.
+    fn tier<'a>(&'a self, client: &Q) -> &'a str;
+}
+
+impl<Q: ?Sized, F> Resolver<Q> for F
+where
+    F: Fn(&Q) -> &'static str + Send + Sync,
+{
+    fn tier<'a>(&'a self, client: &Q) -> &'a str {
+        self(client)
+    }
+}
+
+impl<Q: ?Sized> Resolver<Q> for Box<dyn Resolver<Q>> {
+    fn tier<'a>(&'a self, client: &Q) -> &'a str {
+        (**self).tier(client)
+    }
+}
+
+/// The registry was asked about a tier it does not have.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnknownTier {
+    /// The name asked for.
+    pub name: String,
+    /// The tiers it has.
+    pub known: Vec<String>,
+}
+
+impl fmt::Display for UnknownTier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "no tier named `{}` (the tiers are: {})",
+            self.name,
+            self.known.join(", ")
+        )
+    }
+}
+
+impl std::error::Error for UnknownTier {}
+
+/// A registry of tiers: the rule of each, and every client's state.
+///
+/// ```
+/// use floodgate::tiers::{TierSpec, Tiers};
+/// use floodgate::{Config, ManualClock, PolicyKind, RateLimiter};
+///
+/// let free = TierSpec::new(PolicyKind::FixedWindow, Config::new(100, 60_000)?)?;
+/// let premium = TierSpec::new(PolicyKind::Gcra, Config::new(1_000, 60_000)?)?;
+/// let tiers = Tiers::with_clock(
+///     "free",
+///     free,
+///     |client: &str| if client.starts_with("pro-") { "premium" } else { "free" },
+///     ManualClock::new(0),
+/// )
+/// .with_tier("premium", premium);
+///
+/// for _ in 0..80 {
+///     assert!(tiers.allow("alice"));
+/// }
+/// assert_eq!(tiers.remaining("alice"), 20);
+///
+/// // Live, under traffic: the free tier now allows 200 per minute.
+/// tiers.reload("free", TierSpec::new(PolicyKind::FixedWindow, Config::new(200, 60_000)?)?)?;
+/// assert_eq!(tiers.remaining("alice"), 120); // the 80 she spent still count
+/// assert_eq!(tiers.remaining("pro-bob"), 1_000);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct Tiers<K, R, C = QuantaClock> {
+    tiers: HashMap<String, Tier<K>, ahash::RandomState>,
+    default_tier: String,
+    resolver: R,
+    bounds: Bounds,
+    clock: C,
+}
+
+impl<K, R> Tiers<K, R, QuantaClock>
+where
+    K: Hash + Eq + Clone + 'static,
+{
+    /// A registry whose tier `default_tier` applies `spec`, on the default
+    /// clock (nanoseconds). Add tiers with [`with_tier`](Self::with_tier).
+    pub fn new(default_tier: &str, spec: TierSpec, resolver: R) -> Self {
+        Self::with_clock(default_tier, spec, resolver, QuantaClock::new())
+    }
+}
+
+impl<K, R, C> Tiers<K, R, C>
+where
+    K: Hash + Eq + Clone + 'static,
+{
+    /// As [`new`](Tiers::new), reading `clock`.
+    pub fn with_clock(default_tier: &str, spec: TierSpec, resolver: R, clock: C) -> Self {
+        let registry = Self {
+            tiers: HashMap::default(),
+            default_tier: default_tier.to_owned(),
+            resolver,
+            bounds: Bounds::new(),
+            clock,
+        };
+        registry.with_tier(default_tier, spec)
+    }
+
+    /// Adds tier `name` (or replaces its rule, if it has no clients yet).
+    #[must_use]
+    pub fn with_tier(mut self, name: &str, spec: TierSpec) -> Self {
+        self.tiers
+            .insert(name.to_owned(), Tier::new(spec, self.bounds));
+        self
+    }
+
+    /// Sweeps idle clients of every tier on new clients' arrivals, as
+    /// [`Bounds::evict_idle`] does for one limiter. Set it before any
+    /// traffic.
+    #[must_use]
+    pub fn evict_idle(mut self) -> Self {
+        self.bounds = self.bounds.evict_idle();
+        for tier in self.tiers.values_mut() {
+            *tier = Tier::new(tier.spec(), self.bounds);
+        }
+        self
+    }
+
+    /// Replaces tier `name`'s rule. Each of its clients moves to the new
+    /// rule on its next call, keeping what it has spent (module docs).
+    ///
+    /// # Errors
+    ///
+    /// [`UnknownTier`] if there is no such tier.
+    pub fn reload(&self, name: &str, spec: TierSpec) -> Result<(), UnknownTier> {
+        let tier = self.tiers.get(name).ok_or_else(|| self.unknown(name))?;
+        tier.current.store(Arc::new(Generation::new(spec)));
+        Ok(())
+    }
+
+    /// Tier `name`'s rule now.
+    ///
+    /// # Errors
+    ///
+    /// [`UnknownTier`] if there is no such tier.
+    pub fn spec(&self, name: &str) -> Result<TierSpec, UnknownTier> {
+        self.tiers
+            .get(name)
+            .map(Tier::spec)
+            .ok_or_else(|| self.unknown(name))
+    }
+
+    /// The tiers' names, sorted.
+    pub fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.tiers.keys().cloned().collect();
+        names.sort();
+        names
+    }
+
+    fn unknown(&self, name: &str) -> UnknownTier {
+        UnknownTier {
+            name: name.to_owned(),
+            known: self.names(),
+        }
+    }
+
+    /// `key`'s tier: the resolver's answer, or the default tier.
+    #[inline]
+    fn tier_of<Q: ?Sized>(&self, key: &Q) -> &Tier<K>
+    where
+        R: Resolver<Q>,
+    {
+        self.tiers
+            .get(self.resolver.tier(key))
+            .or_else(|| self.tiers.get(&self.default_tier))
+            .expect("the default tier is always present")
+    }
+}
+
+impl<K, R, C> fmt::Debug for Tiers<K, R, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut tiers: Vec<_> = self.tiers.iter().collect();
+        tiers.sort_by(|a, b| a.0.cmp(b.0));
+        f.debug_struct("Tiers")
+            .field("default_tier", &self.default_tier)
+            .field(
+                "tiers",
+                &tiers
+                    .iter()
+                    .map(|(name, tier)| (name, tier.spec()))
+                    .collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K, Q, R, C> RateLimiter<Q> for Tiers<K, R, C>
+where
+    K: Borrow<Q> + Hash + Eq + Clone + Send + Sync + 'static,
+    Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
+    R: Resolver<Q>,
+    C: Clock,
+{
+    #[inline]
+    fn check_at(&self, key: &Q, now: u64) -> Decision {
+        self.tier_of(key).call(key, now, |generation, client, now| {
+            match now.checked_sub(client.origin) {
+                Some(since) => generation.check(&client.state.state, since),
+                // A call racing with the one that created the client, with
+                // an earlier time: judged at the origin (as `Limiter`).
+                None => generation.check(&client.state.state, 0).map(|decision| {
+                    generation.measured_from_earlier(decision, client.origin - now)
+                }),
+            }
+        })
+    }
+
+    #[inline]
+    fn remaining_at(&self, key: &Q, now: u64) -> u64 {
+        self.tier_of(key).call(key, now, |generation, client, now| {
+            generation.remaining(&client.state.state, now.saturating_sub(client.origin))
+        })
+    }
+
+    fn now(&self) -> u64 {
+        self.clock.now()
+    }
+
+    /// The default tier's policy.
+    fn policy(&self) -> PolicyKind {
+        self.tiers[&self.default_tier].spec().policy()
+    }
+
+    /// The default tier's limits.
+    fn config(&self) -> Config {
+        self.tiers[&self.default_tier].spec().config()
+    }
+
+    fn tracked_clients(&self) -> usize {
+        self.tiers.values().map(|tier| tier.clients.len()).sum()
+    }
+
+    fn sweep_at(&self, now: u64) -> usize {
+        self.tiers.values().map(|tier| tier.sweep_at(now)).sum()
+    }
+}
+
+/// The registry [`install`] sets up for the whole process: `String` keys,
+/// a boxed resolver, the default clock.
+pub type ProcessTiers = Tiers<String, Box<dyn Resolver<str>>>;
+
+static INSTALLED: OnceLock<ProcessTiers> = OnceLock::new();
+
+/// Makes `tiers` the process-wide registry, once.
+///
+/// # Errors
+///
+/// Gives `tiers` back if a registry is already installed.
+///
+/// ```
+/// use floodgate::tiers::{self, TierSpec, Tiers};
+/// use floodgate::{Config, PolicyKind, RateLimiter};
+///
+/// let spec = TierSpec::new(PolicyKind::Gcra, Config::new(100, 1_000_000_000)?)?;
+/// let registry = Tiers::new("free", spec, Box::new(|_: &str| "free") as Box<_>);
+/// assert!(tiers::install(registry).is_ok());
+///
+/// // Anywhere else in the process:
+/// let limiter = tiers::installed().expect("installed at start-up");
+/// assert!(limiter.allow("client-42"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[allow(clippy::result_large_err)] // the registry itself is handed back
+pub fn install(tiers: ProcessTiers) -> Result<&'static ProcessTiers, ProcessTiers> {
+    let mut offered = Some(tiers);
+    let installed = INSTALLED.get_or_init(|| offered.take().expect("taken once"));
+    match offered {
+        None => Ok(installed),
+        Some(refused) => Err(refused),
+    }
+}
+
+/// The process-wide registry, if one was [`install`]ed.
+pub fn installed() -> Option<&'static ProcessTiers> {
+    INSTALLED.get()
+}
+
+/// One tier: its current rule, and its clients' states (each made by the
+/// rule that was current when it was made or last carried over).
+struct Tier<K> {
+    current: SwapCell<Generation>,
+    clients: KeyedStore<K, TierState>,
+}
+
+impl<K> Tier<K> {
+    fn spec(&self) -> TierSpec {
+        self.current.load().spec
+    }
+}
+
+/// A client's state and the rule that made it.
+struct TierState {
+    generation: Arc<Generation>,
+    state: AnyState,
+}
+
+impl<K> Tier<K>
+where
+    K: Hash + Eq + Clone + 'static,
+{
+    fn new(spec: TierSpec, bounds: Bounds) -> Self {
+        Self {
+            current: SwapCell::from_pointee(Generation::new(spec)),
+            clients: KeyedStore::new(bounds),
+        }
+    }
+
+    /// Runs `op` on `key`'s state made by the current rule, carrying the
+    /// client over first if its state is older, creating it if it is new.
+    #[inline]
+    fn call<Q, T>(
+        &self,
+        key: &Q,
+        now: u64,
+        op: impl Fn(&Generation, &Client<TierState>, u64) -> Result<T, Retired>,
+    ) -> T
+    where
+        Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
+        K: Borrow<Q>,
+    {
+        loop {
+            // A lock-free read of the current rule (arc-swap's fast path).
+            let guard = self.current.load();
+            let generation: &Arc<Generation> = &guard;
+            let answer = self.clients.peek(key, |client| {
+                Arc::ptr_eq(&client.state.generation, generation)
+                    .then(|| op(generation, client, now))
+            });
+            match answer {
+                Some(Some(Ok(answer))) => return answer,
+                // Made by an older rule, or retired under this call.
+                Some(_) => self.carry_over(key, now),
+                None => {
+                    let arrival = self.clients.arrive(
+                        key,
+                        now,
+                        || TierState {
+                            generation: Arc::clone(generation),
+                            state: generation.new_state(),
+                        },
+                        retire_if_idle,
+                        // A retired entry may be mid-carry-over: the sweep
+                        // leaves it to the client's next call.
+                        |_| false,
+                    );
+                    match arrival {
+                        Arrival::Created(client) => {
+                            if let Ok(answer) = op(generation, &client, now) {
+                                return answer;
+                            }
+                        }
+                        Arrival::Raced => {}
+                        Arrival::Full => unreachable!("tiers set no cap"),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Moves `key`'s client to the current rule if its state was made by an
+    /// older one or is retired: freezes the old state, and puts in its place
+    /// one that has spent as much. Racing carriers each compute a successor
+    /// from the same frozen state; the first to replace the entry wins.
+    #[cold]
+    #[inline(never)]
+    fn carry_over<Q>(&self, key: &Q, now: u64)
+    where
+        Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
+        K: Borrow<Q>,
+    {
+        let generation = self.current.load_full();
+        let Some(client) = self.clients.get(key) else {
+            return; // removed by a sweep: the next look-up creates it
+        };
+        let old = &client.state.generation;
+        if Arc::ptr_eq(old, &generation) && !generation.is_retired(&client.state.state) {
+            return; // someone else carried it over already
+        }
+        let since = now.saturating_sub(client.origin);
+        let spent = old.retire_spent(&client.state.state, since);
+        let successor = Arc::new(Client {
+            origin: client.origin,
+            state: TierState {
+                state: generation.spent_state(spent, since),
+                generation,
+            },
+        });
+        self.clients.replace(key, &client, successor);
+    }
+
+    fn sweep_at(&self, now: u64) -> usize {
+        self.clients
+            .sweep(now, retire_if_idle, |_: &TierState| false)
+    }
+}
+
+/// Retires `client` if it is idle at `now`, by its own rule.
+fn retire_if_idle(client: &Client<TierState>, now: u64) -> bool {
+    now.checked_sub(client.origin).is_some_and(|since| {
+        client
+            .state
+            .generation
+            .retire_if_idle(&client.state.state, since)
+    })
+}
+
+/// One rule of a tier, as it was between two reloads.
+struct Generation {
+    spec: TierSpec,
+    policy: AnyPolicy,
+}
+
+/// The six policies, chosen at run time.
+enum AnyPolicy {
+    SlidingWindow(SlidingWindow),
+    TokenBucket(TokenBucket),
+    FixedWindow(FixedWindow),
+    SlidingWindowCounter(SlidingWindowCounter),
+    Gcra(Gcra),
+    LeakyBucket(LeakyBucket),
+}
+
+/// Their states (`gcra` and `leaky-bucket` share one).
+enum AnyState {
+    SlidingWindow(SlidingWindowState),
+    TokenBucket(TokenBucketState),
+    FixedWindow(FixedWindowState),
+    SlidingWindowCounter(SlidingWindowCounterState),
+    Schedule(GcraState),
+}
+
+/// Runs `$body` with the policy and the state of the same kind. A state is
+/// only ever made by its own generation's policy, so the kinds match.
+macro_rules! with_pair {
+    ($policy:expr, $state:expr, |$p:ident, $s:ident| $body:expr) => {
+        match ($policy, $state) {
+            (AnyPolicy::SlidingWindow($p), AnyState::SlidingWindow($s)) => $body,
+            (AnyPolicy::TokenBucket($p), AnyState::TokenBucket($s)) => $body,
+            (AnyPolicy::FixedWindow($p), AnyState::FixedWindow($s)) => $body,
+            (AnyPolicy::SlidingWindowCounter($p), AnyState::SlidingWindowCounter($s)) => $body,
+            (AnyPolicy::Gcra($p), AnyState::Schedule($s)) => $body,
+            (AnyPolicy::LeakyBucket($p), AnyState::Schedule($s)) => $body,
+            _ => unreachable!("a state is made by its own generation's policy"),
+        }
+    };
+}
+
+/// Runs `$body` with the policy, whatever its kind.
+macro_rules! with_policy {
+    ($policy:expr, |$p:ident| $body:expr) => {
+        match $policy {
+            AnyPolicy::SlidingWindow($p) => $body,
+            AnyPolicy::TokenBucket($p) => $body,
+            AnyPolicy::FixedWindow($p) => $body,
+            AnyPolicy::SlidingWindowCounter($p) => $body,
+            AnyPolicy::Gcra($p) => $body,
+            AnyPolicy::LeakyBucket($p) => $body,
+        }
+    };
+}
+
+impl Generation {
+    fn new(spec: TierSpec) -> Self {
+        // `TierSpec::new` ran `check_for`, which is all `Policy::new` checks.
+        let config = spec.config;
+        let invalid = "validated by TierSpec::new";
+        let policy = match spec.policy {
+            PolicyKind::SlidingWindow => {
+                AnyPolicy::SlidingWindow(SlidingWindow::new(config).expect(invalid))
+            }
+            PolicyKind::TokenBucket => {
+                AnyPolicy::TokenBucket(TokenBucket::new(config).expect(invalid))
+            }
+            PolicyKind::FixedWindow => {
+                AnyPolicy::FixedWindow(FixedWindow::new(config).expect(invalid))
+            }
+            PolicyKind::SlidingWindowCounter => {
+                AnyPolicy::SlidingWindowCounter(SlidingWindowCounter::new(config).expect(invalid))
+            }
+            PolicyKind::Gcra => AnyPolicy::Gcra(Gcra::new(config).expect(invalid)),
+            PolicyKind::LeakyBucket => {
+                AnyPolicy::LeakyBucket(LeakyBucket::new(config).expect(invalid))
+            }
+        };
+        Self { spec, policy }
+    }
+
+    fn new_state(&self) -> AnyState {
+        self.spent_state(0, 0)
+    }
+
+    fn spent_state(&self, spent: u64, now: u64) -> AnyState {
+        match &self.policy {
+            AnyPolicy::SlidingWindow(p) => AnyState::SlidingWindow(p.spent_state(spent, now)),
+            AnyPolicy::TokenBucket(p) => AnyState::TokenBucket(p.spent_state(spent, now)),
+            AnyPolicy::FixedWindow(p) => AnyState::FixedWindow(p.spent_state(spent, now)),
+            AnyPolicy::SlidingWindowCounter(p) => {
+                AnyState::SlidingWindowCounter(p.spent_state(spent, now))
+            }
+            AnyPolicy::Gcra(p) => AnyState::Schedule(p.spent_state(spent, now)),
+            AnyPolicy::LeakyBucket(p) => AnyState::Schedule(p.spent_state(spent, now)),
+        }
+    }
+
+    #[inline]
+    fn check(&self, state: &AnyState, now: u64) -> Result<Decision, Retired> {
+        with_pair!(&self.policy, state, |p, s| p.check(s, now))
+    }
+
+    #[inline]
+    fn remaining(&self, state: &AnyState, now: u64) -> Result<u64, Retired> {
+        with_pair!(&self.policy, state, |p, s| p.remaining(s, now))
+    }
+
+    fn retire_if_idle(&self, state: &AnyState, now: u64) -> bool {
+        with_pair!(&self.policy, state, |p, s| p.retire_if_idle(s, now))
+    }
+
+    fn retire_spent(&self, state: &AnyState, now: u64) -> u64 {
+        with_pair!(&self.policy, state, |p, s| p.retire_spent(s, now))
+    }
+
+    fn is_retired(&self, state: &AnyState) -> bool {
+        with_pair!(&self.policy, state, |p, s| p.is_retired(s))
+    }
+
+    fn measured_from_earlier(&self, decision: Decision, lag: u64) -> Decision {
+        with_policy!(&self.policy, |p| p.measured_from_earlier(decision, lag))
+    }
+}

@@ -1,0 +1,176 @@
+//! The cap under a flood: ten million distinct one-shot client ids through
+//! a limiter capped at 100,000, once per overflow rule. The map never holds
+//! more than the cap, the heap stays within what 100,000 clients need, the
+//! clients that keep calling are answered exactly as by an unbounded limiter,
+//! and each flood client gets its rule's answer whenever there is no room.
+//!
+//! A counting global allocator keeps the live heap size; the file has one
+//! test, so nothing else in the process allocates meanwhile.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicIsize, Ordering};
+
+use floodgate::policy::{Gcra, Policy};
+use floodgate::{Bounds, Config, Decision, Limiter, ManualClock, Overflow};
+
+/// The system allocator, keeping the bytes currently allocated.
+struct Counting;
+
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+// SAFETY: every method forwards its arguments unchanged to `System`, which
+// meets `GlobalAlloc`'s contract for them; counting touches one atomic and
+// neither allocates nor unwinds.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: the caller upholds `alloc`'s contract, which is `System`'s.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: `ptr` was allocated by `System` (through `alloc` or
+        // `realloc` here) with `layout`.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LIVE.fetch_add(
+            new_size as isize - layout.size() as isize,
+            Ordering::Relaxed,
+        );
+        // SAFETY: the caller guarantees `ptr` came from this allocator (so
+        // from `System`) with `layout`, and a valid `new_size`.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+const CAP: usize = 100_000;
+const FLOOD: u64 = 10_000_000;
+/// Clients that keep calling throughout.
+const REGULARS: u64 = 1_000;
+/// The flood's ids start past the regulars'.
+const FIRST_STRANGER: u64 = 1 << 32;
+/// `gcra`, 10 per 10,000 ticks: one every 1,000 ticks.
+const LIMIT: u64 = 10;
+const WINDOW: u64 = 10_000;
+/// The clock moves one tick per this many flood arrivals, so a one-shot
+/// client (idle 1,000 ticks after its request) stays busy for 100,000
+/// arrivals: the map fills with clients nobody can evict, and the rule
+/// decides, until the oldest become idle and sweeps make room again.
+const ARRIVALS_PER_TICK: u64 = 100;
+/// A regular calls every this many ticks: more often than one per interval,
+/// so its schedule is always ahead of the clock and it is never idle.
+const REGULAR_EVERY: u64 = 500;
+/// How often (in flood arrivals) the map's length is counted (it is a scan).
+const COUNT_EVERY: u64 = 20_000;
+
+/// A new client's first answer.
+const FRESH: Decision = Decision {
+    allowed: true,
+    remaining: LIMIT - 1,
+    retry_after: 0,
+    delay: 0,
+};
+
+/// What one flood client must be answered when it found no room.
+fn expected_overflow(rule: Overflow, shared: Option<Decision>) -> Option<Decision> {
+    match rule {
+        Overflow::Reject => Some(Decision {
+            allowed: false,
+            remaining: 0,
+            retry_after: WINDOW,
+            delay: 0,
+        }),
+        Overflow::Admit => Some(FRESH),
+        Overflow::Shared => shared,
+    }
+}
+
+#[test]
+fn ten_million_one_shot_clients_never_pass_the_cap() {
+    let policy = || Gcra::new(Config::new(LIMIT, WINDOW).unwrap()).unwrap();
+    for rule in Overflow::ALL {
+        let clock = ManualClock::new(0);
+        let bounds = Bounds::new()
+            .evict_idle()
+            .max_clients(CAP)
+            .on_overflow(rule);
+        let limiter: Limiter<u64, Gcra, _> = Limiter::with_bounds(policy(), clock.clone(), bounds);
+        // The regulars' answers, from a limiter that tracks only them and
+        // forgets nothing.
+        let reference: Limiter<u64, Gcra, _> = Limiter::with_clock(policy(), clock.clone());
+        // The shared overflow state, replayed on its own: every flood client
+        // that found no room, in order, as one client.
+        let shared: Limiter<u64, Gcra, _> = Limiter::with_clock(policy(), clock.clone());
+
+        let baseline = LIVE.load(Ordering::Relaxed);
+        let mut peak_clients = 0;
+        let mut peak_bytes = 0;
+        let mut overflowed = 0u64;
+        let mut regular_calls = 0u64;
+        for regular in 0..REGULARS {
+            assert_eq!(
+                limiter.check_at(&regular, 0),
+                reference.check_at(&regular, 0)
+            );
+        }
+        for arrival in 0..FLOOD {
+            let now = arrival / ARRIVALS_PER_TICK;
+            if arrival % ARRIVALS_PER_TICK == 0 && now % REGULAR_EVERY == 0 && now > 0 {
+                for regular in 0..REGULARS {
+                    let got = limiter.check_at(&regular, now);
+                    assert_eq!(
+                        got,
+                        reference.check_at(&regular, now),
+                        "{rule}: {regular} at {now}"
+                    );
+                    regular_calls += 1;
+                }
+            }
+            let stranger = FIRST_STRANGER + arrival;
+            let got = limiter.check_at(&stranger, now);
+            if limiter.tracks(&stranger) {
+                assert_eq!(got, FRESH, "{rule}: arrival {arrival}");
+            } else {
+                let shared_answer = (rule == Overflow::Shared).then(|| shared.check_at(&0, now));
+                assert_eq!(
+                    Some(got),
+                    expected_overflow(rule, shared_answer),
+                    "{rule}: arrival {arrival}"
+                );
+                overflowed += 1;
+            }
+            if arrival % COUNT_EVERY == 0 {
+                let clients = limiter.tracked_clients();
+                assert!(
+                    clients <= CAP,
+                    "{rule}: {clients} clients at arrival {arrival}"
+                );
+                peak_clients = peak_clients.max(clients);
+                peak_bytes = peak_bytes.max(LIVE.load(Ordering::Relaxed) - baseline);
+            }
+        }
+        // The rule really was exercised, and room was really made.
+        assert!(
+            overflowed > 100_000,
+            "{rule}: only {overflowed} found no room"
+        );
+        assert!(overflowed < FLOOD / 2, "{rule}: {overflowed} found no room");
+        assert_eq!(peak_clients, CAP, "{rule}");
+        assert!(regular_calls > 10_000_000 / ARRIVALS_PER_TICK);
+        // Bytes: the map, the clients and the reference's 1,000 regulars.
+        // A `gcra` client costs under 100 bytes in the map (README); allow
+        // twice that for the map's spare capacity and deferred reclamation.
+        let per_client = peak_bytes / CAP as isize;
+        assert!(
+            per_client < 200,
+            "{rule}: {peak_bytes} bytes at the peak ({per_client} per client)"
+        );
+        eprintln!("{rule}: {overflowed} of {FLOOD} found no room; peak {peak_clients} clients, {peak_bytes} bytes");
+    }
+}

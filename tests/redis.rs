@@ -1,0 +1,882 @@
+//! The Redis store against a real `redis-server` (never a mock).
+//!
+//! - every policy gives the in-memory engine's answers, field by field, on
+//!   seeded random traces and on the spec's two example sessions;
+//! - several processes share one limit through one Redis;
+//! - each fault rule answers as documented while Redis is down or stalled,
+//!   and traffic resumes after a restart without rebuilding the limiter;
+//! - keys expire exactly when their state answers as an empty one.
+//!
+//! The shared server is found through `FLOODGATE_REDIS_URL` (`.ci/run`
+//! starts one and sets it); the fault tests start their own `redis-server`
+//! on a free loopback port, so they can stop it. Without the variable, or
+//! without `redis-server` on the PATH, a test says it was skipped and why,
+//! and passes.
+
+use std::io::{BufRead, BufReader, Write as _};
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use floodgate::redis::{
+    AsyncRedisLimiter, OnFailure, RedisError, RedisLimiter, RedisOptions, TimeSource, MAX_NOW,
+};
+use floodgate::{build_with, Config, Decision, Engine, ManualClock, PolicyKind, RateLimiter};
+
+/// The variable that names the shared server.
+const URL_VARIABLE: &str = "FLOODGATE_REDIS_URL";
+
+/// Set in the child processes of `several_processes_share_one_limit`.
+const CHILD_VARIABLE: &str = "FLOODGATE_REDIS_TEST_CHILD";
+
+/// Says why a test is skipped, on the process's standard error itself: the
+/// test harness captures `eprintln!` of passing tests, not this handle.
+fn skip(message: std::fmt::Arguments<'_>) {
+    let _ = writeln!(std::io::stderr(), "{message}");
+}
+
+/// The shared server's URL, or `None` after saying why the test is skipped.
+fn shared_url(test: &str) -> Option<String> {
+    match std::env::var(URL_VARIABLE) {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            skip(format_args!(
+                "skipped {test}: {URL_VARIABLE} is not set (e.g. redis://127.0.0.1:6379; \
+                 .ci/run starts a server and sets it)"
+            ));
+            None
+        }
+    }
+}
+
+/// A prefix no other test or run shares.
+fn prefix(test: &str) -> String {
+    format!("floodgate-test:{}:{test}", std::process::id())
+}
+
+/// Options for exact comparisons: times passed in milliseconds, and keys
+/// kept an hour, so that no key expires in real time while a trace whose
+/// times run far faster than real time is replayed.
+fn exact_options(prefix: &str) -> RedisOptions {
+    RedisOptions::new()
+        .prefix(prefix)
+        .time(TimeSource::MILLIS)
+        .timeout(Duration::from_secs(5))
+        .min_ttl(Duration::from_secs(3_600))
+}
+
+fn in_memory(policy: PolicyKind, config: Config) -> Box<dyn RateLimiter<str>> {
+    build_with::<str, _>(policy, config, Engine::LockFree, ManualClock::new(0))
+        .unwrap_or_else(|e| panic!("{policy} {config:?}: {e}"))
+}
+
+/// A connection of the test's own, to read keys and TTLs.
+fn inspect(url: &str) -> redis::Connection {
+    redis::Client::open(url)
+        .and_then(|client| client.get_connection())
+        .expect("connect to the test server")
+}
+
+/// Clears a prefix when dropped, so a failed test leaves nothing behind.
+struct Cleanup<'a> {
+    limiter: &'a RedisLimiter,
+    prefix: String,
+}
+
+impl Drop for Cleanup<'_> {
+    fn drop(&mut self) {
+        let _ = self.limiter.clear_prefix(&self.prefix);
+    }
+}
+
+// The spec's examples and random traces ---------------------------------------
+
+#[test]
+fn the_spec_example_sessions_replay_exactly() {
+    let Some(url) = shared_url("the_spec_example_sessions_replay_exactly") else {
+        return;
+    };
+    let prefix = prefix("examples");
+    let sliding = RedisLimiter::new(
+        &url,
+        PolicyKind::SlidingWindow,
+        Config::new(3, 1_000).unwrap(),
+        exact_options(&prefix),
+    )
+    .unwrap();
+    let _cleanup = Cleanup {
+        limiter: &sliding,
+        prefix: prefix.clone(),
+    };
+    assert!(sliding.try_check_at("rahul", 0).unwrap().allowed);
+    assert!(sliding.try_check_at("rahul", 100).unwrap().allowed);
+    assert!(sliding.try_check_at("rahul", 200).unwrap().allowed);
+    let fourth = sliding.try_check_at("rahul", 300).unwrap();
+    assert_eq!((fourth.allowed, fourth.retry_after), (false, 700));
+    assert!(sliding.try_check_at("priya", 300).unwrap().allowed);
+    assert_eq!(sliding.try_remaining_at("rahul", 999).unwrap(), 0);
+    assert!(sliding.try_check_at("rahul", 1_000).unwrap().allowed);
+    assert_eq!(sliding.try_remaining_at("rahul", 1_150).unwrap(), 1);
+
+    let bucket = RedisLimiter::new(
+        &url,
+        PolicyKind::TokenBucket,
+        Config::new(2, 1_000).unwrap(),
+        exact_options(&prefix),
+    )
+    .unwrap();
+    assert!(bucket.try_check_at("app", 0).unwrap().allowed);
+    assert!(bucket.try_check_at("app", 10).unwrap().allowed);
+    let third = bucket.try_check_at("app", 20).unwrap();
+    assert_eq!((third.allowed, third.retry_after), (false, 480));
+    assert_eq!(bucket.try_remaining_at("app", 499).unwrap(), 0);
+    assert!(bucket.try_check_at("app", 500).unwrap().allowed);
+    assert_eq!(bucket.try_remaining_at("app", 2_000).unwrap(), 2);
+}
+
+/// Seeded traces: a few clients, each one's time never decreasing, steps
+/// from 0 to many windows (up to the contract's 2 × 10^12), half `allow`
+/// and half `remaining`.
+struct Trace {
+    limit: u64,
+    window: u64,
+    calls: Vec<(bool, usize, u64)>,
+}
+
+fn trace(policy: PolicyKind, rng: &mut fastrand::Rng) -> Trace {
+    let limit = match rng.u8(..20) {
+        0 => rng.u64(9..=1_000),
+        1 => floodgate::MAX_LIMIT,
+        _ => rng.u64(1..=8),
+    };
+    let least = if policy.drips() { limit } else { 1 };
+    let window = match rng.u8(..10) {
+        0 => rng.u64(least..=1_000_000_000),
+        1 => (limit * rng.u64(1..=20) + rng.u64(0..limit)).max(least),
+        _ => rng.u64(least..=least + 49),
+    };
+    let clients = rng.usize(1..=3);
+    let mut times = vec![rng.u64(0..=1_000); clients];
+    let mut calls = Vec::new();
+    for _ in 0..rng.usize(10..=60) {
+        let client = rng.usize(..clients);
+        let step = match rng.u8(..16) {
+            0..=5 => 0,
+            6..=8 => rng.u64(1..=3),
+            9..=11 => rng.u64(0..=window),
+            12 | 13 => window / 2 + rng.u64(0..=1),
+            14 => window.saturating_mul(rng.u64(1..=3)),
+            _ => window.saturating_mul(1 << rng.u32(0..=40)),
+        };
+        times[client] = times[client].saturating_add(step).min(2_000_000_000_000);
+        calls.push((rng.bool(), client, times[client]));
+    }
+    Trace {
+        limit,
+        window,
+        calls,
+    }
+}
+
+/// Runs `traces` seeded traces of `policy` on Redis and in memory and
+/// compares every answer.
+fn differential(policy: PolicyKind, traces: usize) {
+    let test = format!("differential_{}", policy.name());
+    let Some(url) = shared_url(&test) else {
+        return;
+    };
+    let prefix = prefix(&test);
+    let mut rng = fastrand::Rng::with_seed(0xF100D ^ policy as u64);
+    let mut compared = 0;
+    for number in 0..traces {
+        let trace = trace(policy, &mut rng);
+        let config = Config::new(trace.limit, trace.window).unwrap();
+        let memory = in_memory(policy, config);
+        // A fresh client name per trace: configurations repeat across
+        // traces, and each trace starts from new clients.
+        let redis = RedisLimiter::new(&url, policy, config, exact_options(&prefix)).unwrap();
+        for (index, &(allow, client, now)) in trace.calls.iter().enumerate() {
+            let key = format!("t{number}c{client}");
+            let context = || {
+                format!(
+                    "{policy} L={} W={} trace {number} call {index}: {} {key} {now}\n{:?}",
+                    trace.limit,
+                    trace.window,
+                    if allow { "allow" } else { "remaining" },
+                    &trace.calls[..=index]
+                )
+            };
+            if allow {
+                let expected = memory.check_at(&key, now);
+                let got = redis
+                    .try_check_at(&key, now)
+                    .unwrap_or_else(|e| panic!("{e}: {}", context()));
+                assert_eq!(got, expected, "{}", context());
+            } else {
+                let expected = memory.remaining_at(&key, now);
+                let got = redis
+                    .try_remaining_at(&key, now)
+                    .unwrap_or_else(|e| panic!("{e}: {}", context()));
+                assert_eq!(got, expected, "{}", context());
+            }
+            compared += 1;
+        }
+        if number + 1 == traces {
+            redis.clear_prefix(&prefix).unwrap();
+        }
+    }
+    eprintln!("{policy}: {compared} answers of {traces} traces identical to the in-memory engine");
+}
+
+#[test]
+fn differential_sliding_window() {
+    differential(PolicyKind::SlidingWindow, 300);
+}
+
+#[test]
+fn differential_token_bucket() {
+    differential(PolicyKind::TokenBucket, 300);
+}
+
+#[test]
+fn differential_fixed_window() {
+    differential(PolicyKind::FixedWindow, 300);
+}
+
+#[test]
+fn differential_sliding_window_counter() {
+    differential(PolicyKind::SlidingWindowCounter, 300);
+}
+
+#[test]
+fn differential_gcra() {
+    differential(PolicyKind::Gcra, 300);
+}
+
+#[test]
+fn differential_leaky_bucket() {
+    differential(PolicyKind::LeakyBucket, 300);
+}
+
+/// The async API runs the same scripts; a smaller sample of traces checks
+/// its plumbing, for every policy.
+#[test]
+fn the_async_api_answers_as_the_blocking_one() {
+    let Some(url) = shared_url("the_async_api_answers_as_the_blocking_one") else {
+        return;
+    };
+    let prefix = prefix("async");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut rng = fastrand::Rng::with_seed(0xA5);
+        for policy in PolicyKind::ALL {
+            for number in 0..20 {
+                let trace = trace(policy, &mut rng);
+                let config = Config::new(trace.limit, trace.window).unwrap();
+                let memory = in_memory(policy, config);
+                let redis = AsyncRedisLimiter::new(&url, policy, config, exact_options(&prefix))
+                    .await
+                    .unwrap();
+                for &(allow, client, now) in &trace.calls {
+                    let key = format!("{policy}-{number}-{client}");
+                    if allow {
+                        assert_eq!(
+                            redis.try_check_at(&key, now).await.unwrap(),
+                            memory.check_at(&key, now),
+                            "{policy} {key} at {now}"
+                        );
+                    } else {
+                        assert_eq!(
+                            redis.try_remaining_at(&key, now).await.unwrap(),
+                            memory.remaining_at(&key, now),
+                            "{policy} {key} at {now}"
+                        );
+                    }
+                }
+            }
+        }
+    });
+    let cleaner = RedisLimiter::new(
+        &url,
+        PolicyKind::Gcra,
+        Config::new(1, 1).unwrap(),
+        exact_options(&prefix),
+    )
+    .unwrap();
+    cleaner.clear_prefix(&prefix).unwrap();
+}
+
+#[test]
+fn times_past_exact_arithmetic_are_refused_before_any_round_trip() {
+    // Nothing listens on port 1: a round trip would fail with Unavailable.
+    let limiter = RedisLimiter::new(
+        "redis://127.0.0.1:1",
+        PolicyKind::Gcra,
+        Config::new(1, 1_000).unwrap(),
+        RedisOptions::new().time(TimeSource::MILLIS),
+    )
+    .unwrap();
+    assert!(matches!(
+        limiter.try_check_at("a", MAX_NOW + 1),
+        Err(RedisError::TimeOutOfRange { now, max }) if now == MAX_NOW + 1 && max == MAX_NOW
+    ));
+    assert!(matches!(
+        limiter.try_check_at("a", MAX_NOW),
+        Err(RedisError::Unavailable(_))
+    ));
+}
+
+// Several processes, one limit --------------------------------------------------
+
+/// Run by `several_processes_share_one_limit` in its child processes (and a
+/// no-op otherwise): checks every policy's shared client from two threads
+/// at a frozen time and prints how many each policy admitted.
+#[test]
+fn child_process_checks_the_shared_client() {
+    let Ok(spec) = std::env::var(CHILD_VARIABLE) else {
+        return;
+    };
+    let (url, prefix) = spec.split_once(' ').expect("URL and prefix");
+    for policy in PolicyKind::ALL {
+        let limiter = Arc::new(
+            RedisLimiter::new(
+                url,
+                policy,
+                Config::new(SHARED_LIMIT, 1_000_000).unwrap(),
+                exact_options(prefix).connections(2),
+            )
+            .unwrap(),
+        );
+        let admitted: u64 = std::thread::scope(|scope| {
+            let threads: Vec<_> = (0..2)
+                .map(|_| {
+                    let limiter = Arc::clone(&limiter);
+                    scope.spawn(move || {
+                        (0..CHECKS_PER_THREAD)
+                            .filter(|_| limiter.try_check_at("shared", 7).unwrap().allowed)
+                            .count() as u64
+                    })
+                })
+                .collect();
+            threads.into_iter().map(|t| t.join().unwrap()).sum()
+        });
+        // A line of its own: the test harness prints the test's name on the
+        // same stream, without a newline before the test's output.
+        println!("\n{MARKER} {} {admitted}", policy.name());
+    }
+}
+
+const SHARED_LIMIT: u64 = 37;
+/// Starts each child's result line.
+const MARKER: &str = "floodgate-child-admitted";
+const CHECKS_PER_THREAD: usize = 25;
+const CHILDREN: usize = 4;
+
+#[test]
+fn several_processes_share_one_limit() {
+    let Some(url) = shared_url("several_processes_share_one_limit") else {
+        return;
+    };
+    let prefix = prefix("processes");
+    let exe = std::env::current_exe().unwrap();
+    let children: Vec<Child> = (0..CHILDREN)
+        .map(|_| {
+            Command::new(&exe)
+                .args([
+                    "--exact",
+                    "child_process_checks_the_shared_client",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(CHILD_VARIABLE, format!("{url} {prefix}"))
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("run this test binary again")
+        })
+        .collect();
+    let mut totals = std::collections::HashMap::<String, u64>::new();
+    for mut child in children {
+        let stdout = child.stdout.take().unwrap();
+        for line in BufReader::new(stdout).lines() {
+            let line = line.unwrap();
+            if let Some(rest) = line.strip_prefix(MARKER).map(str::trim_start) {
+                let (policy, count) = rest.split_once(' ').unwrap();
+                *totals.entry(policy.to_owned()).or_default() += count.parse::<u64>().unwrap();
+            }
+        }
+        assert!(child.wait().unwrap().success(), "a child process failed");
+    }
+    let cleaner = RedisLimiter::new(
+        &url,
+        PolicyKind::Gcra,
+        Config::new(1, 1).unwrap(),
+        exact_options(&prefix),
+    )
+    .unwrap();
+    cleaner.clear_prefix(&prefix).unwrap();
+    // 4 processes × 2 threads × 25 checks = 200 requests at one instant:
+    // every policy admits exactly its limit of them, whoever sent them.
+    for policy in PolicyKind::ALL {
+        assert_eq!(
+            totals.get(policy.name()).copied(),
+            Some(SHARED_LIMIT),
+            "{policy}: {totals:?}"
+        );
+    }
+}
+
+// Expiry -----------------------------------------------------------------------
+
+/// Checks that `key` expires in `expected` ms: PTTL is read after the call
+/// returned, so it is at most `expected` and at least `expected` less the
+/// whole milliseconds that passed since just before the call.
+fn assert_ttl(connection: &mut redis::Connection, key: &str, expected: i64, since: Instant) {
+    let ttl: i64 = redis::cmd("PTTL").arg(key).query(connection).unwrap();
+    let passed = since.elapsed().as_millis() as i64 + 1;
+    assert!(
+        ttl <= expected && ttl >= expected - passed,
+        "{key}: PTTL {ttl}, expected {expected} (less at most {passed} ms that passed)"
+    );
+}
+
+/// A policy, its limit and window, the calls as (allow?, now), and the TTL
+/// in milliseconds after the last one.
+type TtlCase = (PolicyKind, u64, u64, &'static [(bool, u64)], i64);
+
+#[test]
+fn keys_expire_exactly_when_the_state_answers_as_an_empty_one() {
+    let Some(url) = shared_url("keys_expire_exactly_when_the_state_answers_as_an_empty_one") else {
+        return;
+    };
+    let prefix = prefix("ttl");
+    let options = RedisOptions::new().prefix(&prefix).time(TimeSource::MILLIS);
+    let mut connection = inspect(&url);
+    #[rustfmt::skip]
+    let cases: [TtlCase; 12] = [
+        // TAT − now: one interval after one admission, then the whole
+        // window after a burst of L, then TAT 1250 at 600.
+        (PolicyKind::Gcra, 4, 1_000, &[(true, 0)], 250),
+        (PolicyKind::Gcra, 4, 1_000, &[(true, 0), (true, 0), (true, 0), (true, 0)], 1_000),
+        (PolicyKind::Gcra, 4, 1_000, &[(true, 0), (true, 0), (true, 0), (true, 0), (true, 600)], 650),
+        (PolicyKind::LeakyBucket, 4, 1_000, &[(true, 0), (true, 0), (true, 300)], 450),
+        // newest + W − now.
+        (PolicyKind::SlidingWindow, 2, 10_000, &[(true, 0), (true, 4_000)], 10_000),
+        // full again at drip d + L − t: 1 × 250 after one token; after
+        // three tokens by 100, (0 + 4 − 1) × 250 − 100.
+        (PolicyKind::TokenBucket, 4, 1_000, &[(true, 0)], 250),
+        (PolicyKind::TokenBucket, 4, 1_000, &[(true, 0), (true, 100), (true, 100)], 650),
+        // the window with admissions ends: window 0 at 2500, window 1 at 12000.
+        (PolicyKind::FixedWindow, 5, 10_000, &[(true, 0), (true, 2_500)], 7_500),
+        (PolicyKind::FixedWindow, 5, 10_000, &[(true, 0), (true, 12_000)], 8_000),
+        // two windows after the one with admissions starts.
+        (PolicyKind::SlidingWindowCounter, 5, 10_000, &[(true, 0)], 20_000),
+        (PolicyKind::SlidingWindowCounter, 5, 10_000, &[(true, 0), (true, 12_000)], 18_000),
+        // remaining creates no key for a new client, and then the first
+        // allow (at a later time) is the origin.
+        (PolicyKind::FixedWindow, 5, 10_000, &[(false, 0), (true, 3_000)], 10_000),
+    ];
+    for (number, (policy, limit, window, calls, expected)) in cases.into_iter().enumerate() {
+        let limiter = RedisLimiter::new(
+            &url,
+            policy,
+            Config::new(limit, window).unwrap(),
+            options.clone(),
+        )
+        .unwrap();
+        let client = format!("case-{number}");
+        let key = limiter.key(&client);
+        let mut started = Instant::now();
+        for &(allow, now) in calls {
+            started = Instant::now();
+            if allow {
+                limiter.try_check_at(&client, now).unwrap();
+            } else {
+                limiter.try_remaining_at(&client, now).unwrap();
+                let exists: bool = redis::cmd("EXISTS")
+                    .arg(&key)
+                    .query(&mut connection)
+                    .unwrap();
+                assert!(
+                    !exists,
+                    "{policy}: remaining stored the state of a new client"
+                );
+            }
+        }
+        assert_ttl(&mut connection, &key, expected, started);
+    }
+    // A rejection writes nothing, so the TTL of the last admission stands.
+    let limiter = RedisLimiter::new(
+        &url,
+        PolicyKind::SlidingWindow,
+        Config::new(1, 10_000).unwrap(),
+        options.clone(),
+    )
+    .unwrap();
+    let started = Instant::now();
+    assert!(limiter.try_check_at("rejected", 0).unwrap().allowed);
+    assert!(!limiter.try_check_at("rejected", 3_000).unwrap().allowed);
+    assert_ttl(&mut connection, &limiter.key("rejected"), 10_000, started);
+    // The least TTL raises short ones, and makes `remaining` store a new
+    // client (so its origin holds).
+    let kept = RedisLimiter::new(
+        &url,
+        PolicyKind::FixedWindow,
+        Config::new(5, 1_000).unwrap(),
+        options.clone().min_ttl(Duration::from_secs(60)),
+    )
+    .unwrap();
+    let started = Instant::now();
+    assert_eq!(kept.try_remaining_at("kept", 0).unwrap(), 5);
+    assert_ttl(&mut connection, &kept.key("kept"), 60_000, started);
+    // Ticks of 10 µs: TTLs round up to whole milliseconds.
+    let micro = RedisLimiter::new(
+        &url,
+        PolicyKind::Gcra,
+        Config::new(1, 12_345).unwrap(),
+        options.clone().time(TimeSource::Caller {
+            tick: Duration::from_micros(10),
+        }),
+    )
+    .unwrap();
+    let started = Instant::now();
+    micro.try_check_at("micro", 0).unwrap();
+    assert_ttl(&mut connection, &micro.key("micro"), 124, started);
+    limiter.clear_prefix(&prefix).unwrap();
+}
+
+#[test]
+fn an_idle_client_expires_and_comes_back_as_a_new_one() {
+    let Some(url) = shared_url("an_idle_client_expires_and_comes_back_as_a_new_one") else {
+        return;
+    };
+    let prefix = prefix("expiry");
+    // Redis's own clock: a window of 50 ms, in microseconds.
+    let limiter = RedisLimiter::new(
+        &url,
+        PolicyKind::Gcra,
+        Config::new(1, 50_000).unwrap(),
+        RedisOptions::new().prefix(&prefix),
+    )
+    .unwrap();
+    let _cleanup = Cleanup {
+        limiter: &limiter,
+        prefix: prefix.clone(),
+    };
+    let mut connection = inspect(&url);
+    let key = limiter.key("idle");
+    assert!(limiter.try_check("idle").unwrap().allowed);
+    let ttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut connection).unwrap();
+    assert!((1..=50).contains(&ttl), "PTTL {ttl}");
+    // Poll until Redis drops the key; the deadline only turns a hang into a
+    // failure.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let exists: bool = redis::cmd("EXISTS")
+            .arg(&key)
+            .query(&mut connection)
+            .unwrap();
+        if !exists {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{key} never expired");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(limiter.try_tracked_clients().unwrap(), 0);
+    let back = limiter.try_check("idle").unwrap();
+    assert_eq!(
+        back,
+        Decision {
+            allowed: true,
+            remaining: 0,
+            retry_after: 0,
+            delay: 0
+        }
+    );
+    assert_eq!(limiter.try_tracked_clients().unwrap(), 1);
+}
+
+// Faults --------------------------------------------------------------------------
+
+/// A `redis-server` of the test's own on a free loopback port, stopped
+/// (and waited for) when dropped.
+struct Server {
+    port: u16,
+    child: Option<Child>,
+}
+
+impl Server {
+    /// `None`, after saying why, when `redis-server` is not on the PATH.
+    fn start(test: &str) -> Option<Self> {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .expect("a free port")
+            .port();
+        let mut server = Server { port, child: None };
+        if let Err(error) = server.spawn() {
+            skip(format_args!(
+                "skipped {test}: cannot run redis-server ({error}); install it to run the \
+                 fault tests"
+            ));
+            return None;
+        }
+        Some(server)
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn spawn(&mut self) -> std::io::Result<()> {
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--loglevel", "warning"])
+            .stdout(Stdio::null())
+            .spawn()?;
+        self.child = Some(child);
+        // Wait until it answers; the deadline only turns a hang into a failure.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let client = redis::Client::open(self.url()).unwrap();
+        loop {
+            if let Ok(mut connection) = client.get_connection() {
+                if redis::cmd("PING").query::<String>(&mut connection).is_ok() {
+                    return Ok(());
+                }
+            }
+            assert!(Instant::now() < deadline, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn restart(&mut self) {
+        self.stop();
+        self.spawn().expect("restart redis-server");
+    }
+
+    /// Sends SIGSTOP or SIGCONT: a stopped server accepts nothing and
+    /// answers nothing, as a stalled one.
+    fn signal(&self, signal: &str) {
+        let pid = self.child.as_ref().expect("running").id().to_string();
+        let status = Command::new("kill").args([signal, &pid]).status().unwrap();
+        assert!(status.success());
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            // A stopped process must be continued before it can exit cleanly.
+            self.signal("-CONT");
+        }
+        self.stop();
+    }
+}
+
+/// Calls `check` until it succeeds; the deadline only turns a hang into a
+/// failure.
+fn until_ok<T>(mut check: impl FnMut() -> Result<T, RedisError>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        match check() {
+            Ok(value) => return value,
+            Err(error) => assert!(Instant::now() < deadline, "never recovered: {error}"),
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn fault_options(rule: OnFailure) -> RedisOptions {
+    RedisOptions::new()
+        .prefix("faults")
+        .time(TimeSource::MILLIS)
+        .timeout(Duration::from_millis(200))
+        .on_failure(rule)
+        .connections(2)
+}
+
+#[test]
+fn each_fault_rule_answers_while_redis_is_down_and_traffic_resumes_after_a_restart() {
+    let Some(mut server) = Server::start("each_fault_rule_answers_while_redis_is_down") else {
+        return;
+    };
+    let config = Config::new(2, 1_000).unwrap();
+    let limiters: Vec<(OnFailure, RedisLimiter)> =
+        [OnFailure::FailClosed, OnFailure::FailOpen, OnFailure::Local]
+            .into_iter()
+            .map(|rule| {
+                let options = fault_options(rule).prefix(format!("faults-{rule:?}"));
+                (
+                    rule,
+                    RedisLimiter::new(&server.url(), PolicyKind::Gcra, config, options).unwrap(),
+                )
+            })
+            .collect();
+    for (rule, limiter) in &limiters {
+        assert!(limiter.check_at("a", 0).allowed, "{rule:?}");
+        assert_eq!(limiter.faults(), 0);
+    }
+    server.stop();
+    for (rule, limiter) in &limiters {
+        assert!(
+            matches!(
+                limiter.try_check_at("a", 1),
+                Err(RedisError::Unavailable(_))
+            ),
+            "{rule:?}"
+        );
+        let answers: Vec<Decision> = (0..3).map(|_| limiter.check_at("a", 1)).collect();
+        match rule {
+            OnFailure::FailClosed => {
+                for answer in &answers {
+                    assert_eq!(
+                        *answer,
+                        Decision {
+                            allowed: false,
+                            remaining: 0,
+                            retry_after: 200,
+                            delay: 0
+                        }
+                    );
+                }
+                assert_eq!(limiter.remaining_at("a", 1), 0);
+            }
+            OnFailure::FailOpen => {
+                for answer in &answers {
+                    assert_eq!(
+                        *answer,
+                        Decision {
+                            allowed: true,
+                            remaining: 2,
+                            retry_after: 0,
+                            delay: 0
+                        }
+                    );
+                }
+                assert_eq!(limiter.remaining_at("a", 1), 2);
+            }
+            // The local limiter has never seen "a": a burst of 2, then one
+            // per 500 ms.
+            _ => {
+                let allowed: Vec<bool> = answers.iter().map(|d| d.allowed).collect();
+                assert_eq!(allowed, [true, true, false]);
+                assert_eq!(answers[2].retry_after, 500);
+                assert_eq!(limiter.remaining_at("a", 1), 0);
+            }
+        }
+        assert_eq!(limiter.faults(), 4, "{rule:?}");
+    }
+    server.restart();
+    for (rule, limiter) in &limiters {
+        // The restarted server kept nothing: "a" is new again.
+        let decision = until_ok(|| limiter.try_check_at("a", 2));
+        assert_eq!(
+            decision,
+            Decision {
+                allowed: true,
+                remaining: 1,
+                retry_after: 0,
+                delay: 0
+            },
+            "{rule:?}"
+        );
+        assert_eq!(limiter.try_remaining_at("a", 2).unwrap(), 1);
+        // Every connection of the pool reconnects, not only the first.
+        for _ in 0..4 {
+            assert!(limiter.try_remaining_at("a", 2).is_ok());
+        }
+    }
+}
+
+#[test]
+fn a_stalled_redis_times_out_and_the_call_is_not_sent_again() {
+    let Some(server) = Server::start("a_stalled_redis_times_out") else {
+        return;
+    };
+    let limiter = RedisLimiter::new(
+        &server.url(),
+        PolicyKind::FixedWindow,
+        Config::new(5, 1_000).unwrap(),
+        fault_options(OnFailure::FailClosed).connections(1),
+    )
+    .unwrap();
+    assert!(limiter.try_check_at("s", 0).unwrap().allowed);
+    server.signal("-STOP");
+    let result = limiter.try_check_at("s", 0);
+    assert!(matches!(result, Err(RedisError::Timeout)), "{result:?}");
+    server.signal("-CONT");
+    // The timed-out call was in the stopped server's socket and ran when it
+    // woke up, exactly once (it was not sent again): 2 of the 5 are used.
+    let remaining = until_ok(|| limiter.try_remaining_at("s", 0));
+    assert_eq!(remaining, 3);
+    for _ in 0..3 {
+        assert!(limiter.try_check_at("s", 0).unwrap().allowed);
+    }
+    assert!(!limiter.try_check_at("s", 0).unwrap().allowed);
+}
+
+#[test]
+fn the_async_limiter_fails_by_its_rule_and_reconnects_on_its_own() {
+    let Some(mut server) = Server::start("the_async_limiter_reconnects") else {
+        return;
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let limiter = AsyncRedisLimiter::new(
+            &server.url(),
+            PolicyKind::SlidingWindow,
+            Config::new(2, 1_000).unwrap(),
+            fault_options(OnFailure::FailClosed),
+        )
+        .await
+        .unwrap();
+        assert!(limiter.check_at("a", 0).await.allowed);
+        server.stop();
+        let error = limiter.try_check_at("a", 1).await.unwrap_err();
+        assert!(
+            matches!(error, RedisError::Unavailable(_) | RedisError::Timeout),
+            "{error}"
+        );
+        assert_eq!(
+            limiter.check_at("a", 1).await,
+            Decision {
+                allowed: false,
+                remaining: 0,
+                retry_after: 200,
+                delay: 0
+            }
+        );
+        assert_eq!(limiter.faults(), 1);
+        server.restart();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        let decision = loop {
+            match limiter.try_check_at("a", 2).await {
+                Ok(decision) => break decision,
+                Err(error) => assert!(Instant::now() < deadline, "never recovered: {error}"),
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert_eq!(
+            decision,
+            Decision {
+                allowed: true,
+                remaining: 1,
+                retry_after: 0,
+                delay: 0
+            }
+        );
+    });
+}

@@ -1,0 +1,271 @@
+//! Tiers and live reload: a reloaded rule applies from a client's next call,
+//! what a client spent is carried over (exactly, at a frozen instant), and
+//! under concurrent traffic no request is lost or counted twice.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Barrier;
+use std::thread;
+
+use floodgate::tiers::{self, Resolver, TierSpec, Tiers};
+use floodgate::{Config, ManualClock, PolicyKind, RateLimiter};
+
+/// A spec, for tests that only build valid ones.
+fn spec(policy: PolicyKind, limit: u64, window: u64) -> TierSpec {
+    TierSpec::new(policy, Config::new(limit, window).unwrap()).unwrap()
+}
+
+/// Clients whose name starts with `pro-` are premium; everyone else is free.
+fn by_prefix(client: &str) -> &'static str {
+    if client.starts_with("pro-") {
+        "premium"
+    } else {
+        "free"
+    }
+}
+
+/// A window long enough for every drip policy at every limit used here.
+const W: u64 = 1_000_000;
+
+type Registry = Tiers<String, fn(&str) -> &'static str, ManualClock>;
+
+fn registry(free: TierSpec, clock: &ManualClock) -> Registry {
+    Tiers::with_clock(
+        "free",
+        free,
+        by_prefix as fn(&str) -> &'static str,
+        clock.clone(),
+    )
+    .with_tier("premium", spec(PolicyKind::Gcra, 1_000, W))
+}
+
+#[test]
+fn eighty_of_a_hundred_spent_leaves_a_hundred_and_twenty_of_two_hundred() {
+    for policy in PolicyKind::ALL {
+        let clock = ManualClock::new(5_000);
+        let tiers = registry(spec(policy, 100, W), &clock);
+        for _ in 0..80 {
+            assert!(tiers.allow("alice"), "{policy}");
+        }
+        assert_eq!(tiers.remaining("alice"), 20, "{policy}");
+        tiers.reload("free", spec(policy, 200, W)).unwrap();
+        assert_eq!(tiers.remaining("alice"), 120, "{policy}");
+        for left in (0..120).rev() {
+            assert_eq!(tiers.check("alice").remaining, left, "{policy}");
+        }
+        assert!(!tiers.allow("alice"), "{policy}: 200 in all, no more");
+        assert_eq!(tiers.spec("free").unwrap(), spec(policy, 200, W));
+    }
+}
+
+#[test]
+fn a_policy_change_keeps_how_much_was_spent() {
+    for old in PolicyKind::ALL {
+        for new in PolicyKind::ALL {
+            let clock = ManualClock::new(70);
+            let tiers = registry(spec(old, 100, W), &clock);
+            for _ in 0..30 {
+                assert!(tiers.allow("bob"));
+            }
+            clock.advance(10);
+            tiers.reload("free", spec(new, 100, W)).unwrap();
+            assert_eq!(tiers.remaining("bob"), 70, "{old} → {new}");
+            assert_eq!(tiers.check("bob").remaining, 69, "{old} → {new}");
+        }
+    }
+}
+
+#[test]
+fn a_lower_limit_than_what_was_spent_leaves_nothing_until_it_is_given_back() {
+    for policy in PolicyKind::ALL {
+        let clock = ManualClock::new(0);
+        let tiers = registry(spec(policy, 100, W), &clock);
+        for _ in 0..80 {
+            assert!(tiers.allow("carol"));
+        }
+        tiers.reload("free", spec(policy, 50, W)).unwrap();
+        let rejected = tiers.check("carol");
+        assert!(!rejected.allowed, "{policy}");
+        assert!(rejected.retry_after >= 1, "{policy}");
+        // Everything carried is given back within two windows (one for all
+        // but the counter, whose current window then becomes the previous).
+        clock.advance(2 * W);
+        assert_eq!(tiers.remaining("carol"), 50, "{policy}");
+    }
+}
+
+#[test]
+fn the_spent_requests_are_given_back_as_documented() {
+    // Sliding log: the carried requests count as made at the carry-over.
+    let clock = ManualClock::new(0);
+    let tiers = registry(spec(PolicyKind::SlidingWindow, 10, 1_000), &clock);
+    for _ in 0..4 {
+        assert!(tiers.allow("dan"));
+    }
+    clock.set(600);
+    tiers
+        .reload("free", spec(PolicyKind::SlidingWindow, 20, 1_000))
+        .unwrap();
+    assert_eq!(tiers.remaining("dan"), 16); // carried over at 600
+    clock.set(1_599);
+    assert_eq!(tiers.remaining("dan"), 16);
+    clock.set(1_600);
+    assert_eq!(tiers.remaining("dan"), 20);
+
+    // Fixed window: same origin, so the client's window still ends at 1000.
+    let clock = ManualClock::new(0);
+    let tiers = registry(spec(PolicyKind::FixedWindow, 10, 1_000), &clock);
+    for _ in 0..4 {
+        assert!(tiers.allow("erin"));
+    }
+    clock.set(600);
+    tiers
+        .reload("free", spec(PolicyKind::FixedWindow, 20, 1_000))
+        .unwrap();
+    assert_eq!(tiers.remaining("erin"), 16);
+    clock.set(999);
+    assert_eq!(tiers.remaining("erin"), 16);
+    clock.set(1_000);
+    assert_eq!(tiers.remaining("erin"), 20);
+}
+
+#[test]
+fn the_new_rule_applies_from_the_next_call_and_only_to_its_tier() {
+    let clock = ManualClock::new(0);
+    let tiers = registry(spec(PolicyKind::TokenBucket, 2, W), &clock);
+    assert!(tiers.allow("frank"));
+    assert!(tiers.allow("frank"));
+    assert!(!tiers.allow("frank"));
+    assert_eq!(tiers.remaining("pro-gina"), 1_000);
+    tiers
+        .reload("free", spec(PolicyKind::TokenBucket, 3, W))
+        .unwrap();
+    assert!(tiers.allow("frank"), "the very next call sees L = 3");
+    assert!(!tiers.allow("frank"));
+    assert_eq!(tiers.remaining("pro-gina"), 1_000, "premium untouched");
+    assert_eq!(tiers.spec("premium").unwrap().config().limit(), 1_000);
+}
+
+#[test]
+fn unknown_tiers_are_errors_and_unknown_answers_mean_the_default() {
+    let clock = ManualClock::new(0);
+    let tiers = Tiers::with_clock(
+        "free",
+        spec(PolicyKind::FixedWindow, 1, W),
+        |_: &str| "no-such-tier",
+        clock,
+    );
+    assert!(tiers.allow("hal"), "resolved to the default tier");
+    assert!(!tiers.allow("hal"));
+    let error = tiers
+        .reload("gold", spec(PolicyKind::Gcra, 1, W))
+        .unwrap_err();
+    assert_eq!(error.name, "gold");
+    assert_eq!(
+        error.to_string(),
+        "no tier named `gold` (the tiers are: free)"
+    );
+    assert!(tiers.spec("gold").is_err());
+    assert_eq!(tiers.names(), ["free"]);
+}
+
+#[test]
+fn idle_clients_of_every_tier_and_rule_are_swept() {
+    let clock = ManualClock::new(0);
+    let tiers = registry(spec(PolicyKind::SlidingWindow, 5, 1_000), &clock).evict_idle();
+    assert!(tiers.allow("ivy"));
+    assert!(tiers.allow("pro-jo"));
+    tiers
+        .reload("free", spec(PolicyKind::Gcra, 5, 1_000))
+        .unwrap();
+    assert_eq!(tiers.tracked_clients(), 2);
+    clock.set(999);
+    assert_eq!(tiers.sweep(), 0, "both still have a request in the window");
+    clock.set(1_000);
+    // ivy's state is still the sliding log's (she has not called since the
+    // reload), judged by its own rule; pro-jo's schedule (one interval of
+    // 1000 ahead of 0) is not ahead of 1000.
+    assert_eq!(tiers.sweep(), 2);
+    assert_eq!(tiers.tracked_clients(), 0);
+    assert_eq!(tiers.remaining("ivy"), 5);
+}
+
+/// The whole contract under load: threads hammer a few clients at a frozen
+/// instant while another thread raises the limit step by step. Limits only
+/// rise and the clock stands still, so nothing is ever given back or
+/// forgiven: every client ends with exactly the final limit admitted — a
+/// lost carry-over would admit more, a double count fewer — and nothing
+/// left.
+#[test]
+fn reloads_under_traffic_lose_and_double_count_nothing() {
+    const THREADS: usize = 4;
+    const CLIENTS: u64 = 8;
+    let limits = [10, 15, 23, 40, 41, 64, 100];
+    for policy in PolicyKind::ALL {
+        let clock = ManualClock::new(1_000);
+        let tiers = Tiers::with_clock("free", spec(policy, limits[0], W), |_: &u64| "free", clock);
+        let admitted: Vec<AtomicU64> = (0..CLIENTS).map(|_| AtomicU64::new(0)).collect();
+        let reloads_done = AtomicBool::new(false);
+        let start = Barrier::new(THREADS + 1);
+        thread::scope(|scope| {
+            for me in 0..THREADS {
+                let (tiers, admitted, reloads_done, start) =
+                    (&tiers, &admitted, &reloads_done, &start);
+                scope.spawn(move || {
+                    start.wait();
+                    // Until the last reload is in, and then until every
+                    // client has been refused once after it.
+                    let mut refused_after = vec![false; CLIENTS as usize];
+                    let mut round = me as u64;
+                    loop {
+                        let done = reloads_done.load(Ordering::SeqCst);
+                        if done && refused_after.iter().all(|&r| r) {
+                            break;
+                        }
+                        let client = round % CLIENTS;
+                        round += 1;
+                        if tiers.check(&client).allowed {
+                            admitted[client as usize].fetch_add(1, Ordering::Relaxed);
+                        } else if done {
+                            refused_after[client as usize] = true;
+                        }
+                    }
+                });
+            }
+            start.wait();
+            for &limit in &limits[1..] {
+                thread::yield_now();
+                tiers.reload("free", spec(policy, limit, W)).unwrap();
+            }
+            reloads_done.store(true, Ordering::SeqCst);
+        });
+        let last = *limits.last().unwrap();
+        for (client, count) in admitted.iter().enumerate() {
+            let client = client as u64;
+            assert_eq!(
+                count.load(Ordering::Relaxed),
+                last,
+                "{policy} client {client}"
+            );
+            assert_eq!(tiers.remaining(&client), 0, "{policy} client {client}");
+        }
+    }
+}
+
+#[test]
+fn one_registry_can_serve_the_whole_process() {
+    let resolver: Box<dyn Resolver<str>> = Box::new(by_prefix);
+    let registry = Tiers::new("free", spec(PolicyKind::Gcra, 3, W), resolver)
+        .with_tier("premium", spec(PolicyKind::Gcra, 30, W));
+    let installed = tiers::install(registry).expect("the first install");
+    assert_eq!(installed.remaining("pro-kim"), 30);
+    // A second install is refused and handed back, never replacing it.
+    let again = Tiers::new(
+        "free",
+        spec(PolicyKind::Gcra, 1, W),
+        Box::new(by_prefix) as Box<dyn Resolver<str>>,
+    );
+    assert!(tiers::install(again).is_err());
+    let anywhere = tiers::installed().expect("installed above");
+    assert!(std::ptr::eq(anywhere, installed));
+    assert_eq!(anywhere.remaining("lee"), 3);
+}
