@@ -24,7 +24,13 @@ use floodgate::{Config, Decision, PolicyKind, RateLimiter};
 pub struct Backend {
     /// Answer from Redis instead of memory: redis://HOST:PORT[/DB]. Only
     /// keys under --prefix are touched; they are deleted before the trace.
-    #[arg(long = "backend", value_name = "redis://HOST:PORT")]
+    /// Redis forgets idle clients by itself (keys expire), so the in-memory
+    /// options --engine, --evict-idle and --max-clients do not go with it.
+    #[arg(
+        long = "backend",
+        value_name = "redis://HOST:PORT",
+        conflicts_with_all = ["engine", "evict_idle", "max_clients"]
+    )]
     pub url: Option<String>,
 
     /// The prefix of the replay's keys in Redis.

@@ -744,3 +744,150 @@ fn a_reader_that_goes_away_ends_the_replay_quietly() {
     );
     assert_eq!(String::from_utf8_lossy(&output.stderr), "");
 }
+
+/// `floodgate replay` with `extra` options after the configuration, on
+/// both engines, which must answer alike; returns the answers.
+fn replay_bounded(policy: &str, limit: u64, window: u64, extra: &[&str], trace: &str) -> String {
+    let (limit, window) = (limit.to_string(), window.to_string());
+    let mut answers = Vec::new();
+    for engine in ["lockfree", "mutex"] {
+        let mut args = vec![
+            "replay",
+            "--policy",
+            policy,
+            "--limit",
+            &limit,
+            "--window-ms",
+            &window,
+            "--engine",
+            engine,
+            "--detail",
+        ];
+        args.extend_from_slice(extra);
+        answers.push(floodgate(&args, trace).answers().to_owned());
+    }
+    assert_eq!(answers[0], answers[1], "the engines disagree");
+    answers.swap_remove(0)
+}
+
+/// Client `a` at 0, then 63 other clients at 1500: the 64th new client's
+/// arrival sweeps (with `--evict-idle`), and `a`, idle at 1500, goes. Then
+/// `a` at 1600 and 2000.
+fn idle_then_back() -> String {
+    let mut trace = String::from("allow a 0\n");
+    for k in 0..63 {
+        trace.push_str(&format!("allow other-{k} 1500\n"));
+    }
+    trace.push_str("allow a 1600\nallow a 2000\n");
+    trace
+}
+
+#[test]
+fn evicting_idle_clients_is_off_by_default_and_exact_where_the_origin_does_not_matter() {
+    let trace = idle_then_back();
+    // gcra and the sliding log: a forgotten idle client is answered exactly
+    // as if it had been kept.
+    for policy in ["gcra", "sliding-window", "leaky-bucket"] {
+        let kept = replay_bounded(policy, 1, 1_000, &[], &trace);
+        let evicted = replay_bounded(policy, 1, 1_000, &["--evict-idle"], &trace);
+        assert_eq!(kept, evicted, "{policy}");
+    }
+    // fixed-window: kept, `a`'s windows are [1000, 2000), [2000, 3000); so
+    // 2000 opens a new one. Forgotten at 1500 and re-created at 1600, its
+    // windows start at 1600, and 2000 is still in the first.
+    let kept = replay_bounded("fixed-window", 1, 1_000, &[], &trace);
+    let evicted = replay_bounded("fixed-window", 1, 1_000, &["--evict-idle"], &trace);
+    let last_two = |answers: &str| answers.lines().rev().take(2).collect::<Vec<_>>().join("\n");
+    assert_eq!(
+        last_two(&kept),
+        format!("{}\n{}", allow(true, 0, 0, 0), allow(true, 0, 0, 0))
+    );
+    assert_eq!(
+        last_two(&evicted),
+        format!("{}\n{}", allow(false, 0, 600, 0), allow(true, 0, 0, 0))
+    );
+}
+
+#[test]
+fn max_clients_applies_the_chosen_overflow_rule() {
+    let trace = "allow a 0\nallow b 0\nremaining b 0\nallow c 0\nallow d 0\n";
+    let options = |rule| ["--max-clients", "1", "--overflow", rule];
+    let refused = allow(false, 0, 1_000, 0);
+    // Fail closed, the default: b, c and d are refused, a keeps its state.
+    let closed = replay_bounded("fixed-window", 2, 1_000, &["--max-clients", "1"], trace);
+    assert_eq!(
+        closed,
+        lines(&[
+            allow(true, 1, 0, 0),
+            refused.clone(),
+            remaining(0),
+            refused.clone(),
+            refused.clone()
+        ])
+    );
+    assert_eq!(
+        replay_bounded("fixed-window", 2, 1_000, &options("reject"), trace),
+        closed
+    );
+    // Fail open: each is admitted as a new client would be, untracked.
+    assert_eq!(
+        replay_bounded("fixed-window", 2, 1_000, &options("admit"), trace),
+        lines(&[
+            allow(true, 1, 0, 0),
+            allow(true, 1, 0, 0),
+            remaining(2),
+            allow(true, 1, 0, 0),
+            allow(true, 1, 0, 0)
+        ])
+    );
+    // Shared: b, c and d share one state of L = 2.
+    assert_eq!(
+        replay_bounded("fixed-window", 2, 1_000, &options("shared"), trace),
+        lines(&[
+            allow(true, 1, 0, 0),
+            allow(true, 1, 0, 0),
+            remaining(1),
+            allow(true, 0, 0, 0),
+            refused
+        ])
+    );
+}
+
+#[test]
+fn bounds_options_are_checked() {
+    let base = ["--policy", "gcra", "--limit", "1", "--window-ms", "1"];
+    let with = |extra: &[&'static str]| {
+        let mut options = base.to_vec();
+        options.extend_from_slice(extra);
+        options
+    };
+    assert_refused(&with(&["--overflow", "admit"]), "--max-clients");
+    assert_refused(
+        &with(&["--max-clients", "1", "--overflow", "open"]),
+        "expected reject, admit or shared",
+    );
+    assert_refused(&with(&["--max-clients", "lots"]), "whole number");
+}
+
+#[cfg(feature = "redis")]
+#[test]
+fn the_in_memory_bounds_do_not_go_with_a_redis_backend() {
+    for extra in [
+        &["--evict-idle"][..],
+        &["--max-clients", "3"],
+        &["--engine", "mutex"],
+    ] {
+        let mut options = vec![
+            "--policy",
+            "gcra",
+            "--limit",
+            "1",
+            "--window-ms",
+            "1",
+            "--backend",
+            "redis://127.0.0.1:1",
+        ];
+        options.extend_from_slice(extra);
+        assert_refused(&options, "cannot be used with");
+    }
+}

@@ -135,7 +135,9 @@ pub use aio::AsyncRedisLimiter;
 pub use blocking::RedisLimiter;
 pub use script::{MAX_COUNTER_PRODUCT, MAX_NOW, MAX_WINDOW};
 
-use crate::{build_with, Clock, Config, ConfigError, Decision, Engine, PolicyKind, RateLimiter};
+use crate::{
+    build_bounded, Bounds, Clock, Config, ConfigError, Decision, Engine, PolicyKind, RateLimiter,
+};
 use script::Arguments;
 
 /// Where a decision's `now` comes from.
@@ -184,7 +186,8 @@ pub enum OnFailure {
     /// Admit: `allowed` true, `remaining` the limit, no delay.
     FailOpen,
     /// Decide with an in-memory limiter of the same policy and
-    /// configuration, local to this process ([`build_with`]):
+    /// configuration, local to this process ([`build_bounded`], evicting
+    /// idle clients so an outage under a flood of new ids stays bounded):
     /// each instance then limits on its own until Redis is back, so the
     /// total admitted may reach the limit times the number of instances.
     /// Its state is not merged into Redis afterwards.
@@ -512,11 +515,12 @@ impl Core {
         }
         let clock = UnixClock { tick_ns };
         let local = match options.on_failure {
-            OnFailure::Local => Some(build_with::<str, _>(
+            OnFailure::Local => Some(build_bounded::<str, _>(
                 policy,
                 config,
                 Engine::LockFree,
                 clock,
+                Bounds::new().evict_idle(),
             )?),
             _ => None,
         };

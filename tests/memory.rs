@@ -1,0 +1,122 @@
+//! What a tracked client costs: the heap bytes per client of each policy
+//! (and per unit of limit for the sliding log), measured with a counting
+//! allocator over 100,000 clients, against the figures the README gives.
+//! `cargo test --test memory -- --nocapture` prints the table.
+//!
+//! The file has one test, so nothing else in the process allocates while it
+//! measures.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicIsize, Ordering};
+
+use floodgate::policy::{
+    FixedWindow, Gcra, LeakyBucket, Policy, SlidingWindow, SlidingWindowCounter, TokenBucket,
+};
+use floodgate::{Config, Limiter, ManualClock};
+
+/// The system allocator, keeping the bytes currently allocated.
+struct Counting;
+
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+// SAFETY: every method forwards its arguments unchanged to `System`, which
+// meets `GlobalAlloc`'s contract for them; counting touches one atomic and
+// neither allocates nor unwinds.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: the caller upholds `alloc`'s contract, which is `System`'s.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: `ptr` was allocated by `System` (through `alloc` or
+        // `realloc` here) with `layout`.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LIVE.fetch_add(
+            new_size as isize - layout.size() as isize,
+            Ordering::Relaxed,
+        );
+        // SAFETY: the caller guarantees `ptr` came from this allocator (so
+        // from `System`) with `layout`, and a valid `new_size`.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+const CLIENTS: u64 = 100_000;
+
+/// Heap bytes per client of a limiter applying `policy` to `CLIENTS` clients
+/// with `u64` keys, one check each: the map's share and the client's state.
+fn bytes_per_client<P: Policy>(policy: P) -> f64 {
+    let before = LIVE.load(Ordering::Relaxed);
+    let limiter: Limiter<u64, P, _> = Limiter::with_clock(policy, ManualClock::new(0));
+    for client in 0..CLIENTS {
+        assert!(limiter.check_at(&client, client).allowed);
+    }
+    let bytes = LIVE.load(Ordering::Relaxed) - before;
+    drop(limiter);
+    bytes as f64 / CLIENTS as f64
+}
+
+/// The README's figures ("Bounded memory", bytes per tracked client); the
+/// measurement must not exceed them. The map's share depends on where its
+/// capacity (a power of two) stands at 100,000 entries, so they are rounded
+/// up to leave room for that.
+const PER_CLIENT: [(&str, f64); 5] = [
+    ("token-bucket", 64.0),
+    ("gcra", 64.0),
+    ("leaky-bucket", 64.0),
+    ("fixed-window", 80.0),
+    ("sliding-window-counter", 80.0),
+];
+
+/// The sliding log: a fixed part, plus this many bytes per unit of limit.
+const SLIDING_FIXED: f64 = 80.0;
+const SLIDING_PER_UNIT: f64 = 16.0;
+
+#[test]
+fn bytes_per_tracked_client_are_what_the_readme_says() {
+    let config = |limit| Config::new(limit, 1_000_000).unwrap();
+    let measured = [
+        (
+            "token-bucket",
+            bytes_per_client(TokenBucket::new(config(100)).unwrap()),
+        ),
+        ("gcra", bytes_per_client(Gcra::new(config(100)).unwrap())),
+        (
+            "leaky-bucket",
+            bytes_per_client(LeakyBucket::new(config(100)).unwrap()),
+        ),
+        (
+            "fixed-window",
+            bytes_per_client(FixedWindow::new(config(100)).unwrap()),
+        ),
+        (
+            "sliding-window-counter",
+            bytes_per_client(SlidingWindowCounter::new(config(100)).unwrap()),
+        ),
+    ];
+    for ((name, bytes), (readme_name, readme)) in measured.iter().zip(PER_CLIENT) {
+        assert_eq!(*name, readme_name);
+        eprintln!("{name:>24}: {bytes:6.1} bytes per client (README: under {readme})");
+        assert!(*bytes <= readme, "{name}: {bytes:.1} bytes per client");
+        assert!(*bytes > 16.0, "{name}: {bytes:.1} is less than its state");
+    }
+    for limit in [1, 10, 100] {
+        let bytes = bytes_per_client(SlidingWindow::new(config(limit)).unwrap());
+        let readme = SLIDING_FIXED + SLIDING_PER_UNIT * limit as f64;
+        eprintln!(
+            "{:>24}: {bytes:6.1} bytes per client at L = {limit} (README: under {readme})",
+            "sliding-window"
+        );
+        assert!(bytes <= readme, "sliding-window at L = {limit}: {bytes:.1}");
+        assert!(bytes >= SLIDING_PER_UNIT * limit as f64);
+    }
+}
