@@ -488,7 +488,7 @@ impl Core {
             TimeSource::Server => "server".to_owned(),
             TimeSource::Caller { tick } => {
                 let valid = tick_ns >= 1_000
-                    && (tick_ns % MS == 0 || MS % tick_ns == 0)
+                    && (tick_ns.is_multiple_of(MS) || MS.is_multiple_of(tick_ns))
                     && u64::try_from(tick_ns).is_ok();
                 if !valid {
                     return Err(RedisConfigError::Tick(tick));
