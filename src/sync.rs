@@ -218,10 +218,6 @@ mod loom_index {
                 .unwrap()
                 .retain(|(key, value)| keep(key, value));
         }
-
-        pub(crate) fn len(&self) -> usize {
-            self.0.lock().unwrap().len()
-        }
     }
 
     /// As `crate::sync::replace_if` on the real map.

@@ -121,7 +121,7 @@ fn ten_million_one_shot_clients_never_pass_the_cap() {
         }
         for arrival in 0..FLOOD {
             let now = arrival / ARRIVALS_PER_TICK;
-            if arrival % ARRIVALS_PER_TICK == 0 && now % REGULAR_EVERY == 0 && now > 0 {
+            if arrival % ARRIVALS_PER_TICK == 0 && now.is_multiple_of(REGULAR_EVERY) && now > 0 {
                 for regular in 0..REGULARS {
                     let got = limiter.check_at(&regular, now);
                     assert_eq!(

@@ -36,7 +36,7 @@ fn interleaved_calls() -> Vec<Call> {
             let step = client as u64 % 7;
             (0..CALLS_PER_CLIENT).map(move |j| Call {
                 client,
-                op: if (client as u64 + j) % 5 == 0 {
+                op: if (client as u64 + j).is_multiple_of(5) {
                     Op::Remaining
                 } else {
                     Op::Allow

@@ -493,7 +493,7 @@ impl Core {
                 if !valid {
                     return Err(RedisConfigError::Tick(tick));
                 }
-                if tick_ns % MS == 0 {
+                if tick_ns.is_multiple_of(MS) {
                     format!("{}ms", tick_ns / MS)
                 } else {
                     format!("{}us", tick_ns / 1_000)

@@ -267,7 +267,7 @@ mod tests {
 
     fn idle(client: &Client<Word>, _: u64) -> bool {
         let word = client.state.load(Ordering::Relaxed);
-        word % 2 == 0
+        word.is_multiple_of(2)
             && client
                 .state
                 .compare_exchange(word, u64::MAX, Ordering::Relaxed, Ordering::Relaxed)
