@@ -193,6 +193,21 @@ where
         Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
         K: Borrow<Q>,
     {
+        // The hot path, a known client: one look-up, one step.
+        match self.clients.peek(key, |client| self.decide(client, now)) {
+            Some(Ok(decision)) => decision,
+            _ => self.check_cold(key, now),
+        }
+    }
+
+    /// A check of a new client, or of one whose state was retired under it.
+    #[cold]
+    #[inline(never)]
+    fn check_cold<Q>(&self, key: &Q, now: u64) -> Decision
+    where
+        Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
+        K: Borrow<Q>,
+    {
         loop {
             let answer = match self.clients.peek(key, |client| self.decide(client, now)) {
                 Some(answer) => answer,
@@ -213,6 +228,19 @@ where
     /// [`RateLimiter::remaining_at`]).
     #[inline]
     pub fn remaining_at<Q>(&self, key: &Q, now: u64) -> u64
+    where
+        Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
+        K: Borrow<Q>,
+    {
+        match self.clients.peek(key, |client| self.count(client, now)) {
+            Some(Ok(remaining)) => remaining,
+            _ => self.remaining_cold(key, now),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn remaining_cold<Q>(&self, key: &Q, now: u64) -> u64
     where
         Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
         K: Borrow<Q>,
@@ -251,8 +279,10 @@ where
         )
     }
 
-    /// One decision on `client`'s state.
-    #[inline]
+    /// One decision on `client`'s state. Always inlined: it is the body of
+    /// the hot path, and as a call it costs a fifth of a known client's
+    /// check (measured in instructions).
+    #[inline(always)]
     fn decide(&self, client: &Client<P::State>, now: u64) -> Result<Decision, Retired> {
         match now.checked_sub(client.origin) {
             Some(since) => self.policy.check(&client.state, since),
@@ -267,7 +297,7 @@ where
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn count(&self, client: &Client<P::State>, now: u64) -> Result<u64, Retired> {
         self.policy
             .remaining(&client.state, now.saturating_sub(client.origin))
@@ -280,6 +310,8 @@ where
             .is_some_and(|since| self.policy.retire_if_idle(&client.state, since))
     }
 
+    #[cold]
+    #[inline(never)]
     fn arrive<Q>(&self, key: &Q, now: u64) -> Arrival<P::State>
     where
         Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
