@@ -41,7 +41,9 @@
 //!
 //! A sweep visits the map bucket by bucket, holding one bucket's lock at a
 //! time (checks of known clients take no lock and never wait for it). Its
-//! cost lands on the arrival that runs it: about 30 ns per tracked client.
+//! cost lands on the arrival that runs it: about 9 ns per client it keeps
+//! and 15 ns per client it removes (measured on 100,000 `gcra` clients, so
+//! about a millisecond for a full map of that size).
 //! A service that wants no such arrival can leave eviction off and call
 //! [`sweep`](crate::RateLimiter::sweep) from a timer instead.
 //!
