@@ -7,47 +7,14 @@
 //! A counting global allocator keeps the live heap size; the file has one
 //! test, so nothing else in the process allocates meanwhile.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
-
 use floodgate::policy::{Gcra, Policy};
 use floodgate::{Bounds, Config, Decision, Limiter, ManualClock, Overflow};
 
-/// The system allocator, keeping the bytes currently allocated.
-struct Counting;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: every method forwards its arguments unchanged to `System`, which
-// meets `GlobalAlloc`'s contract for them; counting touches one atomic and
-// neither allocates nor unwinds.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: the caller upholds `alloc`'s contract, which is `System`'s.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: `ptr` was allocated by `System` (through `alloc` or
-        // `realloc` here) with `layout`.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(
-            new_size as isize - layout.size() as isize,
-            Ordering::Relaxed,
-        );
-        // SAFETY: the caller guarantees `ptr` came from this allocator (so
-        // from `System`) with `layout`, and a valid `new_size`.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+#[path = "support/live_bytes.rs"]
+mod live_bytes;
 
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: live_bytes::Counting = live_bytes::Counting;
 
 const CAP: usize = 100_000;
 const FLOOD: u64 = 10_000_000;
@@ -108,7 +75,7 @@ fn ten_million_one_shot_clients_never_pass_the_cap() {
         // that found no room, in order, as one client.
         let shared: Limiter<u64, Gcra, _> = Limiter::with_clock(policy(), clock.clone());
 
-        let baseline = LIVE.load(Ordering::Relaxed);
+        let baseline = live_bytes::live_bytes();
         let mut peak_clients = 0;
         let mut peak_bytes = 0;
         let mut overflowed = 0u64;
@@ -152,7 +119,7 @@ fn ten_million_one_shot_clients_never_pass_the_cap() {
                     "{rule}: {clients} clients at arrival {arrival}"
                 );
                 peak_clients = peak_clients.max(clients);
-                peak_bytes = peak_bytes.max(LIVE.load(Ordering::Relaxed) - baseline);
+                peak_bytes = peak_bytes.max(live_bytes::live_bytes() - baseline);
             }
         }
         // The rule really was exercised, and room was really made.

@@ -6,61 +6,28 @@
 //! The file has one test, so nothing else in the process allocates while it
 //! measures.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
-
 use floodgate::policy::{
     FixedWindow, Gcra, LeakyBucket, Policy, SlidingWindow, SlidingWindowCounter, TokenBucket,
 };
 use floodgate::{Config, Limiter, ManualClock};
 
-/// The system allocator, keeping the bytes currently allocated.
-struct Counting;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: every method forwards its arguments unchanged to `System`, which
-// meets `GlobalAlloc`'s contract for them; counting touches one atomic and
-// neither allocates nor unwinds.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: the caller upholds `alloc`'s contract, which is `System`'s.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: `ptr` was allocated by `System` (through `alloc` or
-        // `realloc` here) with `layout`.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(
-            new_size as isize - layout.size() as isize,
-            Ordering::Relaxed,
-        );
-        // SAFETY: the caller guarantees `ptr` came from this allocator (so
-        // from `System`) with `layout`, and a valid `new_size`.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+#[path = "support/live_bytes.rs"]
+mod live_bytes;
 
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: live_bytes::Counting = live_bytes::Counting;
 
 const CLIENTS: u64 = 100_000;
 
 /// Heap bytes per client of a limiter applying `policy` to `CLIENTS` clients
 /// with `u64` keys, one check each: the map's share and the client's state.
 fn bytes_per_client<P: Policy>(policy: P) -> f64 {
-    let before = LIVE.load(Ordering::Relaxed);
+    let before = live_bytes::live_bytes();
     let limiter: Limiter<u64, P, _> = Limiter::with_clock(policy, ManualClock::new(0));
     for client in 0..CLIENTS {
         assert!(limiter.check_at(&client, client).allowed);
     }
-    let bytes = LIVE.load(Ordering::Relaxed) - before;
+    let bytes = live_bytes::live_bytes() - before;
     drop(limiter);
     bytes as f64 / CLIENTS as f64
 }

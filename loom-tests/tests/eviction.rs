@@ -12,6 +12,11 @@ use loom::thread;
 
 const KEY: u64 = 7;
 
+/// A registry of one tier, `free`, applying `spec` to every client.
+fn one_tier(spec: TierSpec) -> Tiers<u64, fn(&u64) -> &'static str, ManualClock> {
+    Tiers::with_clock("free", spec, |_| "free", ManualClock::new(0))
+}
+
 /// `L = 1`, `W = 100`: the client's one admission at 0 makes it idle from
 /// 100 on. A sweep at 100 races a check at 100: either the sweep retires and
 /// removes the idle state and the check creates a fresh one, or the check
@@ -67,12 +72,7 @@ fn sweep_never_removes_a_busy_client<P: Policy>() {
 fn racing_carry_over(policy: PolicyKind) {
     loom::model(move || {
         let spec = move |limit| TierSpec::new(policy, Config::new(limit, 300).unwrap()).unwrap();
-        let tiers = Arc::new(Tiers::with_clock(
-            "free",
-            spec(2),
-            |_: &u64| "free",
-            ManualClock::new(0),
-        ));
+        let tiers = Arc::new(one_tier(spec(2)));
         assert!(tiers.check_at(&KEY, 0).allowed);
         tiers.reload("free", spec(3)).unwrap();
         let other = {
@@ -94,12 +94,7 @@ fn racing_carry_over(policy: PolicyKind) {
 fn reload_races_checks(policy: PolicyKind) {
     loom::model(move || {
         let spec = move |limit| TierSpec::new(policy, Config::new(limit, 400).unwrap()).unwrap();
-        let tiers = Arc::new(Tiers::with_clock(
-            "free",
-            spec(2),
-            |_: &u64| "free",
-            ManualClock::new(0),
-        ));
+        let tiers = Arc::new(one_tier(spec(2)));
         assert!(tiers.check_at(&KEY, 0).allowed);
         let reloader = {
             let tiers = Arc::clone(&tiers);
