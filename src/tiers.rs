@@ -35,6 +35,12 @@
 //! not *when*; the table says when it is given back. A client's origin (its
 //! grid) is kept.
 //!
+//! # Bounded memory
+//!
+//! [`Tiers::with_bounds`] applies [`Bounds`] to each tier: idle clients are
+//! judged by the rule that made their state, each tier tracks at most the
+//! cap, and its newcomers without room get the overflow rule.
+//!
 //! # A process-wide registry
 //!
 //! Pass a `Tiers` around (or share it in an `Arc`) — or, if the service
@@ -54,7 +60,9 @@ use crate::policy::{
 };
 use crate::store::{Arrival, Client, KeyedStore};
 use crate::sync::SwapCell;
-use crate::{Bounds, Clock, Config, ConfigError, Decision, PolicyKind, QuantaClock, RateLimiter};
+use crate::{
+    Bounds, Clock, Config, ConfigError, Decision, Overflow, PolicyKind, QuantaClock, RateLimiter,
+};
 
 /// One tier's rule: a policy and its limits, validated together.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -210,14 +218,16 @@ where
         self
     }
 
-    /// Sweeps idle clients of every tier on new clients' arrivals, as
-    /// [`Bounds::evict_idle`] does for one limiter. Set it before any
-    /// traffic.
+    /// Bounds every tier's memory as [`Bounds`] does one limiter's: idle
+    /// clients swept on arrivals, at most `max_clients` clients per tier,
+    /// and the overflow rule for a tier's newcomers without room (a shared
+    /// overflow state belongs to a tier's current rule and starts afresh on
+    /// a reload). Set it before any traffic: it rebuilds the tiers.
     #[must_use]
-    pub fn evict_idle(mut self) -> Self {
-        self.bounds = self.bounds.evict_idle();
+    pub fn with_bounds(mut self, bounds: Bounds) -> Self {
+        self.bounds = bounds;
         for tier in self.tiers.values_mut() {
-            *tier = Tier::new(tier.spec(), self.bounds);
+            *tier = Tier::new(tier.spec(), bounds);
         }
         self
     }
@@ -299,23 +309,37 @@ where
 {
     #[inline]
     fn check_at(&self, key: &Q, now: u64) -> Decision {
-        self.tier_of(key).call(key, now, |generation, client, now| {
-            match now.checked_sub(client.origin) {
-                Some(since) => generation.check(&client.state.state, since),
+        self.tier_of(key).call(
+            key,
+            now,
+            |generation, origin, state, now| match now.checked_sub(origin) {
+                Some(since) => generation.check(state, since),
                 // A call racing with the one that created the client, with
                 // an earlier time: judged at the origin (as `Limiter`).
-                None => generation.check(&client.state.state, 0).map(|decision| {
-                    generation.measured_from_earlier(decision, client.origin - now)
-                }),
-            }
-        })
+                None => generation
+                    .check(state, 0)
+                    .map(|decision| generation.measured_from_earlier(decision, origin - now)),
+            },
+            |generation, rule| match rule {
+                Overflow::Admit => Decision::admit(generation.spec.config.limit() - 1),
+                _ => Decision::reject(0, generation.forgets_after()),
+            },
+        )
     }
 
     #[inline]
     fn remaining_at(&self, key: &Q, now: u64) -> u64 {
-        self.tier_of(key).call(key, now, |generation, client, now| {
-            generation.remaining(&client.state.state, now.saturating_sub(client.origin))
-        })
+        self.tier_of(key).call(
+            key,
+            now,
+            |generation, origin, state, now| {
+                generation.remaining(state, now.saturating_sub(origin))
+            },
+            |generation, rule| match rule {
+                Overflow::Admit => generation.spec.config.limit(),
+                _ => 0,
+            },
+        )
     }
 
     fn now(&self) -> u64 {
@@ -411,14 +435,19 @@ where
         }
     }
 
-    /// Runs `op` on `key`'s state made by the current rule, carrying the
-    /// client over first if its state is older, creating it if it is new.
+    /// Runs `op` on `key`'s state made by the current rule (with the
+    /// client's origin), carrying the client over first if its state is
+    /// older, creating it if it is new. A new client that finds no room
+    /// under the tier's cap gets the overflow rule: `untracked` answers
+    /// for [`Overflow::Reject`] and [`Overflow::Admit`], and `op` runs on
+    /// the rule's shared overflow state for [`Overflow::Shared`].
     #[inline]
     fn call<Q, T>(
         &self,
         key: &Q,
         now: u64,
-        op: impl Fn(&Generation, &Client<TierState>, u64) -> Result<T, Retired>,
+        op: impl Fn(&Generation, u64, &AnyState, u64) -> Result<T, Retired>,
+        untracked: impl FnOnce(&Generation, Overflow) -> T,
     ) -> T
     where
         Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
@@ -430,7 +459,7 @@ where
             let generation: &Arc<Generation> = &guard;
             let answer = self.clients.peek(key, |client| {
                 Arc::ptr_eq(&client.state.generation, generation)
-                    .then(|| op(generation, client, now))
+                    .then(|| op(generation, client.origin, &client.state.state, now))
             });
             match answer {
                 Some(Some(Ok(answer))) => return answer,
@@ -451,12 +480,24 @@ where
                     );
                     match arrival {
                         Arrival::Created(client) => {
-                            if let Ok(answer) = op(generation, &client, now) {
+                            if let Ok(answer) =
+                                op(generation, client.origin, &client.state.state, now)
+                            {
                                 return answer;
                             }
                         }
                         Arrival::Raced => {}
-                        Arrival::Full => unreachable!("tiers set no cap"),
+                        Arrival::Full => {
+                            let rule = self.clients.bounds().overflow();
+                            if rule != Overflow::Shared {
+                                return untracked(generation, rule);
+                            }
+                            let (origin, state) = generation
+                                .overflow
+                                .get_or_init(|| (now, generation.new_state()));
+                            return op(generation, *origin, state, now)
+                                .expect("the overflow state is never retired");
+                        }
                     }
                 }
             }
@@ -514,6 +555,9 @@ fn retire_if_idle(client: &Client<TierState>, now: u64) -> bool {
 struct Generation {
     spec: TierSpec,
     policy: AnyPolicy,
+    /// The state newcomers share under [`Overflow::Shared`], with its
+    /// origin: created by the first of them.
+    overflow: OnceLock<(u64, AnyState)>,
 }
 
 /// The six policies, chosen at run time.
@@ -588,7 +632,11 @@ impl Generation {
                 AnyPolicy::LeakyBucket(LeakyBucket::new(config).expect(invalid))
             }
         };
-        Self { spec, policy }
+        Self {
+            spec,
+            policy,
+            overflow: OnceLock::new(),
+        }
     }
 
     fn new_state(&self) -> AnyState {
@@ -628,6 +676,10 @@ impl Generation {
 
     fn is_retired(&self, state: &AnyState) -> bool {
         with_pair!(&self.policy, state, |p, s| p.is_retired(s))
+    }
+
+    fn forgets_after(&self) -> u64 {
+        with_policy!(&self.policy, |p| p.forgets_after())
     }
 
     fn measured_from_earlier(&self, decision: Decision, lag: u64) -> Decision {

@@ -7,7 +7,7 @@ use std::sync::Barrier;
 use std::thread;
 
 use floodgate::tiers::{self, Resolver, TierSpec, Tiers};
-use floodgate::{Config, ManualClock, PolicyKind, RateLimiter};
+use floodgate::{Bounds, Config, ManualClock, Overflow, PolicyKind, RateLimiter};
 
 /// A spec, for tests that only build valid ones.
 fn spec(policy: PolicyKind, limit: u64, window: u64) -> TierSpec {
@@ -171,7 +171,8 @@ fn unknown_tiers_are_errors_and_unknown_answers_mean_the_default() {
 #[test]
 fn idle_clients_of_every_tier_and_rule_are_swept() {
     let clock = ManualClock::new(0);
-    let tiers = registry(spec(PolicyKind::SlidingWindow, 5, 1_000), &clock).evict_idle();
+    let tiers = registry(spec(PolicyKind::SlidingWindow, 5, 1_000), &clock)
+        .with_bounds(Bounds::new().evict_idle());
     assert!(tiers.allow("ivy"));
     assert!(tiers.allow("pro-jo"));
     tiers
@@ -268,4 +269,42 @@ fn one_registry_can_serve_the_whole_process() {
     let anywhere = tiers::installed().expect("installed above");
     assert!(std::ptr::eq(anywhere, installed));
     assert_eq!(anywhere.remaining("lee"), 3);
+}
+
+#[test]
+fn each_tier_is_capped_with_its_overflow_rule() {
+    for rule in Overflow::ALL {
+        let clock = ManualClock::new(0);
+        let tiers = registry(spec(PolicyKind::FixedWindow, 2, W), &clock)
+            .with_bounds(Bounds::new().max_clients(1).on_overflow(rule));
+        assert!(tiers.allow("amy"));
+        assert!(tiers.allow("pro-ben"), "{rule}: premium has its own place");
+        assert_eq!(tiers.tracked_clients(), 2);
+        let newcomer = tiers.check("cal");
+        match rule {
+            Overflow::Reject => {
+                assert!(!newcomer.allowed);
+                assert_eq!(newcomer.retry_after, W);
+                assert_eq!(tiers.remaining("cal"), 0);
+            }
+            Overflow::Admit => {
+                assert_eq!(newcomer.remaining, 1);
+                assert_eq!(tiers.remaining("cal"), 2);
+            }
+            Overflow::Shared => {
+                assert_eq!(newcomer.remaining, 1);
+                assert_eq!(tiers.check("dee").remaining, 0, "shared with cal");
+                assert!(!tiers.allow("eve"));
+                // A reload starts the shared state afresh with the new rule.
+                tiers
+                    .reload("free", spec(PolicyKind::FixedWindow, 3, W))
+                    .unwrap();
+                assert_eq!(tiers.remaining("eve"), 3);
+            }
+        }
+        assert_eq!(tiers.tracked_clients(), 2, "{rule}");
+        // Amy keeps her state: one of 2 spent (of 3 after the reload).
+        let left = if rule == Overflow::Shared { 2 } else { 1 };
+        assert_eq!(tiers.remaining("amy"), left, "{rule}");
+    }
 }
