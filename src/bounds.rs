@@ -71,7 +71,9 @@ pub enum Overflow {
     /// Fail closed (the default): the request is rejected, with
     /// `remaining` 0 and a `retry_after` of the time within which a client
     /// that stops calling becomes idle (`W`; `2·W` for
-    /// `sliding-window-counter`). Nothing is tracked.
+    /// `sliding-window-counter`). That is a hint, not the contract's exact
+    /// figure: whether there is room then depends on the other clients.
+    /// Nothing is tracked.
     #[default]
     Reject,
     /// Fail open: the request is admitted untracked, answered as a brand-new
