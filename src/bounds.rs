@@ -33,8 +33,8 @@
 //! a known client's check. With eviction on, the arrival that brings the
 //! number of arrivals since the last sweep to `max(SWEEP_EVERY_AT_LEAST,
 //! clients kept by the last sweep)` sweeps first, at its own `now`: one visit
-//! per arrival, amortised, and the map holds at most about twice the clients
-//! that are not idle. At the cap, an arrival sweeps first if at least
+//! per arrival, amortised, and the map never holds more than twice the
+//! clients the last sweep kept (the ones not idle then), plus 64. At the cap, an arrival sweeps first if at least
 //! `max(1, max_clients / 16)` arrivals came since the last sweep, so a flood
 //! of new ids that finds nothing idle costs 16 visits per arrival, amortised,
 //! not a full sweep each. One thread sweeps at a time; the others go on.

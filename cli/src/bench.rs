@@ -647,36 +647,29 @@ fn targets(rows: &[Row], cores: usize) -> String {
 }
 
 fn json(rows: &[Row]) -> String {
-    let number =
-        |value: Option<f64>| value.map_or_else(|| "null".to_owned(), |v| format!("{v:.4}"));
-    let mut out = String::from("[");
-    for (index, row) in rows.iter().enumerate() {
-        if index > 0 {
-            out.push(',');
-        }
-        let _ = write!(
-            out,
-            "\n  {{\"policy\":\"{}\",\"engine\":\"{}\",\"threads\":{},\"keys\":\"{}\",\
-             \"ops_per_sec\":{:.0},\"ns_per_op\":{:.3},\"ops_per_sec_min\":{:.0},\
-             \"ops_per_sec_max\":{:.0},\"admitted\":{:.4},\"vs_mutex\":{},\"vs_governor\":{},\
-             \"limit\":{},\"window_ns\":{}}}",
-            row.policy.name(),
-            row.engine.name(),
-            row.threads,
-            row.keys.name(),
-            row.ops_per_sec,
-            row.ns_per_op(),
-            row.min,
-            row.max,
-            row.admitted,
-            number(row.vs_mutex),
-            number(row.vs_governor),
-            row.limit,
-            row.window_ns,
-        );
-    }
-    out.push_str("\n]");
-    out
+    json_rows(rows.iter().map(|row| {
+        serde_json::json!({
+            "policy": row.policy.name(),
+            "engine": row.engine.name(),
+            "threads": row.threads,
+            "keys": row.keys.name(),
+            "ops_per_sec": row.ops_per_sec.round(),
+            "ns_per_op": row.ns_per_op(),
+            "ops_per_sec_min": row.min.round(),
+            "ops_per_sec_max": row.max.round(),
+            "admitted": row.admitted,
+            "vs_mutex": row.vs_mutex,
+            "vs_governor": row.vs_governor,
+            "limit": row.limit,
+            "window_ns": row.window_ns,
+        })
+    }))
+}
+
+/// `--json` output: a JSON array with one row object per line.
+pub(crate) fn json_rows(rows: impl Iterator<Item = serde_json::Value>) -> String {
+    let rows: Vec<String> = rows.map(|row| format!("  {row}")).collect();
+    format!("[\n{}\n]", rows.join(",\n"))
 }
 
 /// Ranks `0..n` with `P(k) ∝ 1 / (k + 1)`: a Zipf law with s = 1, sampled

@@ -261,31 +261,20 @@ fn table(rows: &[Row]) -> String {
 }
 
 fn to_json(rows: &[Row]) -> String {
-    let number =
-        |value: Option<f64>| value.map_or_else(|| "null".to_owned(), |v| format!("{v:.1}"));
-    let mut out = String::from("[");
-    for (index, row) in rows.iter().enumerate() {
-        if index > 0 {
-            out.push(',');
-        }
-        let _ = write!(
-            out,
-            "\n  {{\"policy\":\"{}\",\"engine\":\"redis\",\"connections\":{},\
-             \"ops_per_sec\":{:.0},\"p50_us\":{:.1},\"p99_us\":{:.1},\"admitted\":{:.4},\
-             \"incr_per_sec\":{},\"incr_p50_us\":{},\"incr_p99_us\":{}}}",
-            row.policy.name(),
-            row.connections,
-            row.decisions_per_sec,
-            row.p50_us,
-            row.p99_us,
-            row.admitted,
-            number(row.incr.map(|i| i.per_sec)),
-            number(row.incr.map(|i| i.p50_ms * 1e3)),
-            number(row.incr.map(|i| i.p99_ms * 1e3)),
-        );
-    }
-    out.push_str("\n]");
-    out
+    super::json_rows(rows.iter().map(|row| {
+        serde_json::json!({
+            "policy": row.policy.name(),
+            "engine": "redis",
+            "connections": row.connections,
+            "ops_per_sec": row.decisions_per_sec.round(),
+            "p50_us": row.p50_us,
+            "p99_us": row.p99_us,
+            "admitted": row.admitted,
+            "incr_per_sec": row.incr.map(|i| i.per_sec),
+            "incr_p50_us": row.incr.map(|i| i.p50_ms * 1e3),
+            "incr_p99_us": row.incr.map(|i| i.p99_ms * 1e3),
+        })
+    }))
 }
 
 #[cfg(test)]
