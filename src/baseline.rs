@@ -52,6 +52,7 @@ use std::borrow::Borrow;
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::hash::Hash;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use crate::bounds::{SweepSchedule, SweepTurn};
@@ -134,6 +135,11 @@ pub struct MutexLimiter<K, C = QuantaClock> {
     /// [`Overflow::Shared`]'s state, created by the first call that finds no
     /// room (its `now` is the origin) and never swept: it is not in the map.
     shared: OnceLock<Mutex<Client>>,
+    /// The latest `now` a sweep judged at: no client created afterwards gets
+    /// an earlier origin, so a stale call that finds its client swept meets
+    /// a state no younger than the one that went. Read and written only
+    /// under the map lock, which orders every access (hence Relaxed).
+    swept: AtomicU64,
     clock: C,
 }
 
@@ -222,6 +228,7 @@ impl<K, C: Clock> MutexLimiter<K, C> {
             clients: Mutex::new(HashMap::new()),
             schedule: SweepSchedule::new(bounds),
             shared: OnceLock::new(),
+            swept: AtomicU64::new(0),
             clock,
         })
     }
@@ -272,6 +279,7 @@ impl<K: Hash + Eq, C> MutexLimiter<K, C> {
         turn: SweepTurn<'_>,
         now: u64,
     ) -> usize {
+        self.swept.fetch_max(now, Ordering::Relaxed);
         let before = clients.len();
         clients.retain(|_, client| {
             let mut client = lock(client);
@@ -318,7 +326,8 @@ impl<K: Hash + Eq, C> MutexLimiter<K, C> {
                 };
             }
         }
-        let client = Arc::new(Mutex::new(Client::new(now, &self.rules)));
+        let origin = now.max(self.swept.load(Ordering::Relaxed));
+        let client = Arc::new(Mutex::new(Client::new(origin, &self.rules)));
         clients.insert(key.to_owned(), Arc::clone(&client));
         Slot::Tracked(client)
     }
@@ -399,6 +408,22 @@ where
 
     fn tracked_clients(&self) -> usize {
         MutexLimiter::tracked_clients(self)
+    }
+
+    fn peek_at(&self, key: &Q, now: u64) -> Option<u64> {
+        let client = Arc::clone(lock(&self.clients).get(key)?);
+        // Swept between the two locks: it has no state any more.
+        unless_retired(&client, |client| client.remaining(&self.rules, now))
+    }
+
+    fn forget(&self, key: &Q) -> bool {
+        let Some(client) = lock(&self.clients).remove(key) else {
+            return false;
+        };
+        // A call that found it before the removal sees the mark and looks
+        // its key up again.
+        lock(&client).retired = true;
+        true
     }
 
     fn sweep_at(&self, now: u64) -> usize {

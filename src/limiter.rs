@@ -39,8 +39,26 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
     fn check_at(&self, key: &Q, now: u64) -> Decision;
 
     /// How many requests of `key` would be admitted if they arrived one after
-    /// another at `now`. Changes nothing, except that it creates the client.
+    /// another at `now`. Changes nothing, except that it creates the client
+    /// (and so takes a place under a cap): the contract's `remaining`. A
+    /// status endpoint that polls ids it has not seen should use
+    /// [`peek_at`](Self::peek_at).
     fn remaining_at(&self, key: &Q, now: u64) -> u64;
+
+    /// What [`remaining_at`](Self::remaining_at) would answer for a client
+    /// that has state; `None` for one that has none, whose first call would
+    /// find the whole limit. Creates nothing and takes no place under a cap.
+    fn peek_at(&self, key: &Q, now: u64) -> Option<u64>;
+
+    /// Forgets `key`'s state, as if it had never called: its next call
+    /// creates it afresh with that call's time as its origin. Answers
+    /// whether there was state to forget.
+    ///
+    /// This is how a client is unblocked after a bogus far-future `now`
+    /// (a `gcra` schedule pushed years ahead) or reset by an operator. A
+    /// check racing with it is decided on the old state (and then forgotten
+    /// with it) or on the new one, never on both.
+    fn forget(&self, key: &Q) -> bool;
 
     /// The limiter's clock, in ticks.
     fn now(&self) -> u64;
@@ -80,6 +98,12 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
     #[inline]
     fn remaining(&self, key: &Q) -> u64 {
         self.remaining_at(key, self.now())
+    }
+
+    /// [`peek_at`](Self::peek_at) now, by the limiter's clock.
+    #[inline]
+    fn peek(&self, key: &Q) -> Option<u64> {
+        self.peek_at(key, self.now())
     }
 
     /// Whether one request of `key` is admitted now.
@@ -261,6 +285,34 @@ where
         }
     }
 
+    /// How many requests of `key` would be admitted at `now`, if it has
+    /// state (see [`RateLimiter::peek_at`]). Creates nothing.
+    pub fn peek_at<Q>(&self, key: &Q, now: u64) -> Option<u64>
+    where
+        Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
+        K: Borrow<Q>,
+    {
+        loop {
+            match self.clients.peek(key, |client| self.count(client, now))? {
+                Ok(remaining) => return Some(remaining),
+                // Evicted under this call: gone once its entry is.
+                Err(Retired) => self.forget_retired(key),
+            }
+        }
+    }
+
+    /// Forgets `key`'s state (see [`RateLimiter::forget`]); takes the
+    /// bucket's lock of the map to remove it.
+    pub fn forget<Q>(&self, key: &Q) -> bool
+    where
+        Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
+        K: Borrow<Q>,
+    {
+        self.clients.forget(key, |state| {
+            self.policy.retire_spent(state, 0);
+        })
+    }
+
     /// Whether `key` has state. Changes nothing and creates nothing.
     pub fn tracks<Q>(&self, key: &Q) -> bool
     where
@@ -440,6 +492,14 @@ where
 
     fn tracked_clients(&self) -> usize {
         self.clients.len()
+    }
+
+    fn peek_at(&self, key: &Q, now: u64) -> Option<u64> {
+        Limiter::peek_at(self, key, now)
+    }
+
+    fn forget(&self, key: &Q) -> bool {
+        Limiter::forget(self, key)
     }
 
     fn sweep_at(&self, now: u64) -> usize {

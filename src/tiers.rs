@@ -14,11 +14,25 @@
 //! retires the old state (one CAS that freezes it, see the state words'
 //! "Retirement" docs) and puts in its place a state of the new rule that has
 //! spent what the old one had spent at that instant:
-//! `spent = old limit − old remaining(now)`, and the new state answers
-//! `remaining(now) = new limit − spent` (0 if the new limit is lower).
+//! `spent = old limit − old remaining(at)`, and the new state answers
+//! `remaining(at) = new limit − spent` (0 if the new limit is lower).
 //! A request racing with the carry-over either landed in the old state
 //! before it froze — and is in what is carried — or finds it frozen and
 //! is decided on the new state: none is lost or counted twice.
+//!
+//! The instant `at` is the later of the call's `now` and the latest time
+//! the old state reflects (its newest admission, its window's start, the
+//! time its schedule implies: [`Policy::retire_spent`]). On a real clock a
+//! thread's `now` can be a little older than that; a carry-over at the
+//! older time would move the client back in time — a fixed window carried
+//! into the window before its own resets one window early, a schedule
+//! rebuilt from an older `now` gives back the difference — and a tier
+//! reloaded without pause would hand out quota on every reload.
+//!
+//! A reload with the rule a tier already has changes nothing. A carry-over
+//! (a client's first call after its tier's rule changed) takes the map
+//! bucket's lock once, to put the new state in the entry; every other call
+//! takes no lock.
 //!
 //! What the carried state remembers, by the new rule's policy:
 //!
@@ -55,7 +69,7 @@ use std::sync::{Arc, OnceLock};
 
 use crate::policy::{
     FixedWindow, FixedWindowState, Gcra, GcraState, LeakyBucket, Policy, Retired, SlidingWindow,
-    SlidingWindowCounter, SlidingWindowCounterState, SlidingWindowState, TokenBucket,
+    SlidingWindowCounter, SlidingWindowCounterState, SlidingWindowState, Spent, TokenBucket,
     TokenBucketState,
 };
 use crate::store::{Arrival, Client, KeyedStore};
@@ -233,14 +247,20 @@ where
     }
 
     /// Replaces tier `name`'s rule. Each of its clients moves to the new
-    /// rule on its next call, keeping what it has spent (module docs).
+    /// rule on its next call, keeping what it has spent (module docs). A
+    /// rule equal to the current one changes nothing: no client is carried
+    /// over, and each keeps its state exactly.
     ///
     /// # Errors
     ///
     /// [`UnknownTier`] if there is no such tier.
     pub fn reload(&self, name: &str, spec: TierSpec) -> Result<(), UnknownTier> {
         let tier = self.tiers.get(name).ok_or_else(|| self.unknown(name))?;
-        tier.current.store(Arc::new(Generation::new(spec)));
+        // Reloads of one tier may race; two that both see an old rule both
+        // store, and the later store wins, as if they had run in turn.
+        if tier.spec() != spec {
+            tier.current.store(Arc::new(Generation::new(spec)));
+        }
         Ok(())
     }
 
@@ -358,6 +378,16 @@ where
 
     fn tracked_clients(&self) -> usize {
         self.tiers.values().map(|tier| tier.clients.len()).sum()
+    }
+
+    /// Carries the client over first if its tier's rule changed (that
+    /// creates no client), so the answer is what its next call would see.
+    fn peek_at(&self, key: &Q, now: u64) -> Option<u64> {
+        self.tier_of(key).peek(key, now)
+    }
+
+    fn forget(&self, key: &Q) -> bool {
+        self.tier_of(key).forget(key)
     }
 
     fn sweep_at(&self, now: u64) -> usize {
@@ -524,11 +554,14 @@ where
             return; // someone else carried it over already
         }
         let since = now.saturating_sub(client.origin);
+        // Judged and re-stamped at `spent.at`, never before the latest time
+        // the old state reflects: a stale `now` must not move the client
+        // back in time (module docs, "Reload").
         let spent = old.retire_spent(&client.state.state, since);
         let successor = Arc::new(Client {
             origin: client.origin,
             state: TierState {
-                state: generation.spent_state(spent, since),
+                state: generation.spent_state(spent.count, spent.at),
                 generation,
             },
         });
@@ -538,6 +571,39 @@ where
     fn sweep_at(&self, now: u64) -> usize {
         self.clients
             .sweep(now, retire_if_idle, |_: &TierState| false)
+    }
+
+    /// `key`'s `remaining` at `now` by the current rule, if it has state.
+    fn peek<Q>(&self, key: &Q, now: u64) -> Option<u64>
+    where
+        Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
+        K: Borrow<Q>,
+    {
+        loop {
+            let guard = self.current.load();
+            let generation: &Arc<Generation> = &guard;
+            let answer = self.clients.peek(key, |client| {
+                Arc::ptr_eq(&client.state.generation, generation).then(|| {
+                    generation.remaining(&client.state.state, now.saturating_sub(client.origin))
+                })
+            })?;
+            match answer {
+                Some(Ok(remaining)) => return Some(remaining),
+                // Made by an older rule, or retired under this call (by a
+                // carry-over, a sweep or `forget`): settle it, look again.
+                _ => self.carry_over(key, now),
+            }
+        }
+    }
+
+    fn forget<Q>(&self, key: &Q) -> bool
+    where
+        Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
+        K: Borrow<Q>,
+    {
+        self.clients.forget(key, |client: &TierState| {
+            client.generation.retire_spent(&client.state, 0);
+        })
     }
 }
 
@@ -670,7 +736,7 @@ impl Generation {
         with_pair!(&self.policy, state, |p, s| p.retire_if_idle(s, now))
     }
 
-    fn retire_spent(&self, state: &AnyState, now: u64) -> u64 {
+    fn retire_spent(&self, state: &AnyState, now: u64) -> Spent {
         with_pair!(&self.policy, state, |p, s| p.retire_spent(s, now))
     }
 

@@ -123,6 +123,16 @@ impl RateLimiter<str> for Strict {
     fn tracked_clients(&self) -> usize {
         self.0.tracked_clients()
     }
+
+    fn peek_at(&self, key: &str, now: u64) -> Option<u64> {
+        self.0
+            .try_peek_at(key, now)
+            .unwrap_or_else(|e| self.fail(e))
+    }
+
+    fn forget(&self, key: &str) -> bool {
+        self.0.try_forget(key).unwrap_or_else(|e| self.fail(e))
+    }
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! `[k·W, (k+1)·W)` of the client's own grid (windows start at its origin,
 //! so clients do not all reset at once).
 
-use super::{saturate, sealed, Policy, Retired};
+use super::{saturate, sealed, window_start, Policy, Retired, Spent};
 use crate::cell::{self, transition, AtomicWord, Step, WindowWord};
 use crate::sync::AtomicU128;
 use crate::{Config, ConfigError, Decision, PolicyKind};
@@ -102,9 +102,16 @@ impl Policy for FixedWindow {
         cell::retire_if(&state.word, |word| self.current(word, now).current == 0)
     }
 
-    fn retire_spent(&self, state: &FixedWindowState, now: u64) -> u64 {
+    /// Judged no earlier than the start of the stored window, the latest
+    /// time the state reflects: a carried spend lands in that window, never
+    /// in the one before it.
+    fn retire_spent(&self, state: &FixedWindowState, now: u64) -> Spent {
         let (word, _) = cell::retire(&state.word);
-        self.config.limit() - self.remaining_of(word, now)
+        let at = now.max(window_start(word, self.config.window()));
+        Spent {
+            count: self.config.limit() - self.remaining_of(word, at),
+            at,
+        }
     }
 
     fn spent_state(&self, spent: u64, now: u64) -> FixedWindowState {
@@ -160,7 +167,25 @@ mod tests {
         for _ in 0..80 {
             policy.check(&state, 1_500).unwrap();
         }
-        assert_eq!(policy.retire_spent(&state, 1_600), 80);
+        assert_eq!(
+            policy.retire_spent(&state, 1_600),
+            Spent {
+                count: 80,
+                at: 1_600
+            }
+        );
+        // Judged at the start of its window, never in the one before.
+        let drained = policy.new_state();
+        for _ in 0..100 {
+            policy.check(&drained, 1_000).unwrap();
+        }
+        assert_eq!(
+            policy.retire_spent(&drained, 999),
+            Spent {
+                count: 100,
+                at: 1_000
+            }
+        );
         let wider = FixedWindow::new(Config::new(200, 1_000).unwrap()).unwrap();
         let carried = wider.spent_state(80, 1_600);
         assert_eq!(wider.remaining(&carried, 1_999), Ok(120));

@@ -11,7 +11,7 @@
 //! nanoseconds; `cell::schedule_time`), so `TAT` stays below 2^63, exact,
 //! with the top bit free for the retirement mark.
 
-use super::{sealed, Policy};
+use super::{sealed, Policy, Spent};
 use crate::cell::{self, schedule_time, transition, AtomicWord, Retired, Step};
 use crate::sync::AtomicU64;
 use crate::{Config, ConfigError, Decision, PolicyKind};
@@ -138,9 +138,20 @@ impl Gcra {
         cell::retire_if(&state.tat, |tat| tat <= now)
     }
 
-    pub(super) fn retire_spent_state(&self, state: &GcraState, now: u64) -> u64 {
+    /// Judged no earlier than `TAT − L·I`: the latest admission `a` left
+    /// `TAT <= a + τ + I = a + L·I`, so the state reflects that time. From
+    /// there `TAT − at <= L·I`, and `spent_state_at(spent, at)` rebuilds a
+    /// schedule at least as far ahead as `TAT` (equal when `I` divides
+    /// `TAT − at`, one step of rounding further otherwise).
+    pub(super) fn retire_spent_state(&self, state: &GcraState, now: u64) -> Spent {
         let (tat, _) = cell::retire(&state.tat);
-        self.config.limit() - self.remaining_of(tat, schedule_time(now))
+        // L·I <= W: no overflow.
+        let reflected = tat.saturating_sub(self.config.limit() * self.interval);
+        let at = schedule_time(now).max(reflected);
+        Spent {
+            count: self.config.limit() - self.remaining_of(tat, at),
+            at,
+        }
     }
 
     /// `TAT = now + spent·I` leaves `⌊(τ − spent·I) / I⌋ + 1 = L − spent`.
@@ -189,7 +200,7 @@ impl Policy for Gcra {
         self.retire_if_idle_state(state, now)
     }
 
-    fn retire_spent(&self, state: &GcraState, now: u64) -> u64 {
+    fn retire_spent(&self, state: &GcraState, now: u64) -> Spent {
         self.retire_spent_state(state, now)
     }
 
@@ -253,7 +264,10 @@ mod tests {
         for _ in 0..80 {
             policy.check(&state, 500).unwrap();
         }
-        assert_eq!(policy.retire_spent(&state, 500), 80);
+        assert_eq!(
+            policy.retire_spent(&state, 500),
+            Spent { count: 80, at: 500 }
+        );
         assert_eq!(policy.check(&state, 500), Err(Retired));
         let wider = gcra(200, 1_000); // I = 5
         assert_eq!(wider.remaining(&wider.spent_state(80, 500), 500), Ok(120));

@@ -3,7 +3,7 @@
 //! place in a queue that drains one request every `I`.
 
 use super::gcra::{Gcra, GcraState};
-use super::{sealed, Policy, Retired};
+use super::{sealed, Policy, Retired, Spent};
 use crate::{Config, ConfigError, Decision, PolicyKind};
 
 /// A leaky bucket used as a shaper: at most `limit` queued, drained one per
@@ -47,7 +47,7 @@ impl Policy for LeakyBucket {
         self.schedule.retire_if_idle_state(state, now)
     }
 
-    fn retire_spent(&self, state: &GcraState, now: u64) -> u64 {
+    fn retire_spent(&self, state: &GcraState, now: u64) -> Spent {
         self.schedule.retire_spent_state(state, now)
     }
 

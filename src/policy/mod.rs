@@ -76,9 +76,11 @@ pub trait Policy: sealed::Sealed + Send + Sync + Sized + 'static {
     fn retire_if_idle(&self, state: &Self::State, now: u64) -> bool;
 
     /// Retires the state, whatever it holds, and answers how much of the
-    /// limit it had spent at `now`: `limit − remaining(now)` of the state as
-    /// it was retired (by this call or an earlier one).
-    fn retire_spent(&self, state: &Self::State, now: u64) -> u64;
+    /// limit it had spent, judged at the later of `now` and the latest time
+    /// the state reflects (a caller on a real clock may be a little behind
+    /// it): `limit − remaining(at)` of the state as it was retired (by this
+    /// call or an earlier one).
+    fn retire_spent(&self, state: &Self::State, now: u64) -> Spent;
 
     /// A state that has spent `min(spent, limit)` at `now`, as if that many
     /// requests had just been admitted: `remaining(now)` answers
@@ -104,6 +106,29 @@ pub trait Policy: sealed::Sealed + Send + Sync + Sized + 'static {
         }
         decision
     }
+}
+
+/// What a retired state had spent, and when: see [`Policy::retire_spent`].
+///
+/// A carry-over re-creates the spend at `at`, never at an older caller's
+/// `now`: a state built at an older time would give back what the retired
+/// one still held (a fixed window carried into the window before its own
+/// would reset one window early).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Spent {
+    /// `limit − remaining(at)`.
+    pub count: u64,
+    /// The time it was judged at: `max(now, ` the latest time the state
+    /// reflects`)`.
+    pub at: u64,
+}
+
+/// The start of the window a `WindowWord` (`cell`) holds counts of: the
+/// latest time such a state is known to reflect. At most the `now` that
+/// wrote it, so it fits a `u64`.
+#[inline]
+fn window_start(word: u128, window: u64) -> u64 {
+    crate::cell::WindowWord::unpack(word).window * window
 }
 
 /// `max(0, a − b)` without a branch the reader has to check.

@@ -26,7 +26,7 @@
 //! take) with `R`: every admission's CAS expects that slot unmarked, so the
 //! ring is frozen from then on, and reads see the mark and stop.
 
-use super::{sealed, Policy, Retired};
+use super::{sealed, Policy, Retired, Spent};
 use crate::cell::LogSlot;
 use crate::sync::{AtomicU128, AtomicU64, Ordering};
 use crate::{Config, ConfigError, Decision, PolicyKind};
@@ -321,13 +321,18 @@ impl Policy for SlidingWindow {
         }
     }
 
-    fn retire_spent(&self, state: &SlidingWindowState, now: u64) -> u64 {
+    /// Judged no earlier than the newest admission in the log.
+    fn retire_spent(&self, state: &SlidingWindowState, now: u64) -> Spent {
         while let Ok(snapshot) = state.snapshot() {
             if state.mark(&snapshot) {
                 break;
             }
         }
-        self.config.limit() - self.frozen_remaining(state, now)
+        let at = now.max(self.frozen_latest(state));
+        Spent {
+            count: self.config.limit() - self.frozen_remaining(state, at),
+            at,
+        }
     }
 
     /// The ring with `spent` admissions at `now`: slot `i < spent` holds
@@ -363,9 +368,15 @@ impl Policy for SlidingWindow {
 
 impl SlidingWindow {
     /// `remaining` of a retired ring, as it was frozen.
+    /// The newest admission's time in a frozen ring (0 if none).
+    fn frozen_latest(&self, state: &SlidingWindowState) -> u64 {
+        let n = state.frozen_admissions();
+        n.checked_sub(1).map_or(0, |last| state.frozen_time(last))
+    }
+
     fn frozen_remaining(&self, state: &SlidingWindowState, now: u64) -> u64 {
         let n = state.frozen_admissions();
-        let latest = n.checked_sub(1).map_or(0, |last| state.frozen_time(last));
+        let latest = self.frozen_latest(state);
         let time_of = |admission| Ok(state.frozen_time(admission));
         match self.in_window(n, now.max(latest), time_of) {
             Ok(inside) => self.config.limit() - inside,
@@ -462,8 +473,14 @@ mod tests {
             assert!(policy.check(&state, t).unwrap().allowed);
         }
         // At 110: 20, 30, 100 and 110 are inside.
-        assert_eq!(policy.retire_spent(&state, 110), 4);
-        assert_eq!(policy.retire_spent(&state, 131), 2, "frozen: 100, 110");
+        assert_eq!(policy.retire_spent(&state, 110).count, 4);
+        assert_eq!(
+            policy.retire_spent(&state, 131).count,
+            2,
+            "frozen: 100, 110"
+        );
+        // An older `now` is judged at the newest admission, 110.
+        assert_eq!(policy.retire_spent(&state, 50), Spent { count: 4, at: 110 });
         let carried = policy.spent_state(2, 131);
         assert_eq!(policy.remaining(&carried, 131).unwrap(), 2);
         assert_eq!(policy.remaining(&carried, 231).unwrap(), 4);

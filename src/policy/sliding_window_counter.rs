@@ -4,7 +4,7 @@
 //! and `e` ticks into it, a request is admitted iff
 //! `p·(W − e) + c·W < L·W` (all in exact integers).
 
-use super::{saturate, sealed, Policy, Retired};
+use super::{saturate, sealed, window_start, Policy, Retired, Spent};
 use crate::cell::{self, transition, AtomicWord, Step, WindowWord};
 use crate::sync::AtomicU128;
 use crate::{Config, ConfigError, Decision, PolicyKind};
@@ -193,9 +193,15 @@ impl Policy for SlidingWindowCounter {
         })
     }
 
-    fn retire_spent(&self, state: &SlidingWindowCounterState, now: u64) -> u64 {
+    /// Judged no earlier than the start of the stored window (as
+    /// `fixed-window`).
+    fn retire_spent(&self, state: &SlidingWindowCounterState, now: u64) -> Spent {
         let (word, _) = cell::retire(&state.word);
-        self.config.limit() - self.remaining_of(self.view(word, now))
+        let at = now.max(window_start(word, self.config.window()));
+        Spent {
+            count: self.config.limit() - self.remaining_of(self.view(word, at)),
+            at,
+        }
     }
 
     /// The spent count lands in the current window, with no previous

@@ -14,7 +14,7 @@
 //! ticks past the origin (`cell::schedule_time`), so `B < 2^62 + 2^20` and
 //! the top bit is free for the retirement mark.
 
-use super::{saturate, sealed, Policy, Retired};
+use super::{saturate, sealed, Policy, Retired, Spent};
 use crate::cell::{self, schedule_time, transition, AtomicWord, Step};
 use crate::sync::AtomicU64;
 use crate::{Config, ConfigError, Decision, PolicyKind};
@@ -112,9 +112,20 @@ impl Policy for TokenBucket {
         cell::retire_if(&state.drips, |b| b <= drips)
     }
 
-    fn retire_spent(&self, state: &TokenBucketState, now: u64) -> u64 {
+    /// Judged no earlier than drip `B − L`: an admission leaves
+    /// `B <= d + L` with `d` the drips at its time, so the state reflects
+    /// that drip; from there the bucket's count needs no saturation, and
+    /// `spent_state` rebuilds exactly `max(B, d)`.
+    fn retire_spent(&self, state: &TokenBucketState, now: u64) -> Spent {
         let (b, _) = cell::retire(&state.drips);
-        self.config.limit() - self.tokens(b, self.drips(now))
+        // (B − L)·I is at most the time of a drip the state reached: no
+        // overflow.
+        let reflected = b.saturating_sub(self.config.limit()) * self.interval;
+        let at = schedule_time(now).max(reflected);
+        Spent {
+            count: self.config.limit() - self.tokens(b, self.drips(at)),
+            at,
+        }
     }
 
     /// `B = d + spent` holds `L − spent` tokens.
@@ -172,7 +183,7 @@ mod tests {
         for _ in 0..80 {
             policy.check(&state, 3).unwrap();
         }
-        assert_eq!(policy.retire_spent(&state, 3), 80);
+        assert_eq!(policy.retire_spent(&state, 3), Spent { count: 80, at: 3 });
         let wider = TokenBucket::new(Config::new(200, 1_000).unwrap()).unwrap();
         assert_eq!(wider.remaining(&wider.spent_state(80, 3), 3), Ok(120));
     }

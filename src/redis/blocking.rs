@@ -122,6 +122,36 @@ impl RedisLimiter {
         Ok(decision(self.call(key, Op::Remaining, self.core.implicit_now())?)?.remaining)
     }
 
+    /// [`RateLimiter::peek_at`]: `key`'s `remaining` at `now` if it has
+    /// state in Redis, `None` if it has none. Nothing is written.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_check_at`](Self::try_check_at).
+    pub fn try_peek_at(&self, key: &str, now: u64) -> Result<Option<u64>, RedisError> {
+        let stored = self.core.key(key);
+        let exists: bool = self
+            .pool
+            .with(|connection| ::redis::cmd("EXISTS").arg(&stored).query(connection))?;
+        if !exists {
+            return Ok(None);
+        }
+        self.try_remaining_at(key, now).map(Some)
+    }
+
+    /// [`RateLimiter::forget`]: deletes `key`'s state; whether it had any.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_check_at`](Self::try_check_at).
+    pub fn try_forget(&self, key: &str) -> Result<bool, RedisError> {
+        let stored = self.core.key(key);
+        let deleted: u64 = self
+            .pool
+            .with(|connection| ::redis::cmd("DEL").arg(&stored).query(connection))?;
+        Ok(deleted > 0)
+    }
+
     /// How many clients of this limiter (this prefix, policy, configuration
     /// and clock) have state in Redis: one `SCAN` through the database, so
     /// meant for tests and diagnostics, not for a hot path.
@@ -221,6 +251,16 @@ impl RateLimiter<str> for RedisLimiter {
 
     fn config(&self) -> Config {
         self.core.config
+    }
+
+    /// [`try_peek_at`](RedisLimiter::try_peek_at); `None` when Redis fails.
+    fn peek_at(&self, key: &str, now: u64) -> Option<u64> {
+        self.try_peek_at(key, now).ok().flatten()
+    }
+
+    /// [`try_forget`](RedisLimiter::try_forget); false when Redis fails.
+    fn forget(&self, key: &str) -> bool {
+        self.try_forget(key).unwrap_or(false)
     }
 
     /// [`try_tracked_clients`](RedisLimiter::try_tracked_clients), or 0 when

@@ -24,6 +24,17 @@
 //! CAS, removes the entry if the sweep has not yet, and looks the client up
 //! again — so no admission is ever made on a state that has left the map.
 //!
+//! # Sweeps and time
+//!
+//! A sweep judges idleness at its own `now`, and a caller on a real clock
+//! may carry a `now` a little older than that. A client created after a
+//! sweep therefore never gets an origin earlier than the latest time any
+//! sweep judged at (`swept`, which only grows): a stale call that finds its
+//! client evicted meets a fresh state that starts where the evicted one was
+//! judged, never a younger one that would let it through again (a sliding
+//! log admitted at 0 and evicted at 1000 must not admit a call read at 999
+//! as if the window started there).
+//!
 //! # The cap
 //!
 //! `tracked` counts clients in the map plus places reserved by inserts in
@@ -40,7 +51,7 @@ use std::sync::Arc;
 use scc::Equivalent;
 
 use crate::bounds::{Bounds, SweepSchedule, SweepTurn};
-use crate::sync::{self, AtomicUsize, ClientIndex, Ordering};
+use crate::sync::{self, AtomicU64, AtomicUsize, ClientIndex, Ordering};
 
 /// One client: when it was created, and its policy state.
 #[derive(Debug)]
@@ -70,6 +81,9 @@ pub(crate) struct KeyedStore<K, S> {
     /// one counter changed only by read-modify-writes, which are totally
     /// ordered whatever the ordering; nothing else is published through it.
     tracked: AtomicUsize,
+    /// The latest `now` a sweep judged at (module docs, "Sweeps and time"):
+    /// the earliest origin a new client may get.
+    swept: AtomicU64,
     schedule: SweepSchedule,
 }
 
@@ -85,6 +99,7 @@ where
             // ids crafted to collide in one process do not in another.
             clients: ClientIndex::default(),
             tracked: AtomicUsize::new(0),
+            swept: AtomicU64::new(0),
             schedule: SweepSchedule::new(bounds),
         }
     }
@@ -141,8 +156,14 @@ where
                 };
             }
         }
+        // Acquire pairs with the Release of the sweep that raised `swept`:
+        // a caller that learned its client was evicted — through the
+        // retired mark (an Acquire load of the state word, written after
+        // `swept` was raised) or through the map (scc publishes a removal
+        // with Release and reads it with Acquire) — sees that sweep's time.
+        let origin = now.max(self.swept.load(Ordering::Acquire));
         let candidate = Arc::new(Client {
-            origin: now,
+            origin,
             state: new_state(),
         });
         match self
@@ -170,6 +191,32 @@ where
                 (tracked < cap).then_some(tracked + 1)
             })
             .is_ok()
+    }
+
+    /// Removes `key`'s client and retires its state with `retire`; whether
+    /// it was tracked. The removal takes the bucket's lock. A call that
+    /// still holds the removed state finds it retired on its next CAS and
+    /// looks the client up again, so nothing is decided on it after this
+    /// returns.
+    pub(crate) fn forget<Q>(&self, key: &Q, retire: impl Fn(&S)) -> bool
+    where
+        Q: ?Sized + Hash + Equivalent<K>,
+    {
+        loop {
+            let Some(client) = self.get(key) else {
+                return false;
+            };
+            if self
+                .clients
+                .remove_if_sync(key, |present| Arc::ptr_eq(present, &client))
+            {
+                self.tracked.fetch_sub(1, Ordering::Relaxed);
+                retire(&client.state);
+                return true;
+            }
+            // Replaced (a tier's carry-over) or removed (a sweep) meanwhile:
+            // look again.
+        }
     }
 
     /// Removes `key`'s entry if its state is retired (a call found it so;
@@ -204,6 +251,9 @@ where
         retire_idle: &impl Fn(&Client<S>, u64) -> bool,
         retired: &impl Fn(&S) -> bool,
     ) -> usize {
+        // Raised before any state is judged, so that every eviction below
+        // happens after it (Release: see `arrive`).
+        self.swept.fetch_max(now, Ordering::Release);
         let mut removed = 0;
         self.clients.retain_sync(|_, client| {
             if retire_idle(client, now) {
