@@ -54,6 +54,19 @@
 //! client arrives at the cap, idle clients are swept first (as above); if
 //! none can go, the [`Overflow`] rule decides. Known clients are never
 //! affected by the cap.
+//!
+//! # Memory, in bytes
+//!
+//! The cap counts clients; what a client costs is fixed by its policy from
+//! its first call on (`remaining` included — [`peek`](crate::RateLimiter::peek)
+//! creates nothing): 56 heap bytes for `gcra`, `leaky-bucket` and
+//! `token-bucket`, 72 for the window policies, and `72 + 16·L` for
+//! `sliding-window`, whose log holds its last `L` admissions (16 MiB at the
+//! largest `L`, 2^20 − 1). A limiter's states therefore take at most
+//! `max_clients` times that, plus one candidate state per thread that is
+//! creating a client at that moment (a thread that loses the race to create
+//! a client drops its candidate at once). Size the cap of a sliding log with
+//! its `L` in mind; the other policies' states are all small.
 
 use std::fmt;
 use std::str::FromStr;

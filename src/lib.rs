@@ -41,7 +41,16 @@
 //! stay small. Threads racing on a real clock can present a `now` older than
 //! the state already reflects: such a call never moves stored time back, never
 //! panics or overflows, and is judged no more leniently than at the latest
-//! time the state reflects.
+//! time the state reflects (a tier's carry-over and an evicted client's
+//! re-creation included). The contract lets such a call be judged more
+//! strictly, and the engines differ there, so the lock-free engine, the mutex
+//! baseline and the Redis store give the same answers whenever a client's
+//! times do not decrease, and each keeps the contract's bound where they
+//! step back.
+//!
+//! [`RateLimiter::remaining`] is the contract's and creates the client;
+//! [`RateLimiter::peek`] asks without creating anything, and
+//! [`RateLimiter::forget`] drops one client's state.
 //!
 //! # Concurrency
 //!
@@ -49,7 +58,9 @@
 //! [`scc::HashIndex`] plus a compare-and-swap loop on the client's state
 //! words: no lock, no allocation. The first call of a new client allocates its
 //! state and takes one bucket lock to insert it; racing first calls end up
-//! sharing one state.
+//! sharing one state. Two other calls take one bucket lock each: a tier
+//! client's first call after its tier's rule changed (the carry-over), and
+//! [`RateLimiter::forget`].
 #![forbid(unsafe_code)]
 
 mod baseline;
