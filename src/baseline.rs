@@ -58,6 +58,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use crate::bounds::{SweepSchedule, SweepTurn};
 use crate::{
     Bounds, Clock, Config, ConfigError, Decision, Overflow, PolicyKind, QuantaClock, RateLimiter,
+    Tick,
 };
 
 /// The plain reference implementation of all six policies: a locked map from
@@ -140,6 +141,8 @@ pub struct MutexLimiter<K, C = QuantaClock> {
     /// a state no younger than the one that went. Read and written only
     /// under the map lock, which orders every access (hence Relaxed).
     swept: AtomicU64,
+    /// The clock's tick, which every decision carries.
+    tick: Tick,
     clock: C,
 }
 
@@ -216,9 +219,11 @@ impl<K, C: Clock> MutexLimiter<K, C> {
         clock: C,
         bounds: Bounds,
     ) -> Result<Self, ConfigError> {
-        let config = config.check_for(policy)?;
+        let config = config.resolve(policy, clock.tick())?;
+        let bounds = bounds.validate()?;
         Ok(Self {
             config,
+            tick: clock.tick(),
             rules: Rules {
                 policy,
                 limit: config.limit(),
@@ -380,6 +385,7 @@ where
                 _ => Decision::reject(0, self.rules.idle_within()),
             },
         )
+        .in_ticks(self.tick)
     }
 
     fn remaining_at(&self, key: &Q, now: u64) -> u64 {

@@ -72,6 +72,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::sync::{AtomicBool, AtomicUsize, Ordering};
+use crate::ConfigError;
 
 /// A sweep runs at most once per this many new-client arrivals when eviction
 /// is on, however few clients are tracked.
@@ -190,7 +191,8 @@ impl Bounds {
     }
 
     /// Tracks at most `max_clients` clients (0 tracks none: every client
-    /// gets the overflow rule).
+    /// gets the overflow rule, so 0 with [`Overflow::Reject`] is refused
+    /// when the limiter is built: see [`validate`](Self::validate)).
     #[must_use]
     pub const fn max_clients(mut self, max_clients: usize) -> Self {
         self.max_clients = Some(max_clients);
@@ -217,6 +219,23 @@ impl Bounds {
     /// The rule at the cap.
     pub const fn overflow(&self) -> Overflow {
         self.overflow
+    }
+
+    /// The bounds, if they can admit anyone: every limiter checks them
+    /// when it is built.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::RefusesEveryone`] for `max_clients(0)` with
+    /// [`Overflow::Reject`]: no client could ever be tracked, and every
+    /// newcomer would be refused. (`max_clients(0)` with
+    /// [`Overflow::Shared`] is one limit for everyone together, and with
+    /// [`Overflow::Admit`] no limit at all: both are accepted.)
+    pub const fn validate(self) -> Result<Self, ConfigError> {
+        if matches!(self.max_clients, Some(0)) && matches!(self.overflow, Overflow::Reject) {
+            return Err(ConfigError::RefusesEveryone);
+        }
+        Ok(self)
     }
 }
 

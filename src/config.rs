@@ -5,6 +5,8 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
+use crate::Tick;
+
 /// The largest limit any policy accepts (2^20 − 1): request counts are packed
 /// into 20-bit fields of the per-client state words.
 pub const MAX_LIMIT: u64 = (1 << 20) - 1;
@@ -134,13 +136,30 @@ pub enum ConfigError {
         window: u64,
     },
     /// The window is longer than the policy can hold: a `Duration` past
-    /// `u64::MAX` nanoseconds, or a `gcra`/`leaky-bucket` window past
+    /// `u64::MAX` ticks, or a `gcra`/`leaky-bucket` window past
     /// [`MAX_SCHEDULE_WINDOW`].
     WindowTooLong {
         /// The window that was asked for, in ticks.
         window: u128,
         /// The longest window allowed.
         max: u64,
+    },
+    /// Bounds that can only refuse everyone: a cap of 0 clients that
+    /// rejects the ones without room ([`Bounds::validate`](crate::Bounds::validate)).
+    RefusesEveryone,
+    /// A rate given as a duration that the clock's tick cannot express
+    /// within 0.1 %: the window is not close to a whole number of ticks,
+    /// or (for the policies that drip) the interval `window / limit` is not.
+    RateDoesNotFitTick {
+        /// The limit.
+        limit: u64,
+        /// The window asked for.
+        window: Duration,
+        /// The clock's tick.
+        tick: Tick,
+        /// The window the tick would give: `limit` per this much (for the
+        /// drip policies, `limit` intervals of a whole number of ticks).
+        nearest: Duration,
     },
 }
 
@@ -167,73 +186,210 @@ impl fmt::Display for ConfigError {
                 f,
                 "window {window} is too long: it must be at most {max} ticks"
             ),
+            ConfigError::RefusesEveryone => f.write_str(
+                "max_clients(0) with the overflow rule `reject` refuses every client: \
+                 give a cap of at least 1, or the rule `shared` (one limit for all) or `admit`",
+            ),
+            ConfigError::RateDoesNotFitTick {
+                limit,
+                window,
+                tick,
+                nearest,
+            } => {
+                write!(f, "{limit} per ")?;
+                crate::rule::write_duration(f, *window)?;
+                write!(
+                    f,
+                    " does not fit a clock tick of {tick} within 0.1 %: it would be {limit} per "
+                )?;
+                crate::rule::write_duration(f, *nearest)
+            }
         }
     }
 }
 
 impl std::error::Error for ConfigError {}
 
-/// A validated limit: at most `limit` requests per `window` ticks.
+/// A validated limit: at most `limit` requests per window.
+///
+/// Give the window as a duration with [`Config::per`]: it means the same
+/// rate whatever the clock's tick, in memory and on Redis; each limiter
+/// turns it into its own ticks when it is built. [`Config::per_ticks`]
+/// takes a raw count of ticks, for exact work (traces, tests) where the
+/// unit is yours.
 ///
 /// The ranges every policy shares are checked here; [`Config::check_for`]
 /// adds what one policy needs (the drip policies need `window >= limit`).
 ///
 /// ```
-/// use floodgate::{Config, ConfigError};
+/// use floodgate::{Config, ConfigError, Tick};
+/// use std::time::Duration;
 ///
-/// let config = Config::new(100, 1_000)?;
-/// assert_eq!(config.interval(), 10);
-/// assert_eq!(Config::new(0, 1_000), Err(ConfigError::LimitOutOfRange { limit: 0 }));
+/// let config = Config::per(100, Duration::from_secs(1))?;
+/// assert_eq!(format!("{config:?}"), "Config { limit: 100, window: 1s }");
+/// assert_eq!(config.window(), 1_000_000_000); // in nanoseconds, the default tick
+/// let in_millis = config.in_ticks_of(Tick::MILLISECOND)?;
+/// assert_eq!((in_millis.window(), in_millis.interval()), (1_000, 10));
+///
+/// let exact = Config::per_ticks(100, 1_000)?;
+/// assert_eq!(format!("{exact:?}"), "Config { limit: 100, window: 1000 ticks }");
+/// assert_eq!(Config::per_ticks(0, 1_000), Err(ConfigError::LimitOutOfRange { limit: 0 }));
 /// # Ok::<(), ConfigError>(())
 /// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Config {
     limit: u64,
+    /// In ticks: of the default clock (nanoseconds) until
+    /// [`in_ticks_of`](Config::in_ticks_of) resolves `span` for another.
     window: u64,
+    /// The window as a duration, when it was given as one.
+    span: Option<Duration>,
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        struct Window(Config);
+        impl fmt::Debug for Window {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                match self.0.span {
+                    Some(span) => crate::rule::write_duration(f, span),
+                    None => write!(f, "{} ticks", self.0.window),
+                }
+            }
+        }
+        f.debug_struct("Config")
+            .field("limit", &self.limit)
+            .field("window", &Window(*self))
+            .finish()
+    }
 }
 
 impl Config {
-    /// At most `limit` requests per `window` ticks (nanoseconds with the
-    /// default clock).
+    /// At most `limit` requests per `window` **ticks** — whatever the
+    /// clock's tick is: nanoseconds on the default clock, so
+    /// `per_ticks(5, 1_000)` is 5 per microsecond there. For a rate a
+    /// person would write in seconds, use [`Config::per`].
     ///
     /// # Errors
     ///
     /// [`ConfigError::LimitOutOfRange`] unless `1 <= limit <= MAX_LIMIT`;
     /// [`ConfigError::ZeroWindow`] if `window` is 0.
-    pub const fn new(limit: u64, window: u64) -> Result<Self, ConfigError> {
+    pub const fn per_ticks(limit: u64, window: u64) -> Result<Self, ConfigError> {
         if limit == 0 || limit > MAX_LIMIT {
             return Err(ConfigError::LimitOutOfRange { limit });
         }
         if window == 0 {
             return Err(ConfigError::ZeroWindow);
         }
-        Ok(Self { limit, window })
+        Ok(Self {
+            limit,
+            window,
+            span: None,
+        })
     }
 
-    /// At most `limit` requests per `window`, in nanosecond ticks (the
-    /// default clock's unit).
+    /// At most `limit` requests per `window`: the same rate on every clock
+    /// and backend. Until a limiter resolves it for its clock's tick, its
+    /// [`window`](Self::window) is in nanoseconds.
     ///
     /// # Errors
     ///
-    /// As [`Config::new`], and [`ConfigError::WindowTooLong`] if the window
-    /// does not fit in 64 bits of nanoseconds (about 584 years).
+    /// As [`Config::per_ticks`], and [`ConfigError::WindowTooLong`] if the
+    /// window does not fit in 64 bits of nanoseconds (about 584 years).
     pub fn per(limit: u64, window: Duration) -> Result<Self, ConfigError> {
-        let nanos = window.as_nanos();
-        let window = u64::try_from(nanos).map_err(|_| ConfigError::WindowTooLong {
-            window: nanos,
-            max: u64::MAX,
-        })?;
-        Self::new(limit, window)
+        let mut config = Self::per_ticks(limit, 1)?;
+        config.span = Some(window);
+        config.in_ticks_of(Tick::NANOSECOND)
     }
 
-    /// Checks what `policy` needs beyond the shared ranges.
+    /// The window as a duration, if it was given as one.
+    pub const fn span(self) -> Option<Duration> {
+        self.span
+    }
+
+    /// The same rule in ticks of `tick`: a window given as a duration is
+    /// converted; a window given in ticks is kept as it is.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::WindowTooLong`] past `u64::MAX` ticks;
+    /// [`ConfigError::RateDoesNotFitTick`] if the window is not within
+    /// 0.1 % of a whole number of ticks (one tick at least).
+    pub fn in_ticks_of(self, tick: Tick) -> Result<Self, ConfigError> {
+        let Some(span) = self.span else {
+            return Ok(self);
+        };
+        let nanos = span.as_nanos();
+        let tick_nanos = u128::from(tick.nanos());
+        // The nearest whole number of ticks.
+        let ticks = (nanos + tick_nanos / 2) / tick_nanos;
+        let window = u64::try_from(ticks).map_err(|_| ConfigError::WindowTooLong {
+            window: ticks,
+            max: u64::MAX,
+        })?;
+        if window == 0 {
+            return Err(self.misfit(span, tick, tick.duration()));
+        }
+        let nearest = tick.times(window);
+        if !within_a_thousandth(nearest, span) {
+            return Err(self.misfit(span, tick, nearest));
+        }
+        Ok(Self { window, ..self })
+    }
+
+    /// The rule resolved for `tick` ([`in_ticks_of`](Self::in_ticks_of))
+    /// and checked for `policy` ([`check_for`](Self::check_for)).
+    ///
+    /// # Errors
+    ///
+    /// What those two refuse.
+    pub fn resolve(self, policy: PolicyKind, tick: Tick) -> Result<Self, ConfigError> {
+        self.in_ticks_of(tick)?.check_for(policy)
+    }
+
+    fn misfit(self, span: Duration, tick: Tick, nearest: Duration) -> ConfigError {
+        ConfigError::RateDoesNotFitTick {
+            limit: self.limit,
+            window: span,
+            tick,
+            nearest,
+        }
+    }
+
+    /// Checks what `policy` needs beyond the shared ranges. A drip policy
+    /// releases one request per whole interval `⌊window / limit⌋`, so a rate
+    /// given as a duration must keep that interval within 0.1 % of
+    /// `window / limit` in the ticks it is resolved for.
     ///
     /// # Errors
     ///
     /// [`ConfigError::WindowShorterThanLimit`] for a drip policy with
     /// `window < limit`; [`ConfigError::WindowTooLong`] for `gcra` or
-    /// `leaky-bucket` with `window >` [`MAX_SCHEDULE_WINDOW`].
-    pub const fn check_for(self, policy: PolicyKind) -> Result<Self, ConfigError> {
+    /// `leaky-bucket` with `window >` [`MAX_SCHEDULE_WINDOW`];
+    /// [`ConfigError::RateDoesNotFitTick`] for a duration-given drip rate
+    /// whose interval does not fit.
+    pub fn check_for(self, policy: PolicyKind) -> Result<Self, ConfigError> {
+        let checked = self.check_ranges_for(policy)?;
+        if let (Some(span), true) = (self.span, policy.drips()) {
+            // In the ticks the window is resolved for, `limit` intervals
+            // cover `interval·limit` of its `window` ticks.
+            let covered = u128::from(self.interval() * self.limit);
+            let window = u128::from(self.window);
+            if (window - covered) * 1_000 > window {
+                let nearest_nanos = span.as_nanos() * covered / window;
+                let nearest = Duration::from_nanos(u64::try_from(nearest_nanos).unwrap_or(u64::MAX));
+                let tick_nanos = (span.as_nanos() / window).max(1);
+                let tick = Tick::from_duration(Duration::from_nanos(
+                    u64::try_from(tick_nanos).unwrap_or(u64::MAX),
+                ))
+                .unwrap_or(Tick::NANOSECOND);
+                return Err(self.misfit(span, tick, nearest));
+            }
+        }
+        Ok(checked)
+    }
+
+    const fn check_ranges_for(self, policy: PolicyKind) -> Result<Self, ConfigError> {
         if matches!(policy, PolicyKind::Gcra | PolicyKind::LeakyBucket)
             && self.window > MAX_SCHEDULE_WINDOW
         {
@@ -268,6 +424,11 @@ impl Config {
     }
 }
 
+/// Whether `got` is within 0.1 % of `wanted`.
+fn within_a_thousandth(got: Duration, wanted: Duration) -> bool {
+    got.abs_diff(wanted).as_nanos() * 1_000 <= wanted.as_nanos()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -288,18 +449,18 @@ mod tests {
     #[test]
     fn limits_and_windows_are_range_checked() {
         assert_eq!(
-            Config::new(0, 10),
+            Config::per_ticks(0, 10),
             Err(ConfigError::LimitOutOfRange { limit: 0 })
         );
         assert_eq!(
-            Config::new(MAX_LIMIT + 1, 10),
+            Config::per_ticks(MAX_LIMIT + 1, 10),
             Err(ConfigError::LimitOutOfRange {
                 limit: MAX_LIMIT + 1
             })
         );
-        assert!(Config::new(MAX_LIMIT, 1).is_ok());
-        assert_eq!(Config::new(1, 0), Err(ConfigError::ZeroWindow));
-        let short = Config::new(10, 9).unwrap();
+        assert!(Config::per_ticks(MAX_LIMIT, 1).is_ok());
+        assert_eq!(Config::per_ticks(1, 0), Err(ConfigError::ZeroWindow));
+        let short = Config::per_ticks(10, 9).unwrap();
         for kind in PolicyKind::ALL {
             assert_eq!(short.check_for(kind).is_err(), kind.drips(), "{kind}");
         }
@@ -310,12 +471,12 @@ mod tests {
                 max: u64::MAX,
             })
         );
-        let longest = Config::new(1, MAX_SCHEDULE_WINDOW + 1).unwrap();
+        let longest = Config::per_ticks(1, MAX_SCHEDULE_WINDOW + 1).unwrap();
         for kind in PolicyKind::ALL {
             let schedules = matches!(kind, PolicyKind::Gcra | PolicyKind::LeakyBucket);
             assert_eq!(longest.check_for(kind).is_err(), schedules, "{kind}");
         }
-        assert!(Config::new(1, MAX_SCHEDULE_WINDOW)
+        assert!(Config::per_ticks(1, MAX_SCHEDULE_WINDOW)
             .unwrap()
             .check_for(PolicyKind::Gcra)
             .is_ok());

@@ -3,13 +3,113 @@
 use std::fmt;
 use std::hash::Hash;
 use std::str::FromStr;
+use std::time::Duration;
 
 use crate::policy::{
     FixedWindow, Gcra, LeakyBucket, SlidingWindow, SlidingWindowCounter, TokenBucket,
 };
 use crate::{
     Bounds, Clock, Config, ConfigError, Limiter, MutexLimiter, PolicyKind, QuantaClock, RateLimiter,
+    Rule,
 };
+
+/// A limiter, step by step: the rule (a policy, a limit and a window as a
+/// duration), then whatever differs from the defaults — no bounds, the
+/// lock-free engine, the TSC clock ([`QuantaClock`]) — then
+/// [`build`](Builder::build) for a key type.
+///
+/// ```
+/// use floodgate::{Bounds, Builder, PolicyKind, RateLimiter};
+/// use std::net::IpAddr;
+/// use std::time::Duration;
+///
+/// let per_ip = Builder::new(PolicyKind::TokenBucket, 100, Duration::from_secs(1))
+///     .bounds(Bounds::new().evict_idle().max_clients(100_000))
+///     .build::<IpAddr>()?;
+/// let decision = per_ip.check(&"203.0.113.7".parse()?);
+/// assert!(decision.allowed);
+///
+/// // Or from configuration text:
+/// let api = Builder::from_rule("sliding-window:1000/1h".parse()?).build::<str>()?;
+/// assert_eq!(api.check("key-1").remaining, 999);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug)]
+#[must_use = "a builder does nothing until `build`"]
+pub struct Builder<C = QuantaClock> {
+    policy: PolicyKind,
+    config: Result<Config, ConfigError>,
+    bounds: Bounds,
+    engine: Engine,
+    clock: C,
+}
+
+impl Builder<QuantaClock> {
+    /// `policy` admitting `limit` requests per `window`.
+    pub fn new(policy: PolicyKind, limit: u64, window: Duration) -> Self {
+        Self {
+            policy,
+            config: Config::per(limit, window),
+            bounds: Bounds::new(),
+            engine: Engine::LockFree,
+            clock: QuantaClock::new(),
+        }
+    }
+
+    /// The policy and limits of `rule` (`"gcra:100/1s"`, see [`Rule`]).
+    pub fn from_rule(rule: Rule) -> Self {
+        Self {
+            policy: rule.policy(),
+            config: Ok(rule.config()),
+            bounds: Bounds::new(),
+            engine: Engine::LockFree,
+            clock: QuantaClock::new(),
+        }
+    }
+}
+
+impl<C: Clock + 'static> Builder<C> {
+    /// Idle eviction, a cap on tracked clients and the overflow rule
+    /// ([`crate::bounds`]); none by default.
+    pub fn bounds(mut self, bounds: Bounds) -> Self {
+        self.bounds = bounds;
+        self
+    }
+
+    /// The engine; [`Engine::LockFree`] by default.
+    pub fn engine(mut self, engine: Engine) -> Self {
+        self.engine = engine;
+        self
+    }
+
+    /// The clock; [`QuantaClock`] (nanoseconds) by default. The window is
+    /// turned into its ticks.
+    pub fn clock<D: Clock + 'static>(self, clock: D) -> Builder<D> {
+        Builder {
+            policy: self.policy,
+            config: self.config,
+            bounds: self.bounds,
+            engine: self.engine,
+            clock,
+        }
+    }
+
+    /// The limiter, for clients looked up by `&Q` (it stores `Q::Owned`:
+    /// `build::<str>()` stores `String`s).
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`]: a limit out of range, a window the policy or the
+    /// clock's tick cannot hold ([`Config::resolve`]), bounds that refuse
+    /// everyone ([`Bounds::validate`]).
+    pub fn build<Q>(self) -> Result<Box<dyn RateLimiter<Q>>, ConfigError>
+    where
+        Q: ?Sized + Hash + Eq + ToOwned + 'static,
+        Q::Owned: Hash + Eq + Clone + Send + Sync + 'static,
+    {
+        build_bounded(self.policy, self.config?, self.engine, self.clock, self.bounds)
+    }
+}
 
 /// Which implementation of the policies a factory-built limiter uses.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -79,8 +179,10 @@ impl FromStr for Engine {
 ///
 /// # Errors
 ///
-/// [`ConfigError::WindowShorterThanLimit`] when `policy` drips and the window
-/// is shorter than the limit.
+/// A [`ConfigError`]: [`ConfigError::WindowShorterThanLimit`] when `policy`
+/// drips and the window is shorter than the limit, or a rate given as a
+/// duration that the clock's tick cannot hold ([`Config::resolve`]); for
+/// [`build_bounded`], bounds that refuse everyone ([`Bounds::validate`]).
 ///
 /// # Examples
 ///
@@ -115,7 +217,7 @@ where
 /// let clock = ManualClock::new(0);
 /// let limiter = build_with::<u64, _>(
 ///     PolicyKind::FixedWindow,
-///     Config::new(1, 1_000)?,
+///     Config::per_ticks(1, 1_000)?,
 ///     Engine::Mutex,
 ///     clock.clone(),
 /// )?;
@@ -156,7 +258,7 @@ where
 /// let clock = ManualClock::new(0);
 /// let limiter = build_bounded::<str, _>(
 ///     PolicyKind::SlidingWindow,
-///     Config::new(5, 1_000)?,
+///     Config::per_ticks(5, 1_000)?,
 ///     Engine::LockFree,
 ///     clock.clone(),
 ///     Bounds::new().evict_idle().max_clients(1).on_overflow(Overflow::Admit),
@@ -196,8 +298,12 @@ where
             P::new(config)?,
             clock,
             bounds,
-        )))
+        )?))
     }
+    // Resolved here for the clock's tick; `Limiter::with_bounds` then finds
+    // nothing left to convert.
+    let config = config.resolve(policy, clock.tick())?;
+    let bounds = bounds.validate()?;
     match engine {
         Engine::Mutex => Ok(Box::new(MutexLimiter::<Q::Owned, C>::with_bounds(
             policy, config, clock, bounds,

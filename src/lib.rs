@@ -71,6 +71,7 @@ mod config;
 mod decision;
 mod factory;
 mod limiter;
+mod rule;
 pub mod policy;
 #[cfg(feature = "redis")]
 pub mod redis;
@@ -80,11 +81,12 @@ pub mod tiers;
 
 pub use baseline::MutexLimiter;
 pub use bounds::{Bounds, Overflow, UnknownOverflow};
-pub use clock::{Clock, ManualClock, QuantaClock};
+pub use clock::{Clock, ManualClock, QuantaClock, Tick};
 pub use config::{Config, ConfigError, PolicyKind, UnknownPolicy, MAX_LIMIT, MAX_SCHEDULE_WINDOW};
 pub use decision::Decision;
-pub use factory::{build, build_bounded, build_with, Engine, UnknownEngine};
+pub use factory::{build, build_bounded, build_with, Builder, Engine, UnknownEngine};
 pub use limiter::{Limiter, RateLimiter};
+pub use rule::{Rule, RuleError, RuleProblem};
 
 /// The README's examples, compiled and run as doctests.
 #[doc = include_str!("../README.md")]

@@ -8,7 +8,7 @@ use std::hash::Hash;
 use crate::policy::{Policy, Retired};
 use crate::store::{Arrival, Client, KeyedStore};
 use crate::sync::OnceLock;
-use crate::{Bounds, Clock, Config, Decision, Overflow, PolicyKind, QuantaClock};
+use crate::{Bounds, Clock, Config, ConfigError, Decision, Overflow, PolicyKind, QuantaClock, Tick};
 
 /// A per-client rate limiter: one decision per request.
 ///
@@ -145,6 +145,8 @@ pub struct Limiter<K, P: Policy, C = QuantaClock> {
     /// The state every client shares under [`Overflow::Shared`], created by
     /// the first of them.
     overflow: OnceLock<Client<P::State>>,
+    /// The clock's tick, which every decision carries.
+    tick: Tick,
     clock: C,
 }
 
@@ -153,9 +155,11 @@ where
     K: Hash + Eq + Clone + 'static,
     P: Policy,
 {
-    /// A limiter applying `policy`, on the default clock (nanoseconds).
+    /// A limiter applying `policy`, on the default clock (nanoseconds, the
+    /// ticks a policy made from [`Config::per`] is in), tracking every
+    /// client for ever.
     pub fn new(policy: P) -> Self {
-        Self::with_clock(policy, QuantaClock::new())
+        Self::assemble(policy, QuantaClock::new(), Bounds::new())
     }
 }
 
@@ -167,11 +171,33 @@ where
 {
     /// A limiter applying `policy`, reading `clock`, tracking every client
     /// for ever (no eviction, no cap).
-    pub fn with_clock(policy: P, clock: C) -> Self {
+    ///
+    /// # Errors
+    ///
+    /// As [`with_bounds`](Self::with_bounds).
+    pub fn with_clock(policy: P, clock: C) -> Result<Self, ConfigError> {
         Self::with_bounds(policy, clock, Bounds::new())
     }
 
-    /// A limiter applying `policy`, reading `clock`, within `bounds`.
+    fn assemble(policy: P, clock: C, bounds: Bounds) -> Self {
+        Self {
+            policy,
+            clients: KeyedStore::new(bounds),
+            overflow: OnceLock::new(),
+            tick: clock.tick(),
+            clock,
+        }
+    }
+
+    /// A limiter applying `policy`, reading `clock`, within `bounds`. A
+    /// policy made from a rate given as a duration ([`Config::per`]) is
+    /// made again for the clock's tick.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] if that rate does not fit the tick
+    /// ([`Config::resolve`]), or if the bounds can only refuse everyone
+    /// ([`Bounds::validate`]).
     ///
     /// ```
     /// use floodgate::policy::{Gcra, Policy};
@@ -179,10 +205,10 @@ where
     ///
     /// let clock = ManualClock::new(0);
     /// let limiter: Limiter<u64, Gcra, _> = Limiter::with_bounds(
-    ///     Gcra::new(Config::new(10, 1_000)?)?,
+    ///     Gcra::new(Config::per_ticks(10, 1_000)?)?,
     ///     clock.clone(),
     ///     Bounds::new().max_clients(2).on_overflow(Overflow::Reject),
-    /// );
+    /// )?;
     /// assert!(limiter.check(&1).allowed);
     /// assert!(limiter.check(&2).allowed);
     /// assert!(!limiter.check(&3).allowed); // no room, and nobody is idle
@@ -191,13 +217,15 @@ where
     /// assert_eq!(limiter.tracked_clients(), 1);
     /// # Ok::<(), floodgate::ConfigError>(())
     /// ```
-    pub fn with_bounds(policy: P, clock: C, bounds: Bounds) -> Self {
-        Self {
-            policy,
-            clients: KeyedStore::new(bounds),
-            overflow: OnceLock::new(),
-            clock,
-        }
+    pub fn with_bounds(policy: P, clock: C, bounds: Bounds) -> Result<Self, ConfigError> {
+        let bounds = bounds.validate()?;
+        let config = policy.config();
+        let policy = if config.span().is_some() && clock.tick() != Tick::NANOSECOND {
+            P::new(config.resolve(P::KIND, clock.tick())?)?
+        } else {
+            policy
+        };
+        Ok(Self::assemble(policy, clock, bounds))
     }
 
     /// The policy's parameters.
@@ -219,8 +247,8 @@ where
     {
         // The hot path, a known client: one look-up, one step.
         match self.clients.peek(key, |client| self.decide(client, now)) {
-            Some(Ok(decision)) => decision,
-            _ => self.check_cold(key, now),
+            Some(Ok(decision)) => decision.in_ticks(self.tick),
+            _ => self.check_cold(key, now).in_ticks(self.tick),
         }
     }
 

@@ -61,7 +61,7 @@
 //! prefers one registry for the whole process, [`install`] one once at
 //! start-up and reach it anywhere with [`installed`].
 
-use std::borrow::Borrow;
+use std::borrow::{Borrow, Cow};
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::Hash;
@@ -73,70 +73,120 @@ use crate::policy::{
     TokenBucketState,
 };
 use crate::store::{Arrival, Client, KeyedStore};
-use crate::sync::SwapCell;
+use crate::sync::{AtomicU64, Ordering, SwapCell};
 use crate::{
     Bounds, Clock, Config, ConfigError, Decision, Overflow, PolicyKind, QuantaClock, RateLimiter,
+    Rule, Tick,
 };
 
-/// One tier's rule: a policy and its limits, validated together.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TierSpec {
-    policy: PolicyKind,
-    config: Config,
-}
+/// One tier's rule: a policy and its limits (the same as a [`Rule`]).
+pub type TierSpec = Rule;
 
-impl TierSpec {
-    /// `policy` with `config`.
-    ///
-    /// # Errors
-    ///
-    /// What [`Config::check_for`] refuses for `policy`.
-    pub const fn new(policy: PolicyKind, config: Config) -> Result<Self, ConfigError> {
-        match config.check_for(policy) {
-            Ok(config) => Ok(Self { policy, config }),
-            Err(error) => Err(error),
-        }
-    }
+/// A tier's name as a resolver gives it: borrowed from the resolver, or
+/// made for the call.
+pub type TierName<'a> = Cow<'a, str>;
 
-    /// The policy.
-    pub const fn policy(&self) -> PolicyKind {
-        self.policy
-    }
-
-    /// The limit and window.
-    pub const fn config(&self) -> Config {
-        self.config
-    }
-}
-
-/// Which tier a client is in, by name. A name the registry does not know
-/// means its default tier.
+/// Which tier a client is in, by name.
 ///
-/// Any `Fn(&Q) -> &'static str` is a resolver:
+/// A name the registry does not know is counted
+/// ([`Tiers::unknown_tier_calls`]) and then answered by the default tier,
+/// or refused if the registry was made with
+/// [`reject_unknown_tiers`](Tiers::reject_unknown_tiers); a resolver that
+/// can list the names it gives ([`Resolver::names`]) is checked when the
+/// registry is built instead.
+///
+/// Any `Fn(&Q) -> T` where `T` is a `&'static str` or a `String` is a
+/// resolver, so a closure may read state it captured:
 ///
 /// ```
 /// use floodgate::tiers::Resolver;
+/// use std::collections::HashMap;
 ///
 /// let by_prefix = |client: &str| if client.starts_with("pro-") { "premium" } else { "free" };
 /// assert_eq!(by_prefix.tier("pro-7"), "premium");
+///
+/// let plans: HashMap<String, String> = [("acme".into(), "premium".into())].into();
+/// let by_plan = move |client: &str| plans.get(client).cloned().unwrap_or_else(|| "free".into());
+/// assert_eq!(by_plan.tier("acme"), "premium");
+/// assert_eq!(by_plan.tier("someone"), "free");
 /// ```
 pub trait Resolver<Q: ?Sized>: Send + Sync {
     /// `client`'s tier.
-    fn tier<'a>(&'a self, client: &Q) -> &'a str;
+    fn tier<'a>(&'a self, client: &Q) -> TierName<'a>;
+
+    /// Every name this resolver can answer, if it knows them: then a name
+    /// the registry lacks is an error when the registry is built. `None`
+    /// (the default) for resolvers that cannot tell, such as closures.
+    fn names(&self) -> Option<Vec<String>> {
+        None
+    }
 }
 
-impl<Q: ?Sized, F> Resolver<Q> for F
+impl<Q: ?Sized, F, T> Resolver<Q> for F
 where
-    F: Fn(&Q) -> &'static str + Send + Sync,
+    F: Fn(&Q) -> T + Send + Sync,
+    T: Into<Cow<'static, str>>,
 {
-    fn tier<'a>(&'a self, client: &Q) -> &'a str {
-        self(client)
+    fn tier<'a>(&'a self, client: &Q) -> TierName<'a> {
+        self(client).into()
     }
 }
 
 impl<Q: ?Sized> Resolver<Q> for Box<dyn Resolver<Q>> {
-    fn tier<'a>(&'a self, client: &Q) -> &'a str {
+    fn tier<'a>(&'a self, client: &Q) -> TierName<'a> {
         (**self).tier(client)
+    }
+
+    fn names(&self) -> Option<Vec<String>> {
+        (**self).names()
+    }
+}
+
+/// A resolver that looks clients up in a table, with a tier for the
+/// clients it does not list. It knows every name it can answer, so
+/// [`Tiers`] checks them all when it is built.
+///
+/// ```
+/// use floodgate::tiers::{ByTable, Resolver};
+///
+/// let resolver = ByTable::new([("acme".to_owned(), "premium")], "free");
+/// assert_eq!(resolver.tier("acme"), "premium");
+/// assert_eq!(resolver.tier("anyone"), "free");
+/// ```
+#[derive(Clone, Debug)]
+pub struct ByTable<K> {
+    table: HashMap<K, String, ahash::RandomState>,
+    otherwise: String,
+}
+
+impl<K: Hash + Eq> ByTable<K> {
+    /// Clients of `table` in their tier, everyone else in `otherwise`.
+    pub fn new<N: Into<String>>(table: impl IntoIterator<Item = (K, N)>, otherwise: &str) -> Self {
+        Self {
+            table: table
+                .into_iter()
+                .map(|(key, tier)| (key, tier.into()))
+                .collect(),
+            otherwise: otherwise.to_owned(),
+        }
+    }
+}
+
+impl<K, Q> Resolver<Q> for ByTable<K>
+where
+    K: Borrow<Q> + Hash + Eq + Send + Sync,
+    Q: ?Sized + Hash + Eq,
+{
+    fn tier<'a>(&'a self, client: &Q) -> TierName<'a> {
+        Cow::Borrowed(self.table.get(client).unwrap_or(&self.otherwise))
+    }
+
+    fn names(&self) -> Option<Vec<String>> {
+        let mut names: Vec<String> = self.table.values().cloned().collect();
+        names.push(self.otherwise.clone());
+        names.sort();
+        names.dedup();
+        Some(names)
     }
 }
 
@@ -162,21 +212,68 @@ impl fmt::Display for UnknownTier {
 
 impl std::error::Error for UnknownTier {}
 
+/// Why a registry could not be built or reloaded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TierError {
+    /// No tier of that name (a reload), or a resolver that names one the
+    /// registry lacks (a build).
+    Unknown(UnknownTier),
+    /// The rule does not fit the registry's clock, or its bounds can only
+    /// refuse everyone.
+    Config(ConfigError),
+}
+
+impl fmt::Display for TierError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TierError::Unknown(error) => write!(f, "{error}"),
+            TierError::Config(error) => write!(f, "{error}"),
+        }
+    }
+}
+
+impl std::error::Error for TierError {}
+
+impl From<UnknownTier> for TierError {
+    fn from(error: UnknownTier) -> Self {
+        TierError::Unknown(error)
+    }
+}
+
+impl From<ConfigError> for TierError {
+    fn from(error: ConfigError) -> Self {
+        TierError::Config(error)
+    }
+}
+
+/// A decision with the tier and rule that made it: what
+/// [`Tiers::check_tiered_at`] answers, for logs and response headers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TieredDecision<'a> {
+    /// The decision.
+    pub decision: Decision,
+    /// The tier whose rule applied.
+    pub tier: &'a str,
+    /// That tier's rule, as the call found it.
+    pub rule: Rule,
+    /// The name the resolver gave, when the registry does not have it (the
+    /// default tier then applied, or the call was refused).
+    pub unknown: Option<String>,
+}
+
 /// A registry of tiers: the rule of each, and every client's state.
 ///
 /// ```
 /// use floodgate::tiers::{TierSpec, Tiers};
-/// use floodgate::{Config, ManualClock, PolicyKind, RateLimiter};
+/// use floodgate::{ManualClock, RateLimiter};
 ///
-/// let free = TierSpec::new(PolicyKind::FixedWindow, Config::new(100, 60_000)?)?;
-/// let premium = TierSpec::new(PolicyKind::Gcra, Config::new(1_000, 60_000)?)?;
 /// let tiers = Tiers::with_clock(
 ///     "free",
-///     free,
+///     "fixed-window:100/1m".parse()?,
 ///     |client: &str| if client.starts_with("pro-") { "premium" } else { "free" },
 ///     ManualClock::new(0),
-/// )
-/// .with_tier("premium", premium);
+/// )?
+/// .with_tier("premium", "gcra:1000/1m".parse()?)?;
 ///
 /// for _ in 0..80 {
 ///     assert!(tiers.allow("alice"));
@@ -184,9 +281,15 @@ impl std::error::Error for UnknownTier {}
 /// assert_eq!(tiers.remaining("alice"), 20);
 ///
 /// // Live, under traffic: the free tier now allows 200 per minute.
-/// tiers.reload("free", TierSpec::new(PolicyKind::FixedWindow, Config::new(200, 60_000)?)?)?;
+/// tiers.reload("free", "fixed-window:200/1m".parse()?)?;
 /// assert_eq!(tiers.remaining("alice"), 120); // the 80 she spent still count
 /// assert_eq!(tiers.remaining("pro-bob"), 1_000);
+///
+/// // Which tier answered, and by which rule:
+/// let tiered = tiers.check_tiered_at("pro-bob", 0);
+/// assert_eq!((tiered.tier, tiered.rule.to_string().as_str()), ("premium", "gcra:1000/1m"));
+/// // A tier known from the request itself (an API key's plan):
+/// assert!(tiers.check_in("premium", "alice")?.allowed);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct Tiers<K, R, C = QuantaClock> {
@@ -194,6 +297,11 @@ pub struct Tiers<K, R, C = QuantaClock> {
     default_tier: String,
     resolver: R,
     bounds: Bounds,
+    reject_unknown: bool,
+    /// Calls whose resolver named a tier the registry lacks. Relaxed: a
+    /// lone counter, read for monitoring only.
+    unknown_calls: AtomicU64,
+    tick: Tick,
     clock: C,
 }
 
@@ -204,7 +312,7 @@ where
     /// A registry whose tier `default_tier` applies `spec`, on the default
     /// clock (nanoseconds). Add tiers with [`with_tier`](Self::with_tier).
     pub fn new(default_tier: &str, spec: TierSpec, resolver: R) -> Self {
-        Self::with_clock(default_tier, spec, resolver, QuantaClock::new())
+        Self::empty(default_tier, resolver, QuantaClock::new()).with_default(spec)
     }
 }
 
@@ -213,23 +321,55 @@ where
     K: Hash + Eq + Clone + 'static,
 {
     /// As [`new`](Tiers::new), reading `clock`.
-    pub fn with_clock(default_tier: &str, spec: TierSpec, resolver: R, clock: C) -> Self {
-        let registry = Self {
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] if `spec` does not fit the clock's tick.
+    pub fn with_clock(
+        default_tier: &str,
+        spec: TierSpec,
+        resolver: R,
+        clock: C,
+    ) -> Result<Self, ConfigError>
+    where
+        C: Clock,
+    {
+        let tick = clock.tick();
+        Ok(Self::empty(default_tier, resolver, clock).with_default(spec.in_ticks_of(tick)?))
+    }
+
+    fn empty(default_tier: &str, resolver: R, clock: C) -> Self
+    where
+        C: Clock,
+    {
+        Self {
             tiers: HashMap::default(),
             default_tier: default_tier.to_owned(),
             resolver,
             bounds: Bounds::new(),
+            reject_unknown: false,
+            unknown_calls: AtomicU64::new(0),
+            tick: clock.tick(),
             clock,
-        };
-        registry.with_tier(default_tier, spec)
+        }
+    }
+
+    fn with_default(mut self, spec: TierSpec) -> Self {
+        self.tiers
+            .insert(self.default_tier.clone(), Tier::new(spec, self.bounds));
+        self
     }
 
     /// Adds tier `name` (or replaces its rule, if it has no clients yet).
-    #[must_use]
-    pub fn with_tier(mut self, name: &str, spec: TierSpec) -> Self {
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] if `spec` does not fit the clock's tick.
+    pub fn with_tier(mut self, name: &str, spec: TierSpec) -> Result<Self, ConfigError> {
+        let spec = spec.in_ticks_of(self.tick)?;
         self.tiers
             .insert(name.to_owned(), Tier::new(spec, self.bounds));
-        self
+        Ok(self)
     }
 
     /// Bounds every tier's memory as [`Bounds`] does one limiter's: idle
@@ -237,13 +377,44 @@ where
     /// and the overflow rule for a tier's newcomers without room (a shared
     /// overflow state belongs to a tier's current rule and starts afresh on
     /// a reload). Set it before any traffic: it rebuilds the tiers.
-    #[must_use]
-    pub fn with_bounds(mut self, bounds: Bounds) -> Self {
-        self.bounds = bounds;
+    ///
+    /// # Errors
+    ///
+    /// What [`Bounds::validate`] refuses.
+    pub fn with_bounds(mut self, bounds: Bounds) -> Result<Self, ConfigError> {
+        self.bounds = bounds.validate()?;
         for tier in self.tiers.values_mut() {
             *tier = Tier::new(tier.spec(), bounds);
         }
+        Ok(self)
+    }
+
+    /// Refuses the calls whose resolver names a tier the registry lacks
+    /// (`retry_after` `u64::MAX`: they can never be admitted), instead of
+    /// answering them by the default tier. Either way they are counted.
+    #[must_use]
+    pub fn reject_unknown_tiers(mut self) -> Self {
+        self.reject_unknown = true;
         self
+    }
+
+    /// Checks that every name the resolver can give (if it can list them,
+    /// [`Resolver::names`]) is a tier here: call it once the tiers are
+    /// added.
+    ///
+    /// # Errors
+    ///
+    /// [`UnknownTier`] for the first name the registry lacks.
+    pub fn checked<Q: ?Sized>(self) -> Result<Self, UnknownTier>
+    where
+        R: Resolver<Q>,
+    {
+        if let Some(names) = self.resolver.names() {
+            if let Some(missing) = names.iter().find(|name| !self.tiers.contains_key(*name)) {
+                return Err(self.unknown(missing));
+            }
+        }
+        Ok(self)
     }
 
     /// Replaces tier `name`'s rule. Each of its clients moves to the new
@@ -253,9 +424,11 @@ where
     ///
     /// # Errors
     ///
-    /// [`UnknownTier`] if there is no such tier.
-    pub fn reload(&self, name: &str, spec: TierSpec) -> Result<(), UnknownTier> {
+    /// [`TierError::Unknown`] if there is no such tier;
+    /// [`TierError::Config`] if `spec` does not fit the clock's tick.
+    pub fn reload(&self, name: &str, spec: TierSpec) -> Result<(), TierError> {
         let tier = self.tiers.get(name).ok_or_else(|| self.unknown(name))?;
+        let spec = spec.in_ticks_of(self.tick)?;
         // Reloads of one tier may race; two that both see an old rule both
         // store, and the later store wins, as if they had run in turn.
         if tier.spec() != spec {
@@ -269,7 +442,7 @@ where
     /// # Errors
     ///
     /// [`UnknownTier`] if there is no such tier.
-    pub fn spec(&self, name: &str) -> Result<TierSpec, UnknownTier> {
+    pub fn rule(&self, name: &str) -> Result<Rule, UnknownTier> {
         self.tiers
             .get(name)
             .map(Tier::spec)
@@ -283,6 +456,12 @@ where
         names
     }
 
+    /// How many calls found their resolver naming a tier the registry does
+    /// not have (each answered by the default tier, or refused).
+    pub fn unknown_tier_calls(&self) -> u64 {
+        self.unknown_calls.load(Ordering::Relaxed)
+    }
+
     fn unknown(&self, name: &str) -> UnknownTier {
         UnknownTier {
             name: name.to_owned(),
@@ -290,16 +469,132 @@ where
         }
     }
 
-    /// `key`'s tier: the resolver's answer, or the default tier.
+    /// `key`'s tier and its name: the resolver's answer, or (counted) the
+    /// default tier; `Err` with the unknown name for a registry that
+    /// refuses unknown tiers.
     #[inline]
-    fn tier_of<Q: ?Sized>(&self, key: &Q) -> &Tier<K>
+    fn tier_of<'a, Q: ?Sized>(
+        &'a self,
+        key: &Q,
+    ) -> Result<(&'a str, &'a Tier<K>, Option<String>), String>
     where
         R: Resolver<Q>,
     {
-        self.tiers
-            .get(self.resolver.tier(key))
-            .or_else(|| self.tiers.get(&self.default_tier))
-            .expect("the default tier is always present")
+        let name = self.resolver.tier(key);
+        match self.tiers.get_key_value(&*name) {
+            Some((name, tier)) => Ok((name, tier, None)),
+            None => self.unknown_tier_of(name.into_owned()),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn unknown_tier_of(&self, name: String) -> Result<(&str, &Tier<K>, Option<String>), String> {
+        self.unknown_calls.fetch_add(1, Ordering::Relaxed);
+        if self.reject_unknown {
+            return Err(name);
+        }
+        let (default, tier) = self
+            .tiers
+            .get_key_value(&self.default_tier)
+            .expect("the default tier is always present");
+        Ok((default, tier, Some(name)))
+    }
+
+    /// `check_at` on tier `tier`'s state of `key`, whatever the resolver
+    /// says: for a tier known from the request itself.
+    fn check_on<Q>(&self, tier: &Tier<K>, key: &Q, now: u64) -> Decision
+    where
+        Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
+        K: Borrow<Q>,
+    {
+        tier.call(
+            key,
+            now,
+            |generation, origin, state, now| match now.checked_sub(origin) {
+                Some(since) => generation.check(state, since),
+                // A call racing with the one that created the client, with
+                // an earlier time: judged at the origin (as `Limiter`).
+                None => generation
+                    .check(state, 0)
+                    .map(|decision| generation.measured_from_earlier(decision, origin - now)),
+            },
+            |generation, rule| match rule {
+                Overflow::Admit => Decision::admit(generation.spec.config().limit() - 1),
+                _ => Decision::reject(0, generation.forgets_after()),
+            },
+        )
+        .in_ticks(self.tick)
+    }
+
+    /// A refused call of a tier the registry lacks.
+    fn refused(&self) -> Decision {
+        Decision::reject(0, u64::MAX).in_ticks(self.tick)
+    }
+
+    /// Decides one request of `key` at `now` in tier `tier`, whatever the
+    /// resolver says (the tier is known from the request: an API key's
+    /// plan). The client's state is that tier's.
+    ///
+    /// # Errors
+    ///
+    /// [`UnknownTier`] if there is no such tier.
+    pub fn check_in_at<Q>(&self, tier: &str, key: &Q, now: u64) -> Result<Decision, UnknownTier>
+    where
+        Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
+        K: Borrow<Q>,
+    {
+        let found = self.tiers.get(tier).ok_or_else(|| self.unknown(tier))?;
+        Ok(self.check_on(found, key, now))
+    }
+
+    /// [`check_in_at`](Self::check_in_at) now, by the registry's clock.
+    ///
+    /// # Errors
+    ///
+    /// [`UnknownTier`] if there is no such tier.
+    pub fn check_in<Q>(&self, tier: &str, key: &Q) -> Result<Decision, UnknownTier>
+    where
+        Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
+        K: Borrow<Q>,
+        C: Clock,
+    {
+        self.check_in_at(tier, key, self.clock.now())
+    }
+
+    /// Decides one request of `key` at `now`, and says which tier and rule
+    /// decided it.
+    pub fn check_tiered_at<Q>(&self, key: &Q, now: u64) -> TieredDecision<'_>
+    where
+        Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
+        K: Borrow<Q>,
+        R: Resolver<Q>,
+    {
+        match self.tier_of(key) {
+            Ok((name, tier, unknown)) => {
+                // The rule the call meets: read before the call, so a reload
+                // in between shows the older one.
+                let rule = tier.spec();
+                TieredDecision {
+                    decision: self.check_on(tier, key, now),
+                    tier: name,
+                    rule,
+                    unknown,
+                }
+            }
+            Err(unknown) => {
+                let (name, tier) = self
+                    .tiers
+                    .get_key_value(&self.default_tier)
+                    .expect("the default tier is always present");
+                TieredDecision {
+                    decision: self.refused(),
+                    tier: name,
+                    rule: tier.spec(),
+                    unknown: Some(unknown),
+                }
+            }
+        }
     }
 }
 
@@ -313,7 +608,7 @@ impl<K, R, C> fmt::Debug for Tiers<K, R, C> {
                 "tiers",
                 &tiers
                     .iter()
-                    .map(|(name, tier)| (name, tier.spec()))
+                    .map(|(name, tier)| (name, tier.spec().to_string()))
                     .collect::<Vec<_>>(),
             )
             .finish_non_exhaustive()
@@ -329,34 +624,25 @@ where
 {
     #[inline]
     fn check_at(&self, key: &Q, now: u64) -> Decision {
-        self.tier_of(key).call(
-            key,
-            now,
-            |generation, origin, state, now| match now.checked_sub(origin) {
-                Some(since) => generation.check(state, since),
-                // A call racing with the one that created the client, with
-                // an earlier time: judged at the origin (as `Limiter`).
-                None => generation
-                    .check(state, 0)
-                    .map(|decision| generation.measured_from_earlier(decision, origin - now)),
-            },
-            |generation, rule| match rule {
-                Overflow::Admit => Decision::admit(generation.spec.config.limit() - 1),
-                _ => Decision::reject(0, generation.forgets_after()),
-            },
-        )
+        match self.tier_of(key) {
+            Ok((_, tier, _)) => self.check_on(tier, key, now),
+            Err(_) => self.refused(),
+        }
     }
 
     #[inline]
     fn remaining_at(&self, key: &Q, now: u64) -> u64 {
-        self.tier_of(key).call(
+        let Ok((_, tier, _)) = self.tier_of(key) else {
+            return 0;
+        };
+        tier.call(
             key,
             now,
             |generation, origin, state, now| {
                 generation.remaining(state, now.saturating_sub(origin))
             },
             |generation, rule| match rule {
-                Overflow::Admit => generation.spec.config.limit(),
+                Overflow::Admit => generation.spec.config().limit(),
                 _ => 0,
             },
         )
@@ -366,12 +652,12 @@ where
         self.clock.now()
     }
 
-    /// The default tier's policy.
+    /// The default tier's policy (a client's own: [`Tiers::check_tiered_at`]).
     fn policy(&self) -> PolicyKind {
         self.tiers[&self.default_tier].spec().policy()
     }
 
-    /// The default tier's limits.
+    /// The default tier's limits (a client's own: [`Tiers::check_tiered_at`]).
     fn config(&self) -> Config {
         self.tiers[&self.default_tier].spec().config()
     }
@@ -383,11 +669,14 @@ where
     /// Carries the client over first if its tier's rule changed (that
     /// creates no client), so the answer is what its next call would see.
     fn peek_at(&self, key: &Q, now: u64) -> Option<u64> {
-        self.tier_of(key).peek(key, now)
+        let (_, tier, _) = self.tier_of(key).ok()?;
+        tier.peek(key, now)
     }
 
+    /// Forgets the client in the tier the resolver names now (a client
+    /// checked in other tiers with [`Tiers::check_in`] has state in each).
     fn forget(&self, key: &Q) -> bool {
-        self.tier_of(key).forget(key)
+        self.tier_of(key).is_ok_and(|(_, tier, _)| tier.forget(key))
     }
 
     fn sweep_at(&self, now: u64) -> usize {
@@ -677,10 +966,11 @@ macro_rules! with_policy {
 
 impl Generation {
     fn new(spec: TierSpec) -> Self {
-        // `TierSpec::new` ran `check_for`, which is all `Policy::new` checks.
-        let config = spec.config;
+        // `Rule::in_ticks_of` ran `check_for`, which is all `Policy::new`
+        // checks.
+        let config = spec.config();
         let invalid = "validated by TierSpec::new";
-        let policy = match spec.policy {
+        let policy = match spec.policy() {
             PolicyKind::SlidingWindow => {
                 AnyPolicy::SlidingWindow(SlidingWindow::new(config).expect(invalid))
             }

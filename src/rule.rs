@@ -1,0 +1,311 @@
+//! A rule as text — `"gcra:100/1s"`, `"sliding-window:1000/1h"` — for
+//! configuration files, environment variables and command lines.
+//!
+//! The grammar is `POLICY:LIMIT/WINDOW`: one of the six policy names, a
+//! limit, and a window written as an optional whole number and a unit
+//! (`ns`, `us` or `µs`, `ms`, `s`, `m`, `h`, `d`; `100/s` is `100/1s`), or
+//! `N ticks` for a raw count of the clock's ticks (`gcra:10/1000ticks`).
+//! Printing gives the same form back, the window in the largest unit that
+//! holds it exactly. With the cargo feature `serde`, a [`Rule`] is
+//! serialized as that text.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use crate::{Config, ConfigError, PolicyKind, Tick, UnknownPolicy};
+
+/// A policy and its limits, validated together: a tier's rule, or a whole
+/// limiter's ([`Builder::from_rule`](crate::Builder::from_rule)).
+///
+/// ```
+/// use floodgate::{PolicyKind, Rule};
+/// use std::time::Duration;
+///
+/// let rule: Rule = "token-bucket:100/1s".parse()?;
+/// assert_eq!(rule.policy(), PolicyKind::TokenBucket);
+/// assert_eq!(rule.config().limit(), 100);
+/// assert_eq!(rule.config().span(), Some(Duration::from_secs(1)));
+/// assert_eq!(rule.to_string(), "token-bucket:100/1s");
+/// assert_eq!("gcra:5/90m".parse::<Rule>()?.to_string(), "gcra:5/90m");
+/// assert_eq!("gcra:5/3600s".parse::<Rule>()?.to_string(), "gcra:5/1h");
+///
+/// let error = "gcra:100/1fortnight".parse::<Rule>().unwrap_err();
+/// assert_eq!(
+///     error.to_string(),
+///     "invalid rule \"gcra:100/1fortnight\" at byte 10: unknown unit \"fortnight\" \
+///      (the units are ns, us, ms, s, m, h, d and ticks)"
+/// );
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Rule {
+    policy: PolicyKind,
+    config: Config,
+}
+
+impl Rule {
+    /// `policy` with `config`.
+    ///
+    /// # Errors
+    ///
+    /// What [`Config::resolve`] refuses for `policy` on the default
+    /// (nanosecond) tick.
+    pub fn new(policy: PolicyKind, config: Config) -> Result<Self, ConfigError> {
+        let config = config.resolve(policy, Tick::NANOSECOND)?;
+        Ok(Self { policy, config })
+    }
+
+    /// The policy.
+    pub const fn policy(&self) -> PolicyKind {
+        self.policy
+    }
+
+    /// The limit and window.
+    pub const fn config(&self) -> Config {
+        self.config
+    }
+
+    /// The rule in ticks of `tick` (see [`Config::resolve`]).
+    ///
+    /// # Errors
+    ///
+    /// What [`Config::resolve`] refuses.
+    pub fn in_ticks_of(self, tick: Tick) -> Result<Self, ConfigError> {
+        Ok(Self {
+            config: self.config.resolve(self.policy, tick)?,
+            ..self
+        })
+    }
+}
+
+impl fmt::Display for Rule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}/", self.policy, self.config.limit())?;
+        match self.config.span() {
+            Some(span) => write_duration(f, span),
+            None => write!(f, "{}ticks", self.config.window()),
+        }
+    }
+}
+
+/// Text that is not a rule: what was wrong, and where.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuleError {
+    /// The text given.
+    pub text: String,
+    /// The byte offset of the part that is wrong.
+    pub at: usize,
+    /// What is wrong there.
+    pub problem: RuleProblem,
+}
+
+/// What is wrong with a rule's text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RuleProblem {
+    /// No `:` between the policy and the limit.
+    MissingColon,
+    /// No `/` between the limit and the window.
+    MissingSlash,
+    /// The policy is not one of the six.
+    Policy(UnknownPolicy),
+    /// The limit is not a whole number.
+    Limit(String),
+    /// The window's count is not a whole number.
+    Count(String),
+    /// The window's unit is not one of the units.
+    Unit(String),
+    /// The numbers are well formed but the policy refuses them.
+    Config(ConfigError),
+}
+
+impl fmt::Display for RuleError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid rule {:?} at byte {}: ", self.text, self.at)?;
+        match &self.problem {
+            RuleProblem::MissingColon => {
+                f.write_str("expected POLICY:LIMIT/WINDOW, e.g. gcra:100/1s (no `:`)")
+            }
+            RuleProblem::MissingSlash => {
+                f.write_str("expected POLICY:LIMIT/WINDOW, e.g. gcra:100/1s (no `/`)")
+            }
+            RuleProblem::Policy(unknown) => write!(f, "{unknown}"),
+            RuleProblem::Limit(text) => write!(f, "the limit {text:?} is not a whole number"),
+            RuleProblem::Count(text) => {
+                write!(f, "the window {text:?} does not start with a whole number")
+            }
+            RuleProblem::Unit(unit) => write!(
+                f,
+                "unknown unit {unit:?} (the units are ns, us, ms, s, m, h, d and ticks)"
+            ),
+            RuleProblem::Config(error) => write!(f, "{error}"),
+        }
+    }
+}
+
+impl std::error::Error for RuleError {}
+
+impl FromStr for Rule {
+    type Err = RuleError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let fail = |at: usize, problem| RuleError {
+            text: text.to_owned(),
+            at,
+            problem,
+        };
+        let (policy, rest) = text
+            .split_once(':')
+            .ok_or_else(|| fail(0, RuleProblem::MissingColon))?;
+        let policy: PolicyKind = policy
+            .trim()
+            .parse()
+            .map_err(|unknown| fail(0, RuleProblem::Policy(unknown)))?;
+        let limit_at = policy.name().len() + 1;
+        let (limit, window) = rest
+            .split_once('/')
+            .ok_or_else(|| fail(limit_at, RuleProblem::MissingSlash))?;
+        let limit = parse_number(limit.trim())
+            .ok_or_else(|| fail(limit_at, RuleProblem::Limit(limit.to_owned())))?;
+        let window_at = text.len() - window.len();
+        let window = window.trim();
+        let digits = window.len() - window.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        let (count, unit) = window.split_at(digits);
+        let count = if count.is_empty() {
+            1
+        } else {
+            parse_number(count).ok_or_else(|| fail(window_at, RuleProblem::Count(count.into())))?
+        };
+        let unit_at = window_at + digits;
+        let unit = unit.trim();
+        let config = if unit == "ticks" || unit == "tick" {
+            Config::per_ticks(limit, count)
+        } else {
+            let nanos_per = unit_nanos(unit)
+                .ok_or_else(|| fail(unit_at, RuleProblem::Unit(unit.to_owned())))?;
+            let span = u128::from(count) * u128::from(nanos_per);
+            let span = u64::try_from(span / 1_000_000_000)
+                .map(|secs| Duration::new(secs, (span % 1_000_000_000) as u32))
+                .map_err(|_| {
+                    fail(
+                        window_at,
+                        RuleProblem::Config(ConfigError::WindowTooLong {
+                            window: span,
+                            max: u64::MAX,
+                        }),
+                    )
+                })?;
+            Config::per(limit, span)
+        };
+        config
+            .and_then(|config| Rule::new(policy, config))
+            .map_err(|error| fail(limit_at, RuleProblem::Config(error)))
+    }
+}
+
+/// ASCII digits only (no sign, no spaces), as a `u64`.
+fn parse_number(text: &str) -> Option<u64> {
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse().ok()
+}
+
+/// Nanoseconds per unit.
+fn unit_nanos(unit: &str) -> Option<u64> {
+    Some(match unit {
+        "ns" => 1,
+        "us" | "µs" => 1_000,
+        "ms" => 1_000_000,
+        "s" => 1_000_000_000,
+        "m" | "min" => 60_000_000_000,
+        "h" => 3_600_000_000_000,
+        "d" => 86_400_000_000_000,
+        _ => return None,
+    })
+}
+
+/// Writes `span` as a whole number of the largest unit that holds it
+/// exactly: `1s`, `90m`, `1500us`.
+pub(crate) fn write_duration(f: &mut fmt::Formatter<'_>, span: Duration) -> fmt::Result {
+    const UNITS: [(&str, u128); 7] = [
+        ("d", 86_400_000_000_000),
+        ("h", 3_600_000_000_000),
+        ("m", 60_000_000_000),
+        ("s", 1_000_000_000),
+        ("ms", 1_000_000),
+        ("us", 1_000),
+        ("ns", 1),
+    ];
+    let nanos = span.as_nanos();
+    let (unit, per) = UNITS
+        .into_iter()
+        .find(|&(_, per)| nanos % per == 0 && nanos > 0)
+        .unwrap_or(("ns", 1));
+    write!(f, "{}{unit}", nanos / per)
+}
+
+#[cfg(feature = "serde")]
+impl serde::Serialize for Rule {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+#[cfg(feature = "serde")]
+impl<'de> serde::Deserialize<'de> for Rule {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rules_round_trip_through_text() {
+        for text in [
+            "gcra:100/1s",
+            "sliding-window:1000/1h",
+            "fixed-window:5/500ms",
+            "token-bucket:3/1d",
+            "leaky-bucket:10/1500us",
+            "sliding-window-counter:7/1000ticks",
+        ] {
+            let rule: Rule = text.parse().unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(rule.to_string(), text);
+        }
+        assert_eq!("gcra:100/s".parse::<Rule>().unwrap().to_string(), "gcra:100/1s");
+        assert_eq!(
+            " gcra : 100 / 60 s ".parse::<Rule>().unwrap().to_string(),
+            "gcra:100/1m"
+        );
+    }
+
+    #[test]
+    fn errors_say_what_and_where() {
+        let problem = |text: &str| {
+            let error = text.parse::<Rule>().unwrap_err();
+            (error.at, error.problem)
+        };
+        assert_eq!(problem("gcra100/1s"), (0, RuleProblem::MissingColon));
+        assert_eq!(problem("gcra:100"), (5, RuleProblem::MissingSlash));
+        assert!(matches!(problem("gcr:1/1s"), (0, RuleProblem::Policy(_))));
+        assert_eq!(
+            problem("gcra:-1/1s"),
+            (5, RuleProblem::Limit("-1".into()))
+        );
+        assert_eq!(problem("gcra:1/1x"), (8, RuleProblem::Unit("x".into())));
+        assert_eq!(
+            problem("gcra:0/1s"),
+            (5, RuleProblem::Config(ConfigError::LimitOutOfRange { limit: 0 }))
+        );
+        // 3 per 2 ns cannot drip one per whole nanosecond within 0.1 %.
+        assert!(matches!(
+            problem("gcra:3/4ns"),
+            (5, RuleProblem::Config(ConfigError::RateDoesNotFitTick { .. }))
+        ));
+    }
+}
