@@ -49,7 +49,8 @@
 //! [`scc::HashIndex`] plus a compare-and-swap loop on the client's state
 //! words: no lock, no allocation. The first call of a new client allocates its
 //! state and takes one bucket lock to insert it; racing first calls end up
-//! sharing one state.
+//! sharing one state. The policies on 128-bit words are lock-free where the
+//! machine has a 16-byte compare-and-swap ([`wide_cas_is_lock_free`]).
 #![forbid(unsafe_code)]
 
 mod baseline;
@@ -69,6 +70,7 @@ pub mod tiers;
 
 pub use baseline::MutexLimiter;
 pub use bounds::{Bounds, Overflow, UnknownOverflow};
+pub use cell::wide_cas_is_lock_free;
 pub use clock::{Clock, ManualClock, QuantaClock};
 pub use config::{Config, ConfigError, PolicyKind, UnknownPolicy, MAX_LIMIT, MAX_SCHEDULE_WINDOW};
 pub use decision::Decision;

@@ -95,6 +95,14 @@ pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering
 #[cfg(floodgate_loom)]
 pub(crate) use self::loom_u128::AtomicU128;
 
+/// Whether the hardware's 128-bit CAS backs `portable-atomic`'s
+/// `AtomicU128` (see `cell::wide_cas_is_lock_free`). Always asks
+/// `portable-atomic`, under loom too: it is a fact about the machine, not a
+/// step of any model.
+pub(crate) fn native_u128_is_lock_free() -> bool {
+    portable_atomic::AtomicU128::is_lock_free()
+}
+
 /// The keyed store's map: client key → shared client state.
 #[cfg(not(floodgate_loom))]
 pub(crate) type ClientIndex<K, V> = scc::HashIndex<K, V, ahash::RandomState>;
