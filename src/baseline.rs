@@ -255,6 +255,15 @@ impl<K, C> MutexLimiter<K, C> {
         lock(&self.clients).len()
     }
 
+    /// The same as [`tracked_clients`](Self::tracked_clients): here the
+    /// count is the map's length under its lock, exact at every instant. It
+    /// exists so that the tests' cap watchers ask both engines alike (see
+    /// `Limiter::stored_clients`).
+    #[doc(hidden)]
+    pub fn stored_clients(&self) -> usize {
+        self.tracked_clients()
+    }
+
     /// The bounds this limiter was built with.
     pub fn bounds(&self) -> Bounds {
         self.schedule.bounds()

@@ -66,8 +66,34 @@
 //! is in the frozen state, and so is carried over (tiers) or was judged idle
 //! with it (eviction): no request is lost or counted twice.
 
-use crate::sync::{AtomicU128, AtomicU64, Ordering};
+use crate::sync::{self, AtomicU128, AtomicU64, Ordering};
 use crate::Decision;
+
+/// Whether this machine does a 16-byte compare-and-swap natively, so that
+/// the policies built on 128-bit words are lock-free here.
+///
+/// `fixed-window` and `sliding-window-counter` keep each client in one
+/// `u128` word, and `sliding-window` keeps a ring of `u128` slots; every
+/// decision of theirs is a compare-and-swap on such a word, through
+/// `portable-atomic`'s `AtomicU128`. That is a native instruction on
+/// AArch64 always, and on x86-64 where `cmpxchg16b` is available: enabled
+/// at compile time (the default only on Apple, Windows and Fuchsia
+/// targets), or else found by `portable-atomic`'s run-time detection (every x86-64 CPU but
+/// the earliest, before about 2006, has it). Where this answers
+/// `false`, `portable-atomic` falls back to a lock-based implementation (a
+/// global table of seqlocks): every answer is still exact, but those three
+/// policies are no longer lock-free, since a check may wait on a lock that
+/// another thread holds. `token-bucket`, `gcra` and `leaky-bucket` use
+/// `u64` words and are lock-free on every target with a 64-bit CAS.
+///
+/// ```
+/// if !floodgate::wide_cas_is_lock_free() {
+///     eprintln!("fixed-window, sliding-window-counter and sliding-window take a lock here");
+/// }
+/// ```
+pub fn wide_cas_is_lock_free() -> bool {
+    sync::native_u128_is_lock_free()
+}
 
 /// A state word was retired while a call was using it (module docs,
 /// "Retirement"): the call looks its client up again.

@@ -60,7 +60,8 @@
 //! state and takes one bucket lock to insert it; racing first calls end up
 //! sharing one state. Two other calls take one bucket lock each: a tier
 //! client's first call after its tier's rule changed (the carry-over), and
-//! [`RateLimiter::forget`].
+//! [`RateLimiter::forget`]. The policies on 128-bit words are lock-free where
+//! the machine has a 16-byte compare-and-swap ([`wide_cas_is_lock_free`]).
 #![forbid(unsafe_code)]
 
 mod baseline;
@@ -81,6 +82,7 @@ pub mod tiers;
 
 pub use baseline::MutexLimiter;
 pub use bounds::{Bounds, Overflow, UnknownOverflow};
+pub use cell::wide_cas_is_lock_free;
 pub use clock::{Clock, ManualClock, QuantaClock, Tick};
 pub use config::{Config, ConfigError, PolicyKind, UnknownPolicy, MAX_LIMIT, MAX_SCHEDULE_WINDOW};
 pub use decision::Decision;

@@ -472,6 +472,19 @@ where
     pub fn tracked_clients(&self) -> usize {
         self.clients.len()
     }
+
+    /// How many entries the map holds, as completed inserts and removals
+    /// count them, rather than the places reserved under the cap that
+    /// [`tracked_clients`](Self::tracked_clients) counts. It exists for the
+    /// tests' cap watchers: the reservations cannot pass the cap by
+    /// construction, so only a count of what the map did can show a bug that
+    /// lets it. Never above `tracked_clients()` (each insert is counted after
+    /// its reservation, each removal before its place is given back), and
+    /// equal to the map's length when no call is in flight.
+    #[doc(hidden)]
+    pub fn stored_clients(&self) -> usize {
+        self.clients.stored()
+    }
 }
 
 impl<K, P, C> fmt::Debug for Limiter<K, P, C>

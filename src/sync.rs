@@ -2,20 +2,84 @@
 //! `crate::sync`, so the loom models check the very code the library ships.
 //!
 //! Under `--cfg floodgate_loom` the atomics come from `loom`. Loom has no
-//! 128-bit atomic, so there `AtomicU128` is a word behind a loom mutex: every
-//! operation on it is one indivisible step, which is exactly what the
-//! hardware's 16-byte compare-and-swap gives (FIXME: loom does not model the
-//! memory ordering of that emulation; the 128-bit operations used here are
-//! sequentially consistent on x86-64 and AArch64 anyway).
+//! 128-bit atomic, so there `AtomicU128` is a word behind a loom mutex, and
+//! the keyed store's map is a list behind another. Each stand-in makes every
+//! operation one indivisible step, which is what the real ones give, but
+//! each also hides something; what, and why the models still prove what
+//! they claim, follows.
 //!
-//! The same goes for the keyed store's map. `scc::HashIndex` is not
-//! loom-aware, so under the cfg [`ClientIndex`] is a list of entries behind a
-//! loom mutex with the operations the store uses (`insert_sync`,
-//! `peek_with`, `remove_if_sync`, `retain_sync`) and their contracts: an insert of a key that is present fails
-//! and hands the pair back; a peek runs its reader on a shared value outside
-//! any lock, as `peek_with` does. The store's create protocol — build a
-//! candidate, insert it, on losing the race use the winner's — then runs
-//! unchanged with every step visible to loom.
+//! # What the 128-bit stand-in cannot see
+//!
+//! * **Its own orderings.** The `Ordering` arguments are ignored. A loom
+//!   mutex orders every operation on the word after every earlier one, loads
+//!   included, and always shows the latest value: stronger than the
+//!   `Acquire` loads and `AcqRel` compare-and-swaps the code asks for (a
+//!   real `Acquire` load releases nothing to the next writer, and may read a
+//!   value that is not the latest). So a model cannot catch an ordering on a
+//!   128-bit word that is too weak for what some other location needs, nor a
+//!   stale read of the word.
+//! * **Orderings between a 128-bit word and other locations.** Whatever a
+//!   thread wrote anywhere before an operation on the word is visible to the
+//!   next thread that locks it, whether or not the real orderings would make
+//!   it so.
+//!
+//! Why the protocols do not lean on what it hides:
+//!
+//! * `fixed-window` and `sliding-window-counter` read and write one word per
+//!   decision and nothing else (`cell::transition`, `cell::read`,
+//!   `cell::retire_if`): each decision is a pure step on the value its CAS
+//!   expects, and a CAS is a read-modify-write, which reads the latest value
+//!   whatever the ordering. A stale load only makes the CAS fail and the
+//!   step run again; a stale read for `remaining` is a value the word held.
+//!   No other location is read on the strength of that word.
+//! * `sliding-window`'s live path validates every slot it reads by the
+//!   sequence number stored in the same 128-bit word (`SlidingWindowState::
+//!   read`, `snapshot`): a slot that does not hold the admission asked for is
+//!   `Moved` and the read starts again, and an admission is one CAS that
+//!   expects the frontier slot exactly. Its `committed` counter (a real loom
+//!   atomic) is only a hint: a stale or lagging value fails a sequence check
+//!   and is retried or moved on. A stale read costs a retry, never a wrong
+//!   answer, so the models' verdicts on admissions and `remaining` stand.
+//! * **Not so the sliding log's frozen path.** After a ring is retired,
+//!   `frozen_remaining` reads the admissions below the marked frontier by
+//!   position (`frozen_time`), without a sequence check: it relies on
+//!   happens-before from each admission's CAS (Release) through the hint's
+//!   AcqRel CASes and the retiring CAS to the reader's Acquire load that saw
+//!   the mark. That is a cross-location ordering, and the stand-in makes it
+//!   hold whatever the orderings say: the loom models (the tier carry-overs)
+//!   check what the frozen path computes, not that its orderings suffice.
+//!   That part rests on the argument just given.
+//!
+//! (FIXME: loom does not model the orderings of the 128-bit words; the
+//! frozen path's rest on the argument above, not on the models. Nor can the
+//! hardware be relied on to hide the gap: on AArch64 an `Acquire` load of a
+//! 128-bit word may be a load-acquire pair, weaker than the mutex.)
+//!
+//! # What the map stand-in cannot see
+//!
+//! `scc::HashIndex` is not loom-aware, so under the cfg [`ClientIndex`] is a
+//! list of entries behind a loom mutex with the operations the store uses
+//! (`insert_sync`, `peek_with`, `remove_if_sync`, `retain_sync`) and their
+//! contracts: an insert of a key that is present fails and hands the pair
+//! back; a peek runs its reader on a shared value outside any lock, as
+//! `peek_with` does. The store's create protocol — build a candidate,
+//! insert it, on losing the race use the winner's — then runs unchanged
+//! with every step visible to loom.
+//!
+//! What it hides: `HashIndex` relocates entries while it resizes, and a
+//! lock-free `peek_with` may then return the old copy of a value (scc's
+//! docs: a possibly stale snapshot); the stand-in never resizes and always
+//! shows the one current entry. The store is still right on the real map
+//! because its values are `Arc<Client>` and never change in place: an old
+//! copy of an entry is a pointer to the same client, so every decision made
+//! through it lands in the same atomic words, and a retired state is seen
+//! retired through any copy. No state lives in the map's slots themselves;
+//! the one value that is ever replaced (a tier's carry-over, through
+//! [`replace_if`]) replaces a retired state, so a reader holding the old
+//! copy sees the mark and looks again. The stand-in also runs `retain_sync`
+//! as one step over every entry, where the real one locks one bucket at a
+//! time; the store judges each entry on its own, by one CAS under that
+//! entry's bucket lock, so nothing rests on a sweep being one step.
 
 #[cfg(not(floodgate_loom))]
 pub(crate) use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -30,6 +94,14 @@ pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering
 
 #[cfg(floodgate_loom)]
 pub(crate) use self::loom_u128::AtomicU128;
+
+/// Whether the hardware's 128-bit CAS backs `portable-atomic`'s
+/// `AtomicU128` (see `cell::wide_cas_is_lock_free`). Always asks
+/// `portable-atomic`, under loom too: it is a fact about the machine, not a
+/// step of any model.
+pub(crate) fn native_u128_is_lock_free() -> bool {
+    portable_atomic::AtomicU128::is_lock_free()
+}
 
 /// The keyed store's map: client key → shared client state.
 #[cfg(not(floodgate_loom))]

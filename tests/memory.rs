@@ -32,21 +32,25 @@ fn bytes_per_client<P: Policy>(policy: P) -> f64 {
     bytes as f64 / CLIENTS as f64
 }
 
-/// The README's figures ("Bounded memory", bytes per tracked client); the
-/// measurement must not exceed them. The map's share depends on where its
-/// capacity (a power of two) stands at 100,000 entries, so they are rounded
-/// up to leave room for that.
+/// The README's figures ("Bounded memory", bytes per tracked client). The
+/// map's share depends a little on where its capacity stands at 100,000
+/// entries (the measurement is 0.1 byte under them), so each is held to
+/// within half a machine word: a change of one word (8 bytes) per client,
+/// up or down, fails.
 const PER_CLIENT: [(&str, f64); 5] = [
-    ("token-bucket", 64.0),
-    ("gcra", 64.0),
-    ("leaky-bucket", 64.0),
-    ("fixed-window", 80.0),
-    ("sliding-window-counter", 80.0),
+    ("token-bucket", 56.0),
+    ("gcra", 56.0),
+    ("leaky-bucket", 56.0),
+    ("fixed-window", 72.0),
+    ("sliding-window-counter", 72.0),
 ];
 
 /// The sliding log: a fixed part, plus this many bytes per unit of limit.
-const SLIDING_FIXED: f64 = 80.0;
+const SLIDING_FIXED: f64 = 72.0;
 const SLIDING_PER_UNIT: f64 = 16.0;
+
+/// How far a measurement may be from the README's figure: half a word.
+const TOLERANCE: f64 = 4.0;
 
 #[test]
 fn bytes_per_tracked_client_are_what_the_readme_says() {
@@ -72,18 +76,22 @@ fn bytes_per_tracked_client_are_what_the_readme_says() {
     ];
     for ((name, bytes), (readme_name, readme)) in measured.iter().zip(PER_CLIENT) {
         assert_eq!(*name, readme_name);
-        eprintln!("{name:>24}: {bytes:6.1} bytes per client (README: under {readme})");
-        assert!(*bytes <= readme, "{name}: {bytes:.1} bytes per client");
-        assert!(*bytes > 16.0, "{name}: {bytes:.1} is less than its state");
+        eprintln!("{name:>24}: {bytes:6.1} bytes per client (README: {readme})");
+        assert!(
+            (bytes - readme).abs() < TOLERANCE,
+            "{name}: {bytes:.1} bytes per client, the README says {readme}"
+        );
     }
     for limit in [1, 10, 100] {
         let bytes = bytes_per_client(SlidingWindow::new(config(limit)).unwrap());
         let readme = SLIDING_FIXED + SLIDING_PER_UNIT * limit as f64;
         eprintln!(
-            "{:>24}: {bytes:6.1} bytes per client at L = {limit} (README: under {readme})",
+            "{:>24}: {bytes:6.1} bytes per client at L = {limit} (README: {readme})",
             "sliding-window"
         );
-        assert!(bytes <= readme, "sliding-window at L = {limit}: {bytes:.1}");
-        assert!(bytes >= SLIDING_PER_UNIT * limit as f64);
+        assert!(
+            (bytes - readme).abs() < TOLERANCE,
+            "sliding-window at L = {limit}: {bytes:.1} bytes per client, the README says {readme}"
+        );
     }
 }

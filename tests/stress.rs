@@ -13,9 +13,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Barrier;
 use std::thread;
 
+use floodgate::policy::{
+    FixedWindow, Gcra, LeakyBucket, Policy, SlidingWindow, SlidingWindowCounter, TokenBucket,
+};
 use floodgate::{
-    build_bounded, build_with, Bounds, Config, Decision, Engine, ManualClock, Overflow, PolicyKind,
-    RateLimiter,
+    build_bounded, build_with, Bounds, Config, Decision, Engine, Limiter, ManualClock,
+    MutexLimiter, Overflow, PolicyKind, RateLimiter,
 };
 
 /// More threads than the machine has cores, so the scheduler interleaves
@@ -351,57 +354,102 @@ fn sweeps_under_traffic_keep_every_total_exact() {
 /// instant (so nobody is ever idle): exactly `cap` of them are tracked and
 /// admitted, every other one is refused by the fail-closed rule, and a
 /// watcher never sees the map above the cap.
+///
+/// The watcher counts the map (`stored_clients`: entries as completed
+/// inserts and removals move them), not the places reserved under the cap
+/// (`tracked_clients`), which the reservation cannot push past the cap even
+/// when the map does pass it. So it holds the engines' concrete types.
 #[test]
 fn a_concurrent_flood_tracks_exactly_the_cap() {
-    const CAP: usize = 5_000;
-    const PER_THREAD: u64 = 2_000; // 7 × 2,000 = 14,000 new clients
-    for engine in ENGINES {
-        for policy in PolicyKind::ALL {
-            let config = Config::new(3, LONG_WINDOW).expect("a valid config");
-            let bounds = Bounds::new()
-                .evict_idle()
-                .max_clients(CAP)
-                .on_overflow(Overflow::Reject);
-            let limiter =
-                build_bounded::<u64, _>(policy, config, engine, ManualClock::new(50), bounds)
-                    .expect("a valid config");
-            let flooding = AtomicU64::new(THREADS as u64 - 1);
-            let admitted: u64 = hammer(|me| {
-                if me == 0 {
-                    let mut peak = 0;
-                    while flooding.load(Ordering::Acquire) > 0 {
-                        peak = peak.max(limiter.tracked_clients());
-                        thread::yield_now();
-                    }
-                    assert!(peak <= CAP, "{policy} on {engine}: {peak} tracked");
-                    return 0;
-                }
-                let mut admitted = 0;
-                for k in 0..PER_THREAD {
-                    let stranger = me as u64 * 1_000_000 + k;
-                    let decision = limiter.check(&stranger);
-                    if decision.allowed {
-                        admitted += 1;
-                    } else {
-                        assert_eq!(
-                            decision.retry_after,
-                            config.window()
-                                * if policy == PolicyKind::SlidingWindowCounter {
-                                    2
-                                } else {
-                                    1
-                                },
-                            "{policy} on {engine}"
-                        );
-                    }
-                }
-                flooding.fetch_sub(1, Ordering::Release);
-                admitted
-            })
-            .into_iter()
-            .sum();
-            assert_eq!(admitted, CAP as u64, "{policy} on {engine}");
-            assert_eq!(limiter.tracked_clients(), CAP, "{policy} on {engine}");
+    for policy in PolicyKind::ALL {
+        let config = Config::new(3, LONG_WINDOW).expect("a valid config");
+        match policy {
+            PolicyKind::SlidingWindow => flood_lock_free::<SlidingWindow>(config),
+            PolicyKind::TokenBucket => flood_lock_free::<TokenBucket>(config),
+            PolicyKind::FixedWindow => flood_lock_free::<FixedWindow>(config),
+            PolicyKind::SlidingWindowCounter => flood_lock_free::<SlidingWindowCounter>(config),
+            PolicyKind::Gcra => flood_lock_free::<Gcra>(config),
+            PolicyKind::LeakyBucket => flood_lock_free::<LeakyBucket>(config),
         }
+        let limiter: MutexLimiter<u64, _> =
+            MutexLimiter::with_bounds(policy, config, ManualClock::new(50), flood_bounds())
+                .expect("a valid config");
+        flood(
+            &limiter,
+            MutexLimiter::stored_clients,
+            policy,
+            Engine::Mutex,
+        );
     }
+}
+
+const FLOOD_CAP: usize = 5_000;
+
+fn flood_bounds() -> Bounds {
+    Bounds::new()
+        .evict_idle()
+        .max_clients(FLOOD_CAP)
+        .on_overflow(Overflow::Reject)
+}
+
+fn flood_lock_free<P: Policy>(config: Config) {
+    let policy = P::new(config).expect("a valid config");
+    let limiter: Limiter<u64, P, _> =
+        Limiter::with_bounds(policy, ManualClock::new(50), flood_bounds());
+    flood(&limiter, Limiter::stored_clients, P::KIND, Engine::LockFree);
+}
+
+/// The flood on one limiter; `stored(limiter)` counts its map.
+fn flood<L: RateLimiter<u64>>(
+    limiter: &L,
+    stored: impl Fn(&L) -> usize + Sync,
+    policy: PolicyKind,
+    engine: Engine,
+) {
+    const PER_THREAD: u64 = 2_000; // 7 × 2,000 = 14,000 new clients
+    let config = limiter.config();
+    let flooding = AtomicU64::new(THREADS as u64 - 1);
+    let admitted: u64 = hammer(|me| {
+        if me == 0 {
+            let mut peak = 0;
+            // Acquire pairs with each flooder's Release: once the count is
+            // 0, the last look below sees every insert of the flood.
+            while flooding.load(Ordering::Acquire) > 0 {
+                peak = peak.max(stored(limiter));
+                thread::yield_now();
+            }
+            peak = peak.max(stored(limiter));
+            assert!(
+                peak <= FLOOD_CAP,
+                "{policy} on {engine}: {peak} clients in the map"
+            );
+            return 0;
+        }
+        let mut admitted = 0;
+        for k in 0..PER_THREAD {
+            let stranger = me as u64 * 1_000_000 + k;
+            let decision = limiter.check(&stranger);
+            if decision.allowed {
+                admitted += 1;
+            } else {
+                assert_eq!(
+                    decision.retry_after,
+                    config.window()
+                        * if policy == PolicyKind::SlidingWindowCounter {
+                            2
+                        } else {
+                            1
+                        },
+                    "{policy} on {engine}"
+                );
+            }
+        }
+        flooding.fetch_sub(1, Ordering::Release);
+        admitted
+    })
+    .into_iter()
+    .sum();
+    assert_eq!(admitted, FLOOD_CAP as u64, "{policy} on {engine}");
+    assert_eq!(limiter.tracked_clients(), FLOOD_CAP, "{policy} on {engine}");
+    assert_eq!(stored(limiter), FLOOD_CAP, "{policy} on {engine}");
 }

@@ -1,10 +1,11 @@
 //! Removing clients under traffic: an idle sweep racing a check of the
-//! client it judges, and a tier reload carried over by racing checks. The
+//! client it judges (the sweep's count exact, told by what the check
+//! observed), and a tier reload carried over by racing checks. The
 //! limiter runs its real retire, remove and replace protocols over the
 //! library's loom-visible map and pointer.
 #![cfg(floodgate_loom)]
 
-use floodgate::policy::{Gcra, Policy, SlidingWindow, TokenBucket};
+use floodgate::policy::{FixedWindow, Gcra, Policy, SlidingWindow, TokenBucket};
 use floodgate::tiers::{TierSpec, Tiers};
 use floodgate::{Config, Limiter, ManualClock, PolicyKind, RateLimiter};
 use loom::sync::Arc;
@@ -18,11 +19,50 @@ fn one_tier(spec: TierSpec) -> Tiers<u64, fn(&u64) -> &'static str, ManualClock>
 }
 
 /// `L = 1`, `W = 100`: the client's one admission at 0 makes it idle from
-/// 100 on. A sweep at 100 races a check at 100: either the sweep retires and
-/// removes the idle state and the check creates a fresh one, or the check
-/// lands first and the sweep finds the client busy. Either way exactly one
-/// admission at 100, one client, and no second admission.
+/// 100 on. A sweep at 150 races a check at 150: either the sweep retires and
+/// removes the idle state and the check creates a fresh one (origin 150), or
+/// the check lands first and the sweep finds the client busy. For the
+/// policies whose grid starts at the client's origin, what a second check
+/// is told says which: the next drip or window is 50 ticks away on the old
+/// grid, 100 on a fresh one. So the sweep's count is exact: 1 iff the check
+/// met a fresh client. Either way exactly one admission at 150.
 fn sweep_races_check<P: Policy>() {
+    loom::model(|| {
+        let policy = P::new(Config::new(1, 100).unwrap()).unwrap();
+        let limiter = Arc::new(Limiter::<u64, P, _>::with_clock(
+            policy,
+            ManualClock::new(0),
+        ));
+        assert!(limiter.check_at(&KEY, 0).allowed);
+        let sweeper = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || limiter.sweep_at(150))
+        };
+        let admitted = limiter.check_at(&KEY, 150).allowed;
+        let removed = sweeper.join().unwrap();
+        assert!(admitted, "the client was idle at 150 either way");
+        let probe = limiter.check_at(&KEY, 150);
+        assert!(!probe.allowed, "one admission at 150");
+        let fresh = match probe.retry_after {
+            50 => false,
+            100 => true,
+            other => panic!("retry_after {other}: neither grid"),
+        };
+        assert_eq!(removed, usize::from(fresh), "the sweep's count");
+        assert_eq!(limiter.tracked_clients(), 1);
+        assert_eq!(limiter.stored_clients(), 1);
+    });
+}
+
+/// The same client, idle from 100, and a sweep at 100 racing a check that
+/// carries an older `now`, 90 (threads racing on a real clock). At 90 the
+/// client is spent, so the check stores nothing and cannot keep it: the
+/// sweep removes exactly one client, whatever the order. What the check
+/// observed says the order: rejected with 10 ticks to wait if it read the
+/// state before the sweep retired it, admitted as a new client (origin 90)
+/// if after. Then a check at 100 is admitted iff the first was not: the new
+/// client is spent until 190.
+fn sweep_races_an_older_check<P: Policy>() {
     loom::model(|| {
         let policy = P::new(Config::new(1, 100).unwrap()).unwrap();
         let limiter = Arc::new(Limiter::<u64, P, _>::with_clock(
@@ -34,13 +74,16 @@ fn sweep_races_check<P: Policy>() {
             let limiter = Arc::clone(&limiter);
             thread::spawn(move || limiter.sweep_at(100))
         };
-        let admitted = limiter.check_at(&KEY, 100).allowed;
+        let early = limiter.check_at(&KEY, 90);
         let removed = sweeper.join().unwrap();
-        assert!(admitted, "the client was idle at 100 either way");
-        assert!(removed <= 1);
+        assert_eq!(removed, 1, "a rejection cannot keep an idle client");
+        if !early.allowed {
+            assert_eq!(early.retry_after, 10, "{early:?}");
+        }
+        let later = limiter.check_at(&KEY, 100).allowed;
+        assert_eq!(later, !early.allowed, "one admission in [90, 100]");
         assert_eq!(limiter.tracked_clients(), 1);
-        assert!(!limiter.check_at(&KEY, 100).allowed, "one admission at 100");
-        assert_eq!(limiter.remaining_at(&KEY, 100), 0);
+        assert_eq!(limiter.stored_clients(), 1);
     });
 }
 
@@ -107,18 +150,28 @@ fn reload_races_checks(policy: PolicyKind) {
 }
 
 #[test]
-fn gcra_sweep_races_check() {
-    sweep_races_check::<Gcra>();
-}
-
-#[test]
 fn token_bucket_sweep_races_check() {
     sweep_races_check::<TokenBucket>();
 }
 
 #[test]
-fn sliding_window_sweep_races_check() {
-    sweep_races_check::<SlidingWindow>();
+fn fixed_window_sweep_races_check() {
+    sweep_races_check::<FixedWindow>();
+}
+
+#[test]
+fn gcra_sweep_races_an_older_check() {
+    sweep_races_an_older_check::<Gcra>();
+}
+
+#[test]
+fn token_bucket_sweep_races_an_older_check() {
+    sweep_races_an_older_check::<TokenBucket>();
+}
+
+#[test]
+fn sliding_window_sweep_races_an_older_check() {
+    sweep_races_an_older_check::<SlidingWindow>();
 }
 
 #[test]

@@ -37,13 +37,37 @@
 //!
 //! # The cap
 //!
-//! `tracked` counts clients in the map plus places reserved by inserts in
-//! flight, minus states retired and about to be removed. A new client
-//! reserves its place (one CAS that fails at the cap) before it is inserted,
-//! so `tracked` never passes the cap. The map itself can hold more for the
-//! moment between a sweep's retiring CAS and its removal of that entry: at
-//! most one entry per thread sweeping (one at a time) or removing a retired
-//! entry it found — the slack the cap documents.
+//! `tracked` counts places: clients in the map plus places reserved by
+//! inserts in flight. A new client reserves its place (one CAS that fails at
+//! the cap) before it is inserted, and a sweep gives the places of the
+//! clients it removed back only after `retain_sync` has removed them, so
+//! `tracked` never passes the cap and the map never holds more than
+//! `tracked` says.
+//!
+//! `stored` counts the map's entries as only completed map operations move
+//! them: +1 after an `insert_sync` that returned `Ok`, −1 per entry after
+//! the `retain_sync` or `remove_if_sync` that removed it has returned. It is
+//! built from what the map did, not from the reservations, so it is what a
+//! test watches to see the cap hold (a bug in `reserve` moves `stored` past
+//! the cap while `tracked` may not move at all). The relations, where
+//! `inserting` is the number of threads between an `insert_sync` that
+//! returned `Ok` and their increment, and `removing` the entries removed by
+//! calls that have not yet subtracted them:
+//!
+//! * `map − inserting + removing = stored`: the map's length and `stored`
+//!   differ only by the operations completed but not yet counted;
+//! * `stored <= tracked`, place by place: the thread that inserts a client
+//!   has reserved its place before it increments `stored`, and a sweep
+//!   subtracts what it removed from `stored` before it gives those places
+//!   back; what moves only one of the two (a failed insert's reservation
+//!   and its return, the removal of an entry retired by someone else) never
+//!   lifts `stored` above `tracked`. The two are separate Relaxed counters:
+//!   the relation holds along each thread's own order of its updates, and
+//!   two loads by an onlooker are not one snapshot of both;
+//! * so `stored <= tracked <= cap`; in a quiet moment (no call in flight)
+//!   `stored` is the map's length, and it equals `tracked` unless an entry
+//!   retired by someone else was removed (its place is its retirer's to
+//!   give back).
 
 use std::hash::Hash;
 use std::sync::Arc;
@@ -84,6 +108,10 @@ pub(crate) struct KeyedStore<K, S> {
     /// The latest `now` a sweep judged at (module docs, "Sweeps and time"):
     /// the earliest origin a new client may get.
     swept: AtomicU64,
+    /// The map's entries, as completed inserts and removals count them
+    /// (module docs, "The cap"). Relaxed for the same reason as `tracked`:
+    /// a lone counter moved only by read-modify-writes, publishing nothing.
+    stored: AtomicUsize,
     schedule: SweepSchedule,
 }
 
@@ -100,6 +128,7 @@ where
             clients: ClientIndex::default(),
             tracked: AtomicUsize::new(0),
             swept: AtomicU64::new(0),
+            stored: AtomicUsize::new(0),
             schedule: SweepSchedule::new(bounds),
         }
     }
@@ -170,7 +199,10 @@ where
             .clients
             .insert_sync(key.to_owned(), Arc::clone(&candidate))
         {
-            Ok(()) => Arrival::Created(candidate),
+            Ok(()) => {
+                self.stored.fetch_add(1, Ordering::Relaxed);
+                Arrival::Created(candidate)
+            }
             Err(_) => {
                 // Another thread created it first: give the place back and
                 // use theirs.
@@ -210,6 +242,8 @@ where
                 .clients
                 .remove_if_sync(key, |present| Arc::ptr_eq(present, &client))
             {
+                // `stored` first, then the place: as a sweep gives them back.
+                self.stored.fetch_sub(1, Ordering::Relaxed);
                 self.tracked.fetch_sub(1, Ordering::Relaxed);
                 retire(&client.state);
                 return true;
@@ -225,8 +259,12 @@ where
     where
         Q: ?Sized + Hash + Equivalent<K>,
     {
-        self.clients
-            .remove_if_sync(key, |client| retired(&client.state));
+        if self
+            .clients
+            .remove_if_sync(key, |client| retired(&client.state))
+        {
+            self.stored.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 
     /// An explicit sweep at `now`: how many clients it removed (0 if another
@@ -254,7 +292,7 @@ where
         // Raised before any state is judged, so that every eviction below
         // happens after it (Release: see `arrive`).
         self.swept.fetch_max(now, Ordering::Release);
-        let mut removed = 0;
+        let (mut removed, mut dropped) = (0, 0);
         self.clients.retain_sync(|_, client| {
             if retire_idle(client, now) {
                 removed += 1;
@@ -262,8 +300,13 @@ where
             }
             // Retired by someone else (a reloaded tier's carry-over) and not
             // yet removed: drop the entry too; its place is not ours to give.
-            !retired(&client.state)
+            let keep = !retired(&client.state);
+            dropped += usize::from(!keep);
+            keep
         });
+        // `stored` first, then the places: so `stored <= tracked` (module
+        // docs, "The cap").
+        self.stored.fetch_sub(removed + dropped, Ordering::Relaxed);
         let kept = self.tracked.fetch_sub(removed, Ordering::Relaxed) - removed;
         turn.finish(kept);
         removed
@@ -276,6 +319,13 @@ where
     /// never above the cap and O(1).
     pub(crate) fn len(&self) -> usize {
         self.tracked.load(Ordering::Relaxed)
+    }
+
+    /// How many entries the map holds, as completed inserts and removals
+    /// count them (module docs, "The cap"): never above `len`, and equal to
+    /// the map's length when no call is in flight. O(1).
+    pub(crate) fn stored(&self) -> usize {
+        self.stored.load(Ordering::Relaxed)
     }
 
     /// `key`'s client, shared.
@@ -335,24 +385,31 @@ mod tests {
         )
     }
 
-    /// The place count is the map's length after every kind of step:
-    /// inserts, a lost race, a sweep, the cap, a retired entry removed.
+    /// Places, `stored` and the map's length, in that order.
+    fn counts(store: &KeyedStore<u64, Word>) -> (usize, usize, usize) {
+        (store.len(), store.stored(), store.clients.len())
+    }
+
+    /// The place count and `stored` are the map's length after every kind
+    /// of step: inserts, a lost race, a sweep, the cap; and a retired entry
+    /// removed by a call or dropped by a sweep moves `stored` with the map
+    /// and leaves the places alone.
     #[test]
     fn places_follow_the_map() {
         let store = KeyedStore::<u64, Word>::new(Bounds::new().max_clients(5));
         for key in 0..4 {
             assert!(arrive(&store, key, key)); // keys 0 and 2 idle
         }
-        assert_eq!((store.len(), store.clients.len()), (4, 4));
+        assert_eq!(counts(&store), (4, 4, 4));
         assert!(matches!(
             store.arrive(&1, 0, || AtomicU64::new(1), idle, retired),
             Arrival::Raced
         ));
-        assert_eq!((store.len(), store.clients.len()), (4, 4));
+        assert_eq!(counts(&store), (4, 4, 4));
         assert!(arrive(&store, 4, 5));
         // At the cap: the arrival sweeps (0 and 2 go) and takes a place.
         assert!(arrive(&store, 10, 1));
-        assert_eq!((store.len(), store.clients.len()), (4, 4));
+        assert_eq!(counts(&store), (4, 4, 4));
         assert!(store.peek(&0, |_| ()).is_none());
         assert!(arrive(&store, 11, 3));
         // Full of busy clients: no room.
@@ -360,12 +417,23 @@ mod tests {
             store.arrive(&12, 0, || AtomicU64::new(1), idle, retired),
             Arrival::Full
         ));
-        assert_eq!((store.len(), store.clients.len()), (5, 5));
-        // A state retired by someone else, then removed by a call.
+        assert_eq!(counts(&store), (5, 5, 5));
+        // A state retired by someone else, then removed by a call: the map
+        // and `stored` lose it; the place is its retirer's to give back.
         store.peek(&10, |client| {
             client.state.store(u64::MAX, Ordering::Relaxed)
         });
         store.remove_retired(&10, retired);
-        assert_eq!(store.clients.len(), 4);
+        assert_eq!(counts(&store), (5, 4, 4));
+        // Removing it again finds nothing: nothing moves.
+        store.remove_retired(&10, retired);
+        assert_eq!(counts(&store), (5, 4, 4));
+        // Retired by someone else and met by a sweep: dropped, counted in
+        // `stored` only.
+        store.peek(&11, |client| {
+            client.state.store(u64::MAX, Ordering::Relaxed)
+        });
+        assert_eq!(store.sweep(0, idle, retired), 0);
+        assert_eq!(counts(&store), (5, 3, 3));
     }
 }
