@@ -2,6 +2,8 @@
 //!
 //! - every policy gives the in-memory engine's answers, field by field, on
 //!   seeded random traces and on the spec's two example sessions;
+//! - with times that step back, every policy keeps the contract's bound
+//!   (never more lenient than at the latest reflected time);
 //! - several processes share one limit through one Redis;
 //! - each fault rule answers as documented while Redis is down or stalled,
 //!   and traffic resumes after a restart without rebuilding the limiter;
@@ -182,7 +184,9 @@ fn trace(policy: PolicyKind, rng: &mut fastrand::Rng) -> Trace {
 }
 
 /// Runs `traces` seeded traces of `policy` on Redis and in memory and
-/// compares every answer.
+/// compares every answer. Each client's times never decrease ([`trace`]):
+/// the contract promises identical answers only then. Backward times are
+/// held to the contract's bound instead, by [`time_backwards`].
 fn differential(policy: PolicyKind, traces: usize) {
     let test = format!("differential_{}", policy.name());
     let Some(url) = shared_url(&test) else {
@@ -259,6 +263,196 @@ fn differential_gcra() {
 #[test]
 fn differential_leaky_bucket() {
     differential(PolicyKind::LeakyBucket, 300);
+}
+
+/// Seeded traces whose clients' times mostly move forward but step back
+/// now and then: by a few ticks, or by about a window (before the origin,
+/// sometimes). Small limits and windows, so that backward calls meet full
+/// states, window edges and drips.
+fn backwards_trace(policy: PolicyKind, rng: &mut fastrand::Rng) -> Trace {
+    let limit = [1, 2, 3, 5][rng.usize(..4)];
+    let least = if policy.drips() { limit } else { 1 };
+    let window = match rng.u8(..4) {
+        0 => least,
+        1 => (limit * rng.u64(1..=4) + rng.u64(0..limit)).max(least),
+        _ => rng.u64(least.max(2)..=least + 30),
+    };
+    let clients = rng.usize(1..=3);
+    let mut times: Vec<u64> = (0..clients).map(|_| rng.u64(0..=40)).collect();
+    let mut calls = Vec::new();
+    for _ in 0..rng.usize(10..=40) {
+        let client = rng.usize(..clients);
+        let now = times[client];
+        times[client] = match rng.u8(..16) {
+            0..=3 => now,
+            4..=6 => now + rng.u64(1..=3),
+            7 | 8 => now + rng.u64(0..=window),
+            9 => now + window * rng.u64(1..=3),
+            10..=12 => now.saturating_sub(rng.u64(1..=3)),
+            13 => now.saturating_sub(rng.u64(0..=window)),
+            _ => (now + rng.u64(0..=1)).saturating_sub(window),
+        };
+        calls.push((rng.u8(..3) != 0, client, times[client]));
+    }
+    Trace {
+        limit,
+        window,
+        calls,
+    }
+}
+
+/// The contract's rule for time going backwards, on Redis, by the method
+/// of `fuzz/src/lib.rs`'s `check_time_backwards`: for each call whose `now`
+/// is older than `m`, the latest time its client's state reflects (its
+/// origin and the times of its admitted checks), a twin limiter on a
+/// prefix of its own replays every earlier call, and makes the same call
+/// at `m`. Then an admitted call must be admitted by the twin too and leave
+/// the same state (equal `remaining` at m, m + 1, m + W − 1, m + W and
+/// m + 2W); a rejected call must change nothing (the twin's `remaining`
+/// there before its call); and an older `remaining` never exceeds the
+/// twin's at `m`.
+fn time_backwards(policy: PolicyKind, traces: usize) {
+    let test = format!("time_backwards_{}", policy.name());
+    let Some(url) = shared_url(&test) else {
+        return;
+    };
+    let prefix = prefix(&test);
+    let mut rng = fastrand::Rng::with_seed(0xBAC4 ^ policy as u64);
+    let (mut checked, mut backwards) = (0, 0);
+    for number in 0..traces {
+        let trace = backwards_trace(policy, &mut rng);
+        let config = Config::new(trace.limit, trace.window).unwrap();
+        let limiter = |name: String| {
+            RedisLimiter::new(
+                &url,
+                policy,
+                config,
+                exact_options(&format!("{prefix}:{name}")),
+            )
+            .unwrap()
+        };
+        let redis = limiter(format!("t{number}"));
+        let _cleanup = Cleanup {
+            limiter: &redis,
+            prefix: prefix.clone(),
+        };
+        let run = |limiter: &RedisLimiter, (allow, client, now): (bool, usize, u64)| {
+            let key = format!("c{client}");
+            if allow {
+                (Some(limiter.try_check_at(&key, now).unwrap()), 0)
+            } else {
+                (None, limiter.try_remaining_at(&key, now).unwrap())
+            }
+        };
+        // Per client: its origin and the latest reflected time.
+        let mut clients: Vec<Option<(u64, u64)>> = vec![None; 3];
+        for (k, &call) in trace.calls.iter().enumerate() {
+            let (allow, client, now) = call;
+            let context = || {
+                format!(
+                    "{policy} L={} W={} trace {number} call {k}: {} c{client} {now}\n{:?}",
+                    trace.limit,
+                    trace.window,
+                    if allow { "allow" } else { "remaining" },
+                    &trace.calls[..=k]
+                )
+            };
+            checked += 1;
+            let Some((origin, m)) = clients[client] else {
+                clients[client] = Some((now, now));
+                if let (Some(decision), _) = run(&redis, call) {
+                    assert!(decision.allowed, "first call rejected; {}", context());
+                }
+                continue;
+            };
+            if now >= m {
+                if let (Some(decision), _) = run(&redis, call) {
+                    if decision.allowed {
+                        clients[client] = Some((origin, now));
+                    }
+                }
+                continue;
+            }
+            backwards += 1;
+            let twin = limiter(format!("t{number}-twin{k}"));
+            for &earlier in &trace.calls[..k] {
+                run(&twin, earlier);
+            }
+            let key = format!("c{client}");
+            let window = trace.window;
+            let probes = [m, m + 1, m + window - 1, m + window, m + 2 * window];
+            let remaining = |limiter: &RedisLimiter| {
+                probes.map(|at| limiter.try_remaining_at(&key, at).unwrap())
+            };
+            match run(&redis, call) {
+                (None, older) => {
+                    let at_latest = twin.try_remaining_at(&key, m).unwrap();
+                    assert!(
+                        older <= at_latest,
+                        "remaining {older} > {at_latest} at the latest time {m}; {}",
+                        context()
+                    );
+                }
+                (Some(decision), _) if decision.allowed => {
+                    let at_latest = twin.try_check_at(&key, m).unwrap();
+                    assert!(
+                        at_latest.allowed,
+                        "admitted ({decision:?}), but rejected at the latest time {m} \
+                         ({at_latest:?}); {}",
+                        context()
+                    );
+                    assert_eq!(
+                        remaining(&redis),
+                        remaining(&twin),
+                        "the admission left another state than one at the latest time {m} \
+                         (remaining at {probes:?}); {}",
+                        context()
+                    );
+                }
+                (Some(decision), _) => {
+                    let before = remaining(&twin);
+                    assert_eq!(
+                        remaining(&redis),
+                        before,
+                        "a rejection ({decision:?}) changed the state (remaining at \
+                         {probes:?}, latest time {m}); {}",
+                        context()
+                    );
+                }
+            }
+        }
+    }
+    eprintln!("{policy}: {checked} calls of {traces} traces, {backwards} of them backwards, within the contract's bound");
+}
+
+#[test]
+fn time_backwards_sliding_window() {
+    time_backwards(PolicyKind::SlidingWindow, 40);
+}
+
+#[test]
+fn time_backwards_token_bucket() {
+    time_backwards(PolicyKind::TokenBucket, 40);
+}
+
+#[test]
+fn time_backwards_fixed_window() {
+    time_backwards(PolicyKind::FixedWindow, 40);
+}
+
+#[test]
+fn time_backwards_sliding_window_counter() {
+    time_backwards(PolicyKind::SlidingWindowCounter, 40);
+}
+
+#[test]
+fn time_backwards_gcra() {
+    time_backwards(PolicyKind::Gcra, 40);
+}
+
+#[test]
+fn time_backwards_leaky_bucket() {
+    time_backwards(PolicyKind::LeakyBucket, 40);
 }
 
 /// The async API runs the same scripts; a smaller sample of traces checks
