@@ -2,10 +2,14 @@
 //!
 //! - every policy gives the in-memory engine's answers, field by field, on
 //!   seeded random traces and on the spec's two example sessions;
+//! - with times that step back, every policy keeps the contract's bound
+//!   (never more lenient than at the latest reflected time);
 //! - several processes share one limit through one Redis;
 //! - each fault rule answers as documented while Redis is down or stalled,
 //!   and traffic resumes after a restart without rebuilding the limiter;
-//! - keys expire exactly when their state answers as an empty one.
+//! - keys expire exactly when their state answers as an empty one;
+//! - `peek_at` creates nothing and agrees with `remaining_at`, and `forget`
+//!   starts a client afresh, on both APIs.
 //!
 //! The shared server is found through `FLOODGATE_REDIS_URL` (`.ci/run`
 //! starts one and sets it); the fault tests start their own `redis-server`
@@ -180,7 +184,9 @@ fn trace(policy: PolicyKind, rng: &mut fastrand::Rng) -> Trace {
 }
 
 /// Runs `traces` seeded traces of `policy` on Redis and in memory and
-/// compares every answer.
+/// compares every answer. Each client's times never decrease ([`trace`]):
+/// the contract promises identical answers only then. Backward times are
+/// held to the contract's bound instead, by [`time_backwards`].
 fn differential(policy: PolicyKind, traces: usize) {
     let test = format!("differential_{}", policy.name());
     let Some(url) = shared_url(&test) else {
@@ -259,6 +265,196 @@ fn differential_leaky_bucket() {
     differential(PolicyKind::LeakyBucket, 300);
 }
 
+/// Seeded traces whose clients' times mostly move forward but step back
+/// now and then: by a few ticks, or by about a window (before the origin,
+/// sometimes). Small limits and windows, so that backward calls meet full
+/// states, window edges and drips.
+fn backwards_trace(policy: PolicyKind, rng: &mut fastrand::Rng) -> Trace {
+    let limit = [1, 2, 3, 5][rng.usize(..4)];
+    let least = if policy.drips() { limit } else { 1 };
+    let window = match rng.u8(..4) {
+        0 => least,
+        1 => (limit * rng.u64(1..=4) + rng.u64(0..limit)).max(least),
+        _ => rng.u64(least.max(2)..=least + 30),
+    };
+    let clients = rng.usize(1..=3);
+    let mut times: Vec<u64> = (0..clients).map(|_| rng.u64(0..=40)).collect();
+    let mut calls = Vec::new();
+    for _ in 0..rng.usize(10..=40) {
+        let client = rng.usize(..clients);
+        let now = times[client];
+        times[client] = match rng.u8(..16) {
+            0..=3 => now,
+            4..=6 => now + rng.u64(1..=3),
+            7 | 8 => now + rng.u64(0..=window),
+            9 => now + window * rng.u64(1..=3),
+            10..=12 => now.saturating_sub(rng.u64(1..=3)),
+            13 => now.saturating_sub(rng.u64(0..=window)),
+            _ => (now + rng.u64(0..=1)).saturating_sub(window),
+        };
+        calls.push((rng.u8(..3) != 0, client, times[client]));
+    }
+    Trace {
+        limit,
+        window,
+        calls,
+    }
+}
+
+/// The contract's rule for time going backwards, on Redis, by the method
+/// of `fuzz/src/lib.rs`'s `check_time_backwards`: for each call whose `now`
+/// is older than `m`, the latest time its client's state reflects (its
+/// origin and the times of its admitted checks), a twin limiter on a
+/// prefix of its own replays every earlier call, and makes the same call
+/// at `m`. Then an admitted call must be admitted by the twin too and leave
+/// the same state (equal `remaining` at m, m + 1, m + W − 1, m + W and
+/// m + 2W); a rejected call must change nothing (the twin's `remaining`
+/// there before its call); and an older `remaining` never exceeds the
+/// twin's at `m`.
+fn time_backwards(policy: PolicyKind, traces: usize) {
+    let test = format!("time_backwards_{}", policy.name());
+    let Some(url) = shared_url(&test) else {
+        return;
+    };
+    let prefix = prefix(&test);
+    let mut rng = fastrand::Rng::with_seed(0xBAC4 ^ policy as u64);
+    let (mut checked, mut backwards) = (0, 0);
+    for number in 0..traces {
+        let trace = backwards_trace(policy, &mut rng);
+        let config = Config::new(trace.limit, trace.window).unwrap();
+        let limiter = |name: String| {
+            RedisLimiter::new(
+                &url,
+                policy,
+                config,
+                exact_options(&format!("{prefix}:{name}")),
+            )
+            .unwrap()
+        };
+        let redis = limiter(format!("t{number}"));
+        let _cleanup = Cleanup {
+            limiter: &redis,
+            prefix: prefix.clone(),
+        };
+        let run = |limiter: &RedisLimiter, (allow, client, now): (bool, usize, u64)| {
+            let key = format!("c{client}");
+            if allow {
+                (Some(limiter.try_check_at(&key, now).unwrap()), 0)
+            } else {
+                (None, limiter.try_remaining_at(&key, now).unwrap())
+            }
+        };
+        // Per client: its origin and the latest reflected time.
+        let mut clients: Vec<Option<(u64, u64)>> = vec![None; 3];
+        for (k, &call) in trace.calls.iter().enumerate() {
+            let (allow, client, now) = call;
+            let context = || {
+                format!(
+                    "{policy} L={} W={} trace {number} call {k}: {} c{client} {now}\n{:?}",
+                    trace.limit,
+                    trace.window,
+                    if allow { "allow" } else { "remaining" },
+                    &trace.calls[..=k]
+                )
+            };
+            checked += 1;
+            let Some((origin, m)) = clients[client] else {
+                clients[client] = Some((now, now));
+                if let (Some(decision), _) = run(&redis, call) {
+                    assert!(decision.allowed, "first call rejected; {}", context());
+                }
+                continue;
+            };
+            if now >= m {
+                if let (Some(decision), _) = run(&redis, call) {
+                    if decision.allowed {
+                        clients[client] = Some((origin, now));
+                    }
+                }
+                continue;
+            }
+            backwards += 1;
+            let twin = limiter(format!("t{number}-twin{k}"));
+            for &earlier in &trace.calls[..k] {
+                run(&twin, earlier);
+            }
+            let key = format!("c{client}");
+            let window = trace.window;
+            let probes = [m, m + 1, m + window - 1, m + window, m + 2 * window];
+            let remaining = |limiter: &RedisLimiter| {
+                probes.map(|at| limiter.try_remaining_at(&key, at).unwrap())
+            };
+            match run(&redis, call) {
+                (None, older) => {
+                    let at_latest = twin.try_remaining_at(&key, m).unwrap();
+                    assert!(
+                        older <= at_latest,
+                        "remaining {older} > {at_latest} at the latest time {m}; {}",
+                        context()
+                    );
+                }
+                (Some(decision), _) if decision.allowed => {
+                    let at_latest = twin.try_check_at(&key, m).unwrap();
+                    assert!(
+                        at_latest.allowed,
+                        "admitted ({decision:?}), but rejected at the latest time {m} \
+                         ({at_latest:?}); {}",
+                        context()
+                    );
+                    assert_eq!(
+                        remaining(&redis),
+                        remaining(&twin),
+                        "the admission left another state than one at the latest time {m} \
+                         (remaining at {probes:?}); {}",
+                        context()
+                    );
+                }
+                (Some(decision), _) => {
+                    let before = remaining(&twin);
+                    assert_eq!(
+                        remaining(&redis),
+                        before,
+                        "a rejection ({decision:?}) changed the state (remaining at \
+                         {probes:?}, latest time {m}); {}",
+                        context()
+                    );
+                }
+            }
+        }
+    }
+    eprintln!("{policy}: {checked} calls of {traces} traces, {backwards} of them backwards, within the contract's bound");
+}
+
+#[test]
+fn time_backwards_sliding_window() {
+    time_backwards(PolicyKind::SlidingWindow, 40);
+}
+
+#[test]
+fn time_backwards_token_bucket() {
+    time_backwards(PolicyKind::TokenBucket, 40);
+}
+
+#[test]
+fn time_backwards_fixed_window() {
+    time_backwards(PolicyKind::FixedWindow, 40);
+}
+
+#[test]
+fn time_backwards_sliding_window_counter() {
+    time_backwards(PolicyKind::SlidingWindowCounter, 40);
+}
+
+#[test]
+fn time_backwards_gcra() {
+    time_backwards(PolicyKind::Gcra, 40);
+}
+
+#[test]
+fn time_backwards_leaky_bucket() {
+    time_backwards(PolicyKind::LeakyBucket, 40);
+}
+
 /// The async API runs the same scripts; a smaller sample of traces checks
 /// its plumbing, for every policy.
 #[test]
@@ -328,6 +524,209 @@ fn times_past_exact_arithmetic_are_refused_before_any_round_trip() {
         limiter.try_check_at("a", MAX_NOW),
         Err(RedisError::Unavailable(_))
     ));
+    assert!(matches!(
+        limiter.try_peek_at("a", MAX_NOW + 1),
+        Err(RedisError::TimeOutOfRange { .. })
+    ));
+}
+
+// Peek and forget ---------------------------------------------------------------
+
+fn exists(connection: &mut redis::Connection, key: &str) -> bool {
+    redis::cmd("EXISTS").arg(key).query(connection).unwrap()
+}
+
+fn fields(connection: &mut redis::Connection, key: &str) -> Vec<(String, String)> {
+    let mut fields: Vec<(String, String)> =
+        redis::cmd("HGETALL").arg(key).query(connection).unwrap();
+    fields.sort();
+    fields
+}
+
+/// A few calls, then the times at which `peek_at` is compared with
+/// `remaining_at`: before the origin, at it, at the latest call, and past
+/// one and several windows (W = 1000).
+const PEEK_CALLS: [(bool, u64); 5] = [
+    (true, 10),
+    (true, 10),
+    (false, 200),
+    (true, 400),
+    (false, 450),
+];
+const PEEK_TIMES: [u64; 8] = [0, 10, 400, 401, 999, 1_410, 2_010, 50_000];
+
+#[test]
+fn peek_creates_nothing_and_forget_starts_the_client_afresh() {
+    let Some(url) = shared_url("peek_creates_nothing_and_forget_starts_the_client_afresh") else {
+        return;
+    };
+    let prefix = prefix("peek");
+    let mut connection = inspect(&url);
+    let config = Config::new(3, 1_000).unwrap();
+    for policy in PolicyKind::ALL {
+        // The least TTL of `exact_options` makes `remaining` store a new
+        // client; a peek must still store nothing.
+        let limiter = RedisLimiter::new(&url, policy, config, exact_options(&prefix)).unwrap();
+        let _cleanup = Cleanup {
+            limiter: &limiter,
+            prefix: prefix.clone(),
+        };
+        let key = limiter.key("p");
+        assert_eq!(limiter.try_peek_at("p", 10).unwrap(), None, "{policy}");
+        assert_eq!(limiter.peek_at("p", 10), None, "{policy}");
+        assert!(
+            !exists(&mut connection, &key),
+            "{policy}: peek stored a key"
+        );
+        assert_eq!(limiter.try_tracked_clients().unwrap(), 0, "{policy}");
+
+        let memory = in_memory(policy, config);
+        for (allow, now) in PEEK_CALLS {
+            if allow {
+                assert_eq!(
+                    limiter.try_check_at("p", now).unwrap(),
+                    memory.check_at("p", now)
+                );
+            } else {
+                assert_eq!(
+                    limiter.try_remaining_at("p", now).unwrap(),
+                    memory.remaining_at("p", now)
+                );
+            }
+        }
+        let stored = fields(&mut connection, &key);
+        for at in PEEK_TIMES {
+            let peeked = limiter.try_peek_at("p", at).unwrap();
+            assert_eq!(
+                peeked,
+                Some(limiter.try_remaining_at("p", at).unwrap()),
+                "{policy} at {at}"
+            );
+            // Before the latest reflected time (400) the engines may
+            // differ: SPEC, time going backwards.
+            if at >= 400 {
+                assert_eq!(peeked, memory.peek_at("p", at), "{policy} at {at}");
+            }
+        }
+        assert_eq!(
+            fields(&mut connection, &key),
+            stored,
+            "{policy}: peek wrote"
+        );
+
+        assert!(limiter.try_forget("p").unwrap(), "{policy}");
+        assert!(
+            !exists(&mut connection, &key),
+            "{policy}: forget left the key"
+        );
+        assert!(!limiter.try_forget("p").unwrap(), "{policy}");
+        assert!(!limiter.forget("p"), "{policy}");
+        assert_eq!(limiter.try_peek_at("p", 500).unwrap(), None, "{policy}");
+        // The next calls are a new client's, whose origin is 500: the grid
+        // policies' windows and drips move with it.
+        let fresh = in_memory(policy, config);
+        for now in [500, 500, 1_400, 1_499, 1_500] {
+            assert_eq!(
+                limiter.try_check_at("p", now).unwrap(),
+                fresh.check_at("p", now),
+                "{policy}: after forget, at {now}"
+            );
+        }
+        assert!(limiter.forget("p"), "{policy}");
+        assert_eq!(limiter.peek_at("p", 1_500), None, "{policy}");
+    }
+}
+
+#[test]
+fn the_async_limiter_peeks_and_forgets_as_the_blocking_one() {
+    let Some(url) = shared_url("the_async_limiter_peeks_and_forgets_as_the_blocking_one") else {
+        return;
+    };
+    let prefix = prefix("async-peek");
+    let mut connection = inspect(&url);
+    let cleaner = RedisLimiter::new(
+        &url,
+        PolicyKind::Gcra,
+        Config::new(1, 1).unwrap(),
+        exact_options(&prefix),
+    )
+    .unwrap();
+    let _cleanup = Cleanup {
+        limiter: &cleaner,
+        prefix: prefix.clone(),
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let config = Config::new(3, 1_000).unwrap();
+    runtime.block_on(async {
+        for policy in PolicyKind::ALL {
+            let limiter = AsyncRedisLimiter::new(&url, policy, config, exact_options(&prefix))
+                .await
+                .unwrap();
+            let key = limiter.key("p");
+            assert_eq!(
+                limiter.try_peek_at("p", 10).await.unwrap(),
+                None,
+                "{policy}"
+            );
+            assert_eq!(limiter.peek_at("p", 10).await, None, "{policy}");
+            assert!(
+                !exists(&mut connection, &key),
+                "{policy}: peek stored a key"
+            );
+
+            let memory = in_memory(policy, config);
+            for (allow, now) in PEEK_CALLS {
+                if allow {
+                    assert_eq!(
+                        limiter.try_check_at("p", now).await.unwrap(),
+                        memory.check_at("p", now)
+                    );
+                } else {
+                    assert_eq!(
+                        limiter.try_remaining_at("p", now).await.unwrap(),
+                        memory.remaining_at("p", now)
+                    );
+                }
+            }
+            let stored = fields(&mut connection, &key);
+            for at in PEEK_TIMES {
+                let peeked = limiter.try_peek_at("p", at).await.unwrap();
+                assert_eq!(
+                    peeked,
+                    Some(limiter.try_remaining_at("p", at).await.unwrap()),
+                    "{policy} at {at}"
+                );
+                if at >= 400 {
+                    assert_eq!(peeked, memory.peek_at("p", at), "{policy} at {at}");
+                }
+            }
+            assert_eq!(
+                fields(&mut connection, &key),
+                stored,
+                "{policy}: peek wrote"
+            );
+
+            assert!(limiter.try_forget("p").await.unwrap(), "{policy}");
+            assert!(
+                !exists(&mut connection, &key),
+                "{policy}: forget left the key"
+            );
+            assert!(!limiter.forget("p").await, "{policy}");
+            let fresh = in_memory(policy, config);
+            for now in [500, 500, 1_400, 1_499, 1_500] {
+                assert_eq!(
+                    limiter.check_at("p", now).await,
+                    fresh.check_at("p", now),
+                    "{policy}: after forget, at {now}"
+                );
+            }
+            assert!(limiter.forget("p").await, "{policy}");
+            assert_eq!(limiter.peek_at("p", 1_500).await, None, "{policy}");
+        }
+    });
 }
 
 // Several processes, one limit --------------------------------------------------

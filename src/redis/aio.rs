@@ -4,7 +4,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use ::redis::Client;
+use ::redis::{Client, FromRedisValue};
 
 use super::script::{decision, Op, Reply};
 use super::{Core, RedisConfigError, RedisError, RedisOptions, TimeSource};
@@ -120,6 +120,46 @@ impl AsyncRedisLimiter {
         Ok(decision(self.call(key, Op::Remaining, now).await?)?.remaining)
     }
 
+    /// `key`'s `remaining` at `now` if it has state in Redis, `None` if it
+    /// has none ([`RateLimiter::peek_at`](crate::RateLimiter::peek_at)).
+    /// One script call, which looks the key up and answers from it
+    /// atomically, and writes nothing.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_check_at`](Self::try_check_at).
+    pub async fn try_peek_at(&self, key: &str, now: u64) -> Result<Option<u64>, RedisError> {
+        self.call::<Option<Reply>>(key, Op::Peek, Some(now))
+            .await?
+            .map(|reply| Ok(decision(reply)?.remaining))
+            .transpose()
+    }
+
+    /// Deletes `key`'s state, as if it had never called; whether it had any
+    /// ([`RateLimiter::forget`](crate::RateLimiter::forget)). One `DEL`.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_check_at`](Self::try_check_at), but on
+    /// [`RedisError::Timeout`] and [`RedisError::Unavailable`] the state may
+    /// have been deleted.
+    pub async fn try_forget(&self, key: &str) -> Result<bool, RedisError> {
+        let deleted: u64 = self
+            .command(::redis::cmd("DEL").arg(self.core.key(key)))
+            .await?;
+        Ok(deleted > 0)
+    }
+
+    /// [`try_peek_at`](Self::try_peek_at); `None` when Redis fails.
+    pub async fn peek_at(&self, key: &str, now: u64) -> Option<u64> {
+        self.try_peek_at(key, now).await.ok().flatten()
+    }
+
+    /// [`try_forget`](Self::try_forget); false when Redis fails.
+    pub async fn forget(&self, key: &str) -> bool {
+        self.try_forget(key).await.unwrap_or(false)
+    }
+
     /// Decides one request of `key` at `now`; the fault rule answers when
     /// Redis fails.
     pub async fn check_at(&self, key: &str, now: u64) -> Decision {
@@ -186,7 +226,12 @@ impl AsyncRedisLimiter {
     /// One script call, sent at most once, within the timeout. A call cut
     /// by the timeout is dropped, never re-sent: its reply, if it comes, is
     /// discarded by the multiplexer.
-    async fn call(&self, key: &str, op: Op, now: Option<u64>) -> Result<Reply, RedisError> {
+    async fn call<T: FromRedisValue>(
+        &self,
+        key: &str,
+        op: Op,
+        now: Option<u64>,
+    ) -> Result<T, RedisError> {
         let invocation =
             self.core
                 .arguments
@@ -194,14 +239,29 @@ impl AsyncRedisLimiter {
         let mut connection = self.connection.clone();
         // `invoke_async` sends EVALSHA; only on NOSCRIPT (the script did not
         // run) does it load the script and send it again.
-        match tokio::time::timeout(
+        within(
             self.core.timeout,
-            invocation.invoke_async::<Reply>(&mut connection),
+            invocation.invoke_async::<T>(&mut connection),
         )
         .await
-        {
-            Ok(reply) => reply.map_err(RedisError::from_client),
-            Err(_elapsed) => Err(RedisError::Timeout),
-        }
+    }
+
+    /// One plain command, sent at most once, within the timeout.
+    async fn command<T: FromRedisValue>(&self, command: &::redis::Cmd) -> Result<T, RedisError> {
+        let mut connection = self.connection.clone();
+        within(self.core.timeout, command.query_async::<T>(&mut connection)).await
+    }
+}
+
+/// `reply`'s result, or [`RedisError::Timeout`] if it takes longer than
+/// `timeout` (the call is then dropped: a late reply is discarded by the
+/// multiplexer).
+async fn within<T>(
+    timeout: Duration,
+    reply: impl std::future::Future<Output = ::redis::RedisResult<T>>,
+) -> Result<T, RedisError> {
+    match tokio::time::timeout(timeout, reply).await {
+        Ok(reply) => reply.map_err(RedisError::from_client),
+        Err(_elapsed) => Err(RedisError::Timeout),
     }
 }

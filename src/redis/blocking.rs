@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use ::redis::{Client, Connection, ConnectionLike, RedisResult};
+use ::redis::{Client, Connection, ConnectionLike, FromRedisValue, RedisResult};
 
 use super::script::{decision, Op, Reply};
 use super::{prefix_pattern, Core, RedisConfigError, RedisError, RedisOptions, TimeSource};
@@ -123,27 +123,28 @@ impl RedisLimiter {
     }
 
     /// [`RateLimiter::peek_at`]: `key`'s `remaining` at `now` if it has
-    /// state in Redis, `None` if it has none. Nothing is written.
+    /// state in Redis, `None` if it has none. One script call, which looks
+    /// the key up and answers from it atomically, and writes nothing (not
+    /// even with [`RedisOptions::min_ttl`], with which `remaining` stores a
+    /// new client).
     ///
     /// # Errors
     ///
     /// As [`try_check_at`](Self::try_check_at).
     pub fn try_peek_at(&self, key: &str, now: u64) -> Result<Option<u64>, RedisError> {
-        let stored = self.core.key(key);
-        let exists: bool = self
-            .pool
-            .with(|connection| ::redis::cmd("EXISTS").arg(&stored).query(connection))?;
-        if !exists {
-            return Ok(None);
-        }
-        self.try_remaining_at(key, now).map(Some)
+        self.call::<Option<Reply>>(key, Op::Peek, Some(now))?
+            .map(|reply| Ok(decision(reply)?.remaining))
+            .transpose()
     }
 
     /// [`RateLimiter::forget`]: deletes `key`'s state; whether it had any.
+    /// One `DEL`.
     ///
     /// # Errors
     ///
-    /// As [`try_check_at`](Self::try_check_at).
+    /// As [`try_check_at`](Self::try_check_at), but on
+    /// [`RedisError::Timeout`] and [`RedisError::Unavailable`] the state may
+    /// have been deleted.
     pub fn try_forget(&self, key: &str) -> Result<bool, RedisError> {
         let stored = self.core.key(key);
         let deleted: u64 = self
@@ -217,7 +218,12 @@ impl RedisLimiter {
     }
 
     /// One script call, sent at most once (see the module's Faults).
-    fn call(&self, key: &str, op: Op, now: Option<u64>) -> Result<Reply, RedisError> {
+    fn call<T: FromRedisValue>(
+        &self,
+        key: &str,
+        op: Op,
+        now: Option<u64>,
+    ) -> Result<T, RedisError> {
         let invocation =
             self.core
                 .arguments
@@ -225,7 +231,7 @@ impl RedisLimiter {
         // `invoke` sends EVALSHA; only on NOSCRIPT (the script did not run)
         // does it load the script and send it again.
         self.pool
-            .with(|connection| invocation.invoke::<Reply>(connection))
+            .with(|connection| invocation.invoke::<T>(connection))
     }
 }
 

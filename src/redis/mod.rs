@@ -114,7 +114,10 @@
 //! [`RateLimiter`] methods cannot fail, so [`OnFailure`] decides for them:
 //! [`FailClosed`](OnFailure::FailClosed) (the default: reject),
 //! [`FailOpen`](OnFailure::FailOpen) (admit) or [`Local`](OnFailure::Local)
-//! (decide with an in-memory limiter of the same policy in this process).
+//! (decide with an in-memory limiter of the same policy in this process,
+//! bounded by [`RedisOptions::local_bounds`]: by default idle clients are
+//! evicted and at most [`DEFAULT_LOCAL_MAX_CLIENTS`] are tracked, newcomers
+//! past that rejected).
 //!
 //! A call is sent at most once: an answer that did not arrive is an error,
 //! never a resend, because the script may have run and counted the request.
@@ -136,7 +139,8 @@ pub use blocking::RedisLimiter;
 pub use script::{MAX_COUNTER_PRODUCT, MAX_NOW, MAX_WINDOW};
 
 use crate::{
-    build_bounded, Bounds, Clock, Config, ConfigError, Decision, Engine, PolicyKind, RateLimiter,
+    build_bounded, Bounds, Clock, Config, ConfigError, Decision, Engine, Overflow, PolicyKind,
+    RateLimiter,
 };
 use script::Arguments;
 
@@ -186,13 +190,41 @@ pub enum OnFailure {
     /// Admit: `allowed` true, `remaining` the limit, no delay.
     FailOpen,
     /// Decide with an in-memory limiter of the same policy and
-    /// configuration, local to this process ([`build_bounded`], evicting
-    /// idle clients so an outage under a flood of new ids stays bounded):
-    /// each instance then limits on its own until Redis is back, so the
-    /// total admitted may reach the limit times the number of instances.
-    /// Its state is not merged into Redis afterwards.
+    /// configuration, local to this process: each instance then limits on
+    /// its own until Redis is back, so the total admitted may reach the
+    /// limit times the number of instances. Its state is not merged into
+    /// Redis afterwards.
+    ///
+    /// That limiter is [`build_bounded`] with [`RedisOptions::local_bounds`],
+    /// by default [`DEFAULT_LOCAL_BOUNDS`]: idle clients are evicted and at
+    /// most [`DEFAULT_LOCAL_MAX_CLIENTS`] are tracked, and a new client that
+    /// finds no room is rejected ([`Overflow::Reject`]), so an outage under
+    /// a flood of new ids costs bounded memory and fails closed for the
+    /// newcomers only.
     Local,
 }
+
+/// The cap of [`DEFAULT_LOCAL_BOUNDS`]: how many clients the
+/// [`OnFailure::Local`] fallback tracks at most unless told otherwise.
+///
+/// With idle eviction only the clients that called within about a window
+/// count, so one instance rarely holds that many while Redis is down; a
+/// flood of new ids reaches it, and then costs about 10 MB (56 to 72 bytes
+/// per client for the fixed-size policies, plus the `String` key's 24
+/// bytes and its length, for ids of about 20 bytes). `sliding-window`
+/// keeps `L` times per client (72 + 16·`L` bytes): with a large limit,
+/// give a smaller cap.
+pub const DEFAULT_LOCAL_MAX_CLIENTS: usize = 100_000;
+
+/// The default [`RedisOptions::local_bounds`]: idle eviction, at most
+/// [`DEFAULT_LOCAL_MAX_CLIENTS`] clients, and [`Overflow::Reject`] at the
+/// cap. Failing closed for newcomers matches [`OnFailure`]'s own default:
+/// an outage must not become a way around the limit, and the clients the
+/// fallback already tracks (the ones that keep calling) never feel the cap.
+pub const DEFAULT_LOCAL_BOUNDS: Bounds = Bounds::new()
+    .evict_idle()
+    .max_clients(DEFAULT_LOCAL_MAX_CLIENTS)
+    .on_overflow(Overflow::Reject);
 
 /// Options of a Redis limiter; [`RedisOptions::new`] gives the defaults.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -201,6 +233,7 @@ pub struct RedisOptions {
     time: TimeSource,
     timeout: Duration,
     on_failure: OnFailure,
+    local_bounds: Bounds,
     min_ttl: Duration,
     connections: usize,
 }
@@ -212,14 +245,16 @@ impl Default for RedisOptions {
 }
 
 impl RedisOptions {
-    /// Prefix `floodgate`, Redis's clock, a 100 ms timeout, fail closed, no
-    /// least TTL, 8 blocking connections.
+    /// Prefix `floodgate`, Redis's clock, a 100 ms timeout, fail closed
+    /// (with [`DEFAULT_LOCAL_BOUNDS`] should the rule become
+    /// [`OnFailure::Local`]), no least TTL, 8 blocking connections.
     pub fn new() -> Self {
         Self {
             prefix: "floodgate".to_owned(),
             time: TimeSource::Server,
             timeout: Duration::from_millis(100),
             on_failure: OnFailure::FailClosed,
+            local_bounds: DEFAULT_LOCAL_BOUNDS,
             min_ttl: Duration::ZERO,
             connections: 8,
         }
@@ -255,6 +290,15 @@ impl RedisOptions {
         self
     }
 
+    /// How the in-memory limiter of [`OnFailure::Local`] bounds its memory
+    /// (default [`DEFAULT_LOCAL_BOUNDS`]; see [`crate::bounds`]). Ignored by
+    /// the other rules. [`Bounds::new`] alone tracks every client until the
+    /// process ends, however many new ids an outage brings.
+    pub fn local_bounds(mut self, bounds: Bounds) -> Self {
+        self.local_bounds = bounds;
+        self
+    }
+
     /// The least TTL of a written state (whole milliseconds count; default
     /// zero). States normally expire as soon as they answer as an empty one;
     /// a longer life keeps the grid policies' origins (and so their answers
@@ -281,6 +325,11 @@ impl RedisOptions {
     /// The time source.
     pub fn get_time(&self) -> TimeSource {
         self.time
+    }
+
+    /// The bounds of the [`OnFailure::Local`] fallback.
+    pub fn get_local_bounds(&self) -> Bounds {
+        self.local_bounds
     }
 }
 
@@ -520,7 +569,7 @@ impl Core {
                 config,
                 Engine::LockFree,
                 clock,
-                Bounds::new().evict_idle(),
+                options.local_bounds,
             )?),
             _ => None,
         };
@@ -782,5 +831,65 @@ mod tests {
         assert!(local.check_on_failure("a", Some(5)).allowed);
         assert!(!local.check_on_failure("a", Some(5)).allowed);
         assert_eq!(local.faults.load(Ordering::Relaxed), 3);
+    }
+
+    /// A flood of new ids during an outage: the fallback never tracks more
+    /// than its cap, and the newcomers past it get the overflow rule.
+    #[test]
+    fn the_local_fallback_is_bounded() {
+        let options = RedisOptions::new()
+            .time(TimeSource::MILLIS)
+            .on_failure(OnFailure::Local);
+        assert_eq!(options.get_local_bounds(), DEFAULT_LOCAL_BOUNDS);
+        let tracked = |core: &Core| core.local.as_ref().unwrap().tracked_clients();
+
+        let capped = core(
+            PolicyKind::Gcra,
+            2,
+            1_000,
+            &options
+                .clone()
+                .local_bounds(Bounds::new().evict_idle().max_clients(50)),
+        )
+        .unwrap();
+        // One instant: no client can turn idle, so eviction frees nothing.
+        for id in 0..1_000 {
+            let decision = capped.check_on_failure(&format!("flood-{id}"), Some(7));
+            assert_eq!(decision.allowed, id < 50, "id {id}");
+            assert!(tracked(&capped) <= 50, "id {id}: {}", tracked(&capped));
+        }
+        assert_eq!(tracked(&capped), 50);
+        // The clients inside keep their own state.
+        assert!(capped.check_on_failure("flood-0", Some(7)).allowed);
+        assert!(!capped.check_on_failure("flood-0", Some(7)).allowed);
+
+        // Admit at the cap: newcomers pass untracked.
+        let open = core(
+            PolicyKind::FixedWindow,
+            3,
+            1_000,
+            &options.clone().local_bounds(
+                DEFAULT_LOCAL_BOUNDS
+                    .max_clients(10)
+                    .on_overflow(Overflow::Admit),
+            ),
+        )
+        .unwrap();
+        for id in 0..100 {
+            assert!(
+                open.check_on_failure(&format!("open-{id}"), Some(0))
+                    .allowed
+            );
+        }
+        assert_eq!(tracked(&open), 10);
+
+        // The default cap, reached and held.
+        let default = core(PolicyKind::TokenBucket, 4, 1_000, &options).unwrap();
+        let flood = DEFAULT_LOCAL_MAX_CLIENTS + 1_000;
+        let admitted = (0..flood)
+            .filter(|id| default.check_on_failure(&id.to_string(), Some(3)).allowed)
+            .count();
+        assert_eq!(admitted, DEFAULT_LOCAL_MAX_CLIENTS);
+        assert_eq!(tracked(&default), DEFAULT_LOCAL_MAX_CLIENTS);
     }
 }

@@ -50,6 +50,9 @@ pub(super) enum Op {
     Check,
     /// How many would be admitted.
     Remaining,
+    /// How many would be admitted, if the key exists: the reply is nil for
+    /// a key that does not, and the script writes nothing either way.
+    Peek,
 }
 
 /// The arguments every call of one limiter shares (everything but the
@@ -112,6 +115,7 @@ impl Arguments {
         call.arg(match op {
             Op::Check => "c",
             Op::Remaining => "r",
+            Op::Peek => "p",
         })
         .arg(now)
         .arg(&self.limit)

@@ -5,7 +5,8 @@
 -- KEYS[1]  the client's state: a hash whose field `o` is the client's origin
 --          (the `now` of its first call) and whose other fields are the
 --          policy's state, every time in it counted from `o`.
--- ARGV[1]  `c` decide one request (check), `r` remaining
+-- ARGV[1]  `c` decide one request (check), `r` remaining, `p` peek: as `r`
+--          for a key that exists, nil for one that does not
 -- ARGV[2]  now in ticks, or empty: the script reads Redis TIME in
 --          microseconds (then one tick is one microsecond)
 -- ARGV[3]  L, the limit
@@ -15,8 +16,9 @@
 -- ARGV[7]  the least TTL in milliseconds given to a state that is written
 -- ARGV[8]  gcra.lua only: `1` for leaky-bucket (answer the queueing delay)
 --
--- Returns {allowed (0/1), remaining, retry_after, delay}; `remaining` calls
--- return {0, remaining, 0, 0}.
+-- Returns {allowed (0/1), remaining, retry_after, delay}; `remaining` and
+-- `peek` calls return {0, remaining, 0, 0}, and a `peek` of a key that does
+-- not exist returns nil.
 --
 -- Arithmetic. Lua numbers here are doubles: every integer below 2^53 is
 -- exact, and so is every sum, difference and product whose exact value stays
@@ -28,6 +30,12 @@
 
 local key = KEYS[1]
 local check = ARGV[1] == 'c'
+-- A peek never creates state: with no key there is nothing to answer from,
+-- and the step below writes only for a new client (`new`), so a peek of an
+-- existing key writes nothing either.
+if ARGV[1] == 'p' and redis.call('EXISTS', key) == 0 then
+  return false
+end
 local now
 if ARGV[2] == '' then
   -- Needed before a write that follows TIME on Redis < 5 (it replicates
