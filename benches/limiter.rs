@@ -142,7 +142,7 @@ fn engines(window: u64) -> Vec<(PolicyKind, &'static str, Box<dyn Runner>)> {
             fresh,
         })
     }
-    let config = Config::new(LIMIT, window).expect("valid quota");
+    let config = Config::per_ticks(LIMIT, window).expect("valid quota");
     let mut all: Vec<(PolicyKind, &'static str, Box<dyn Runner>)> = Vec::new();
     for kind in PolicyKind::ALL {
         let fast = match kind {

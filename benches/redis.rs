@@ -20,7 +20,7 @@ const CLIENTS: u64 = 10_000;
 fn limiter(url: &str, policy: PolicyKind, connections: usize) -> RedisLimiter {
     // 100 per millisecond per client on Redis's clock (microseconds): the
     // uniform clients below stay under it, so every check writes.
-    let config = Config::new(100, 1_000).expect("a valid quota");
+    let config = Config::per_ticks(100, 1_000).expect("a valid quota");
     let options = RedisOptions::new()
         .prefix(PREFIX)
         .timeout(Duration::from_secs(2))

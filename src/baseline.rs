@@ -109,7 +109,7 @@ use crate::{
 ///
 /// let limiter: MutexLimiter<String, _> = MutexLimiter::with_clock(
 ///     PolicyKind::SlidingWindow,
-///     Config::new(3, 1_000)?,
+///     Config::per_ticks(3, 1_000)?,
 ///     ManualClock::new(0),
 /// )?;
 /// for at in [0, 100, 200] {
@@ -161,10 +161,10 @@ impl<K> MutexLimiter<K, QuantaClock> {
     /// use floodgate::{Config, ConfigError, MutexLimiter, PolicyKind, RateLimiter};
     ///
     /// let limiter: MutexLimiter<u64> =
-    ///     MutexLimiter::new(PolicyKind::Gcra, Config::new(10, 1_000_000_000)?)?;
+    ///     MutexLimiter::new(PolicyKind::Gcra, Config::per_ticks(10, 1_000_000_000)?)?;
     /// assert!(limiter.allow(&42));
     ///
-    /// let too_short = MutexLimiter::<u64>::new(PolicyKind::Gcra, Config::new(10, 9)?);
+    /// let too_short = MutexLimiter::<u64>::new(PolicyKind::Gcra, Config::per_ticks(10, 9)?);
     /// assert!(matches!(too_short, Err(ConfigError::WindowShorterThanLimit { .. })));
     /// # Ok::<(), ConfigError>(())
     /// ```
@@ -200,7 +200,7 @@ impl<K, C: Clock> MutexLimiter<K, C> {
     ///
     /// let limiter: MutexLimiter<u64, _> = MutexLimiter::with_bounds(
     ///     PolicyKind::FixedWindow,
-    ///     Config::new(1, 1_000)?,
+    ///     Config::per_ticks(1, 1_000)?,
     ///     ManualClock::new(0),
     ///     Bounds::new().max_clients(1).on_overflow(Overflow::Reject),
     /// )?;
@@ -943,7 +943,7 @@ mod tests {
     use super::*;
 
     fn rules(policy: PolicyKind, limit: u64, window: u64) -> Rules {
-        let config = Config::new(limit, window)
+        let config = Config::per_ticks(limit, window)
             .and_then(|c| c.check_for(policy))
             .unwrap();
         Rules {
@@ -1104,7 +1104,7 @@ mod tests {
         for policy in PolicyKind::ALL {
             for window in [u64::MAX, u64::MAX - 1, 1 << 63] {
                 for limit in [1, 3, crate::MAX_LIMIT] {
-                    if Config::new(limit, window)
+                    if Config::per_ticks(limit, window)
                         .and_then(|c| c.check_for(policy))
                         .is_err()
                     {
@@ -1126,7 +1126,7 @@ mod tests {
     fn a_call_before_the_origin_is_judged_at_the_origin_and_waits_the_lag() {
         let limiter: MutexLimiter<u64, _> = MutexLimiter::with_clock(
             PolicyKind::LeakyBucket,
-            Config::new(2, 10).unwrap(),
+            Config::per_ticks(2, 10).unwrap(),
             crate::ManualClock::new(0),
         )
         .unwrap();
@@ -1145,7 +1145,7 @@ mod tests {
         let limiter: Arc<MutexLimiter<u64, _>> = Arc::new(
             MutexLimiter::with_clock(
                 PolicyKind::FixedWindow,
-                Config::new(2, 10).unwrap(),
+                Config::per_ticks(2, 10).unwrap(),
                 crate::ManualClock::new(0),
             )
             .unwrap(),
@@ -1176,7 +1176,7 @@ mod tests {
     ) -> MutexLimiter<u64, crate::ManualClock> {
         MutexLimiter::with_bounds(
             policy,
-            Config::new(limit, window).unwrap(),
+            Config::per_ticks(limit, window).unwrap(),
             crate::ManualClock::new(0),
             bounds,
         )

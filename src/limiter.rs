@@ -23,7 +23,7 @@ use crate::{Bounds, Clock, Config, ConfigError, Decision, Overflow, PolicyKind, 
 /// ```
 /// use floodgate::{build, Config, PolicyKind, RateLimiter};
 ///
-/// let limiter = build::<str>(PolicyKind::TokenBucket, Config::new(2, 1_000)?)?;
+/// let limiter = build::<str>(PolicyKind::TokenBucket, Config::per_ticks(2, 1_000)?)?;
 /// assert!(limiter.check_at("app", 0).allowed);
 /// assert!(limiter.check_at("app", 10).allowed);
 /// let third = limiter.check_at("app", 20);
@@ -129,7 +129,7 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
 ///
 /// let clock = ManualClock::new(0);
 /// let limiter: Limiter<String, SlidingWindow, _> =
-///     Limiter::with_clock(SlidingWindow::new(Config::new(3, 1_000)?)?, clock.clone());
+///     Limiter::with_clock(SlidingWindow::new(Config::per_ticks(3, 1_000)?)?, clock.clone());
 /// for _ in 0..3 {
 ///     assert!(limiter.check("rahul").allowed);
 /// }

@@ -700,7 +700,7 @@ static INSTALLED: OnceLock<ProcessTiers> = OnceLock::new();
 /// use floodgate::tiers::{self, TierSpec, Tiers};
 /// use floodgate::{Config, PolicyKind, RateLimiter};
 ///
-/// let spec = TierSpec::new(PolicyKind::Gcra, Config::new(100, 1_000_000_000)?)?;
+/// let spec = TierSpec::new(PolicyKind::Gcra, Config::per_ticks(100, 1_000_000_000)?)?;
 /// let registry = Tiers::new("free", spec, Box::new(|_: &str| "free") as Box<_>);
 /// assert!(tiers::install(registry).is_ok());
 ///

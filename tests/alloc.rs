@@ -84,7 +84,7 @@ const STEP: u64 = 7;
 const CALLS: u64 = 3_000;
 
 fn config() -> Config {
-    Config::new(LIMIT, WINDOW).expect("a valid limit")
+    Config::per_ticks(LIMIT, WINDOW).expect("a valid limit")
 }
 
 /// Runs `calls` checks of one already known client through `check`, and
@@ -128,7 +128,7 @@ fn generic<P: Policy>() {
     let kind = P::KIND;
 
     let by_id: Limiter<u64, P, ManualClock> =
-        Limiter::with_clock(P::new(config()).unwrap(), ManualClock::new(0));
+        Limiter::with_clock(P::new(config()).unwrap(), ManualClock::new(0)).unwrap();
     assert_none(
         &format!("{kind} Limiter<u64> check_at"),
         count_checks(|at| by_id.check_at(&42, at).allowed),
@@ -138,7 +138,7 @@ fn generic<P: Policy>() {
 
     let clock = ManualClock::new(0);
     let by_name: Limiter<String, P, ManualClock> =
-        Limiter::with_clock(P::new(config()).unwrap(), clock.clone());
+        Limiter::with_clock(P::new(config()).unwrap(), clock.clone()).unwrap();
     assert_none(
         &format!("{kind} Limiter<String> check(&str)"),
         count_checks(|at| {

@@ -30,7 +30,7 @@ fn bounded(
     bounds: Bounds,
 ) -> Box<dyn RateLimiter<u64>> {
     let config =
-        Config::new(limit, window).unwrap_or_else(|e| panic!("{policy} L={limit} W={window}: {e}"));
+        Config::per_ticks(limit, window).unwrap_or_else(|e| panic!("{policy} L={limit} W={window}: {e}"));
     build_bounded(policy, config, engine, ManualClock::new(0), bounds)
         .unwrap_or_else(|e| panic!("{policy} L={limit} W={window}: {e}"))
 }

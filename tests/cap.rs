@@ -42,6 +42,7 @@ const FRESH: Decision = Decision {
     remaining: LIMIT - 1,
     retry_after: 0,
     delay: 0,
+    tick: floodgate::Tick::NANOSECOND,
 };
 
 /// What one flood client must be answered when it found no room.
@@ -52,6 +53,7 @@ fn expected_overflow(rule: Overflow, shared: Option<Decision>) -> Option<Decisio
             remaining: 0,
             retry_after: WINDOW,
             delay: 0,
+            tick: floodgate::Tick::NANOSECOND,
         }),
         Overflow::Admit => Some(FRESH),
         Overflow::Shared => shared,
@@ -60,20 +62,20 @@ fn expected_overflow(rule: Overflow, shared: Option<Decision>) -> Option<Decisio
 
 #[test]
 fn ten_million_one_shot_clients_never_pass_the_cap() {
-    let policy = || Gcra::new(Config::new(LIMIT, WINDOW).unwrap()).unwrap();
+    let policy = || Gcra::new(Config::per_ticks(LIMIT, WINDOW).unwrap()).unwrap();
     for rule in Overflow::ALL {
         let clock = ManualClock::new(0);
         let bounds = Bounds::new()
             .evict_idle()
             .max_clients(CAP)
             .on_overflow(rule);
-        let limiter: Limiter<u64, Gcra, _> = Limiter::with_bounds(policy(), clock.clone(), bounds);
+        let limiter: Limiter<u64, Gcra, _> = Limiter::with_bounds(policy(), clock.clone(), bounds).unwrap();
         // The regulars' answers, from a limiter that tracks only them and
         // forgets nothing.
-        let reference: Limiter<u64, Gcra, _> = Limiter::with_clock(policy(), clock.clone());
+        let reference: Limiter<u64, Gcra, _> = Limiter::with_clock(policy(), clock.clone()).unwrap();
         // The shared overflow state, replayed on its own: every flood client
         // that found no room, in order, as one client.
-        let shared: Limiter<u64, Gcra, _> = Limiter::with_clock(policy(), clock.clone());
+        let shared: Limiter<u64, Gcra, _> = Limiter::with_clock(policy(), clock.clone()).unwrap();
 
         let baseline = live_bytes::live_bytes();
         let mut peak_clients = 0;

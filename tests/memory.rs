@@ -23,7 +23,7 @@ const CLIENTS: u64 = 100_000;
 /// with `u64` keys, one check each: the map's share and the client's state.
 fn bytes_per_client<P: Policy>(policy: P) -> f64 {
     let before = live_bytes::live_bytes();
-    let limiter: Limiter<u64, P, _> = Limiter::with_clock(policy, ManualClock::new(0));
+    let limiter: Limiter<u64, P, _> = Limiter::with_clock(policy, ManualClock::new(0)).unwrap();
     for client in 0..CLIENTS {
         assert!(limiter.check_at(&client, client).allowed);
     }
@@ -54,7 +54,7 @@ const TOLERANCE: f64 = 4.0;
 
 #[test]
 fn bytes_per_tracked_client_are_what_the_readme_says() {
-    let config = |limit| Config::new(limit, 1_000_000).unwrap();
+    let config = |limit| Config::per_ticks(limit, 1_000_000).unwrap();
     let measured = [
         (
             "token-bucket",

@@ -105,7 +105,7 @@ fn the_spec_example_sessions_replay_exactly() {
     let sliding = RedisLimiter::new(
         &url,
         PolicyKind::SlidingWindow,
-        Config::new(3, 1_000).unwrap(),
+        Config::per_ticks(3, 1_000).unwrap(),
         exact_options(&prefix),
     )
     .unwrap();
@@ -126,7 +126,7 @@ fn the_spec_example_sessions_replay_exactly() {
     let bucket = RedisLimiter::new(
         &url,
         PolicyKind::TokenBucket,
-        Config::new(2, 1_000).unwrap(),
+        Config::per_ticks(2, 1_000).unwrap(),
         exact_options(&prefix),
     )
     .unwrap();
@@ -197,7 +197,7 @@ fn differential(policy: PolicyKind, traces: usize) {
     let mut compared = 0;
     for number in 0..traces {
         let trace = trace(policy, &mut rng);
-        let config = Config::new(trace.limit, trace.window).unwrap();
+        let config = Config::per_ticks(trace.limit, trace.window).unwrap();
         let memory = in_memory(policy, config);
         // A fresh client name per trace: configurations repeat across
         // traces, and each trace starts from new clients.
@@ -321,7 +321,7 @@ fn time_backwards(policy: PolicyKind, traces: usize) {
     let (mut checked, mut backwards) = (0, 0);
     for number in 0..traces {
         let trace = backwards_trace(policy, &mut rng);
-        let config = Config::new(trace.limit, trace.window).unwrap();
+        let config = Config::per_ticks(trace.limit, trace.window).unwrap();
         let limiter = |name: String| {
             RedisLimiter::new(
                 &url,
@@ -472,7 +472,7 @@ fn the_async_api_answers_as_the_blocking_one() {
         for policy in PolicyKind::ALL {
             for number in 0..20 {
                 let trace = trace(policy, &mut rng);
-                let config = Config::new(trace.limit, trace.window).unwrap();
+                let config = Config::per_ticks(trace.limit, trace.window).unwrap();
                 let memory = in_memory(policy, config);
                 let redis = AsyncRedisLimiter::new(&url, policy, config, exact_options(&prefix))
                     .await
@@ -499,7 +499,7 @@ fn the_async_api_answers_as_the_blocking_one() {
     let cleaner = RedisLimiter::new(
         &url,
         PolicyKind::Gcra,
-        Config::new(1, 1).unwrap(),
+        Config::per_ticks(1, 1).unwrap(),
         exact_options(&prefix),
     )
     .unwrap();
@@ -512,7 +512,7 @@ fn times_past_exact_arithmetic_are_refused_before_any_round_trip() {
     let limiter = RedisLimiter::new(
         "redis://127.0.0.1:1",
         PolicyKind::Gcra,
-        Config::new(1, 1_000).unwrap(),
+        Config::per_ticks(1, 1_000).unwrap(),
         RedisOptions::new().time(TimeSource::MILLIS),
     )
     .unwrap();
@@ -562,7 +562,7 @@ fn peek_creates_nothing_and_forget_starts_the_client_afresh() {
     };
     let prefix = prefix("peek");
     let mut connection = inspect(&url);
-    let config = Config::new(3, 1_000).unwrap();
+    let config = Config::per_ticks(3, 1_000).unwrap();
     for policy in PolicyKind::ALL {
         // The least TTL of `exact_options` makes `remaining` store a new
         // client; a peek must still store nothing.
@@ -647,7 +647,7 @@ fn the_async_limiter_peeks_and_forgets_as_the_blocking_one() {
     let cleaner = RedisLimiter::new(
         &url,
         PolicyKind::Gcra,
-        Config::new(1, 1).unwrap(),
+        Config::per_ticks(1, 1).unwrap(),
         exact_options(&prefix),
     )
     .unwrap();
@@ -659,7 +659,7 @@ fn the_async_limiter_peeks_and_forgets_as_the_blocking_one() {
         .enable_all()
         .build()
         .unwrap();
-    let config = Config::new(3, 1_000).unwrap();
+    let config = Config::per_ticks(3, 1_000).unwrap();
     runtime.block_on(async {
         for policy in PolicyKind::ALL {
             let limiter = AsyncRedisLimiter::new(&url, policy, config, exact_options(&prefix))
@@ -745,7 +745,7 @@ fn child_process_checks_the_shared_client() {
             RedisLimiter::new(
                 url,
                 policy,
-                Config::new(SHARED_LIMIT, 1_000_000).unwrap(),
+                Config::per_ticks(SHARED_LIMIT, 1_000_000).unwrap(),
                 exact_options(prefix).connections(2),
             )
             .unwrap(),
@@ -812,7 +812,7 @@ fn several_processes_share_one_limit() {
     let cleaner = RedisLimiter::new(
         &url,
         PolicyKind::Gcra,
-        Config::new(1, 1).unwrap(),
+        Config::per_ticks(1, 1).unwrap(),
         exact_options(&prefix),
     )
     .unwrap();
@@ -882,7 +882,7 @@ fn keys_expire_exactly_when_the_state_answers_as_an_empty_one() {
         let limiter = RedisLimiter::new(
             &url,
             policy,
-            Config::new(limit, window).unwrap(),
+            Config::per_ticks(limit, window).unwrap(),
             options.clone(),
         )
         .unwrap();
@@ -911,7 +911,7 @@ fn keys_expire_exactly_when_the_state_answers_as_an_empty_one() {
     let limiter = RedisLimiter::new(
         &url,
         PolicyKind::SlidingWindow,
-        Config::new(1, 10_000).unwrap(),
+        Config::per_ticks(1, 10_000).unwrap(),
         options.clone(),
     )
     .unwrap();
@@ -924,7 +924,7 @@ fn keys_expire_exactly_when_the_state_answers_as_an_empty_one() {
     let kept = RedisLimiter::new(
         &url,
         PolicyKind::FixedWindow,
-        Config::new(5, 1_000).unwrap(),
+        Config::per_ticks(5, 1_000).unwrap(),
         options.clone().min_ttl(Duration::from_secs(60)),
     )
     .unwrap();
@@ -935,7 +935,7 @@ fn keys_expire_exactly_when_the_state_answers_as_an_empty_one() {
     let micro = RedisLimiter::new(
         &url,
         PolicyKind::Gcra,
-        Config::new(1, 12_345).unwrap(),
+        Config::per_ticks(1, 12_345).unwrap(),
         options.clone().time(TimeSource::Caller {
             tick: Duration::from_micros(10),
         }),
@@ -957,7 +957,7 @@ fn an_idle_client_expires_and_comes_back_as_a_new_one() {
     let limiter = RedisLimiter::new(
         &url,
         PolicyKind::Gcra,
-        Config::new(1, 50_000).unwrap(),
+        Config::per_ticks(1, 50_000).unwrap(),
         RedisOptions::new().prefix(&prefix),
     )
     .unwrap();
@@ -992,7 +992,8 @@ fn an_idle_client_expires_and_comes_back_as_a_new_one() {
             allowed: true,
             remaining: 0,
             retry_after: 0,
-            delay: 0
+            delay: 0,
+            tick: floodgate::Tick::MICROSECOND,
         }
     );
     assert_eq!(limiter.try_tracked_clients().unwrap(), 1);
@@ -1108,7 +1109,7 @@ fn each_fault_rule_answers_while_redis_is_down_and_traffic_resumes_after_a_resta
     let Some(mut server) = Server::start("each_fault_rule_answers_while_redis_is_down") else {
         return;
     };
-    let config = Config::new(2, 1_000).unwrap();
+    let config = Config::per_ticks(2, 1_000).unwrap();
     let limiters: Vec<(OnFailure, RedisLimiter)> =
         [OnFailure::FailClosed, OnFailure::FailOpen, OnFailure::Local]
             .into_iter()
@@ -1143,7 +1144,8 @@ fn each_fault_rule_answers_while_redis_is_down_and_traffic_resumes_after_a_resta
                             allowed: false,
                             remaining: 0,
                             retry_after: 200,
-                            delay: 0
+                            delay: 0,
+                            tick: floodgate::Tick::MILLISECOND,
                         }
                     );
                 }
@@ -1157,7 +1159,8 @@ fn each_fault_rule_answers_while_redis_is_down_and_traffic_resumes_after_a_resta
                             allowed: true,
                             remaining: 2,
                             retry_after: 0,
-                            delay: 0
+                            delay: 0,
+                            tick: floodgate::Tick::MILLISECOND,
                         }
                     );
                 }
@@ -1184,7 +1187,8 @@ fn each_fault_rule_answers_while_redis_is_down_and_traffic_resumes_after_a_resta
                 allowed: true,
                 remaining: 1,
                 retry_after: 0,
-                delay: 0
+                delay: 0,
+                tick: floodgate::Tick::MILLISECOND,
             },
             "{rule:?}"
         );
@@ -1204,7 +1208,7 @@ fn a_stalled_redis_times_out_and_the_call_is_not_sent_again() {
     let limiter = RedisLimiter::new(
         &server.url(),
         PolicyKind::FixedWindow,
-        Config::new(5, 1_000).unwrap(),
+        Config::per_ticks(5, 1_000).unwrap(),
         fault_options(OnFailure::FailClosed).connections(1),
     )
     .unwrap();
@@ -1237,7 +1241,7 @@ fn the_async_limiter_fails_by_its_rule_and_reconnects_on_its_own() {
         let limiter = AsyncRedisLimiter::new(
             &server.url(),
             PolicyKind::SlidingWindow,
-            Config::new(2, 1_000).unwrap(),
+            Config::per_ticks(2, 1_000).unwrap(),
             fault_options(OnFailure::FailClosed),
         )
         .await
@@ -1255,7 +1259,8 @@ fn the_async_limiter_fails_by_its_rule_and_reconnects_on_its_own() {
                 allowed: false,
                 remaining: 0,
                 retry_after: 200,
-                delay: 0
+                delay: 0,
+                tick: floodgate::Tick::MILLISECOND,
             }
         );
         assert_eq!(limiter.faults(), 1);
@@ -1274,7 +1279,8 @@ fn the_async_limiter_fails_by_its_rule_and_reconnects_on_its_own() {
                 allowed: true,
                 remaining: 1,
                 retry_after: 0,
-                delay: 0
+                delay: 0,
+                tick: floodgate::Tick::MILLISECOND,
             }
         );
     });

@@ -35,7 +35,7 @@ fn frozen(
     window: u64,
     now: u64,
 ) -> Box<dyn RateLimiter<u64>> {
-    let config = Config::new(limit, window).expect("a valid config");
+    let config = Config::per_ticks(limit, window).expect("a valid config");
     build_with(policy, config, engine, ManualClock::new(now)).expect("a valid config")
 }
 
@@ -228,7 +228,7 @@ fn a_moving_clock_never_admits_more_than_l_in_any_window() {
     const WINDOW: u64 = 1_000;
     const CALLS: usize = 10_000; // per thread: 80 windows' worth of ticks in all
     for engine in ENGINES {
-        let config = Config::new(LIMIT, WINDOW).expect("a valid config");
+        let config = Config::per_ticks(LIMIT, WINDOW).expect("a valid config");
         let limiter = build_with::<u64, _>(
             PolicyKind::SlidingWindow,
             config,
@@ -293,7 +293,7 @@ fn sweeps_under_traffic_keep_every_total_exact() {
     for engine in ENGINES {
         for policy in PolicyKind::ALL {
             let clock = ManualClock::new(0);
-            let config = Config::new(LIMIT, WINDOW).expect("a valid config");
+            let config = Config::per_ticks(LIMIT, WINDOW).expect("a valid config");
             let bounds = Bounds::new().evict_idle();
             let limiter = build_bounded::<u64, _>(policy, config, engine, clock.clone(), bounds)
                 .expect("a valid config");
@@ -362,7 +362,7 @@ fn sweeps_under_traffic_keep_every_total_exact() {
 #[test]
 fn a_concurrent_flood_tracks_exactly_the_cap() {
     for policy in PolicyKind::ALL {
-        let config = Config::new(3, LONG_WINDOW).expect("a valid config");
+        let config = Config::per_ticks(3, LONG_WINDOW).expect("a valid config");
         match policy {
             PolicyKind::SlidingWindow => flood_lock_free::<SlidingWindow>(config),
             PolicyKind::TokenBucket => flood_lock_free::<TokenBucket>(config),
@@ -395,7 +395,7 @@ fn flood_bounds() -> Bounds {
 fn flood_lock_free<P: Policy>(config: Config) {
     let policy = P::new(config).expect("a valid config");
     let limiter: Limiter<u64, P, _> =
-        Limiter::with_bounds(policy, ManualClock::new(50), flood_bounds());
+        Limiter::with_bounds(policy, ManualClock::new(50), flood_bounds()).unwrap();
     flood(&limiter, Limiter::stored_clients, P::KIND, Engine::LockFree);
 }
 

@@ -6,12 +6,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Barrier;
 use std::thread;
 
-use floodgate::tiers::{self, Resolver, TierSpec, Tiers};
+use floodgate::tiers::{self, Resolver, TierError, TierSpec, Tiers};
 use floodgate::{Bounds, Config, ManualClock, Overflow, PolicyKind, RateLimiter};
 
 /// A spec, for tests that only build valid ones.
 fn spec(policy: PolicyKind, limit: u64, window: u64) -> TierSpec {
-    TierSpec::new(policy, Config::new(limit, window).unwrap()).unwrap()
+    TierSpec::new(policy, Config::per_ticks(limit, window).unwrap()).unwrap()
 }
 
 /// Clients whose name starts with `pro-` are premium; everyone else is free.
@@ -35,7 +35,9 @@ fn registry(free: TierSpec, clock: &ManualClock) -> Registry {
         by_prefix as fn(&str) -> &'static str,
         clock.clone(),
     )
+    .unwrap()
     .with_tier("premium", spec(PolicyKind::Gcra, 1_000, W))
+    .unwrap()
 }
 
 #[test]
@@ -53,7 +55,7 @@ fn eighty_of_a_hundred_spent_leaves_a_hundred_and_twenty_of_two_hundred() {
             assert_eq!(tiers.check("alice").remaining, left, "{policy}");
         }
         assert!(!tiers.allow("alice"), "{policy}: 200 in all, no more");
-        assert_eq!(tiers.spec("free").unwrap(), spec(policy, 200, W));
+        assert_eq!(tiers.rule("free").unwrap(), spec(policy, 200, W));
     }
 }
 
@@ -142,7 +144,7 @@ fn the_new_rule_applies_from_the_next_call_and_only_to_its_tier() {
     assert!(tiers.allow("frank"), "the very next call sees L = 3");
     assert!(!tiers.allow("frank"));
     assert_eq!(tiers.remaining("pro-gina"), 1_000, "premium untouched");
-    assert_eq!(tiers.spec("premium").unwrap().config().limit(), 1_000);
+    assert_eq!(tiers.rule("premium").unwrap().config().limit(), 1_000);
 }
 
 #[test]
@@ -153,18 +155,28 @@ fn unknown_tiers_are_errors_and_unknown_answers_mean_the_default() {
         spec(PolicyKind::FixedWindow, 1, W),
         |_: &str| "no-such-tier",
         clock,
-    );
+    )
+    .unwrap();
     assert!(tiers.allow("hal"), "resolved to the default tier");
     assert!(!tiers.allow("hal"));
-    let error = tiers
+    assert_eq!(tiers.unknown_tier_calls(), 2, "and counted, not quietly");
+    let tiered = tiers.check_tiered_at("hal", 0);
+    assert_eq!(
+        (tiered.tier, tiered.unknown.as_deref()),
+        ("free", Some("no-such-tier"))
+    );
+    let TierError::Unknown(error) = tiers
         .reload("gold", spec(PolicyKind::Gcra, 1, W))
-        .unwrap_err();
+        .unwrap_err()
+    else {
+        panic!("an unknown tier")
+    };
     assert_eq!(error.name, "gold");
     assert_eq!(
         error.to_string(),
         "no tier named `gold` (the tiers are: free)"
     );
-    assert!(tiers.spec("gold").is_err());
+    assert!(tiers.rule("gold").is_err());
     assert_eq!(tiers.names(), ["free"]);
 }
 
@@ -172,7 +184,8 @@ fn unknown_tiers_are_errors_and_unknown_answers_mean_the_default() {
 fn idle_clients_of_every_tier_and_rule_are_swept() {
     let clock = ManualClock::new(0);
     let tiers = registry(spec(PolicyKind::SlidingWindow, 5, 1_000), &clock)
-        .with_bounds(Bounds::new().evict_idle());
+        .with_bounds(Bounds::new().evict_idle())
+        .unwrap();
     assert!(tiers.allow("ivy"));
     assert!(tiers.allow("pro-jo"));
     tiers
@@ -203,7 +216,8 @@ fn reloads_under_traffic_lose_and_double_count_nothing() {
     let limits = [10, 15, 23, 40, 41, 64, 100];
     for policy in PolicyKind::ALL {
         let clock = ManualClock::new(1_000);
-        let tiers = Tiers::with_clock("free", spec(policy, limits[0], W), |_: &u64| "free", clock);
+        let tiers =
+            Tiers::with_clock("free", spec(policy, limits[0], W), |_: &u64| "free", clock).unwrap();
         let admitted: Vec<AtomicU64> = (0..CLIENTS).map(|_| AtomicU64::new(0)).collect();
         let reloads_done = AtomicBool::new(false);
         let start = Barrier::new(THREADS + 1);
@@ -256,7 +270,8 @@ fn reloads_under_traffic_lose_and_double_count_nothing() {
 fn one_registry_can_serve_the_whole_process() {
     let resolver: Box<dyn Resolver<str>> = Box::new(by_prefix);
     let registry = Tiers::new("free", spec(PolicyKind::Gcra, 3, W), resolver)
-        .with_tier("premium", spec(PolicyKind::Gcra, 30, W));
+        .with_tier("premium", spec(PolicyKind::Gcra, 30, W))
+        .unwrap();
     let installed = tiers::install(registry).expect("the first install");
     assert_eq!(installed.remaining("pro-kim"), 30);
     // A second install is refused and handed back, never replacing it.
@@ -276,7 +291,8 @@ fn each_tier_is_capped_with_its_overflow_rule() {
     for rule in Overflow::ALL {
         let clock = ManualClock::new(0);
         let tiers = registry(spec(PolicyKind::FixedWindow, 2, W), &clock)
-            .with_bounds(Bounds::new().max_clients(1).on_overflow(rule));
+            .with_bounds(Bounds::new().max_clients(1).on_overflow(rule))
+            .unwrap();
         assert!(tiers.allow("amy"));
         assert!(tiers.allow("pro-ben"), "{rule}: premium has its own place");
         assert_eq!(tiers.tracked_clients(), 2);

@@ -375,7 +375,7 @@ pub fn run(args: Args) -> ExitCode {
     } else {
         (5, Duration::from_millis(40))
     };
-    let config = match Config::new(args.limit, args.window_ns)
+    let config = match Config::per_ticks(args.limit, args.window_ns)
         .and_then(|config| config.check_for(PolicyKind::Gcra))
     {
         Ok(config) => config,

@@ -52,7 +52,7 @@ pub fn run(
     } else {
         Duration::from_millis(1_500)
     };
-    let config = match Config::new(limit, window_us.max(limit)) {
+    let config = match Config::per_ticks(limit, window_us.max(limit)) {
         Ok(config) => config,
         Err(error) => {
             eprintln!("floodgate bench: {error}");

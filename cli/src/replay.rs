@@ -169,7 +169,7 @@ fn limiter(args: &Args) -> Result<Box<dyn RateLimiter<str>>, String> {
             args.window_ms
         ));
     }
-    let config = Config::new(args.limit, args.window_ms).map_err(|e| e.to_string())?;
+    let config = Config::per_ticks(args.limit, args.window_ms).map_err(|e| e.to_string())?;
     #[cfg(feature = "redis")]
     if let Some(redis) = redis_backend::limiter(args.policy, config, &args.backend)? {
         return Ok(redis);
@@ -652,7 +652,7 @@ mod tests {
     fn replay_str(policy: PolicyKind, detail: bool, trace: &[u8]) -> (String, Result<(), Stop>) {
         let limiter = build_with::<str, _>(
             policy,
-            Config::new(3, 1_000).unwrap(),
+            Config::per_ticks(3, 1_000).unwrap(),
             Engine::LockFree,
             ManualClock::new(0),
         )

@@ -255,7 +255,7 @@ mod tests {
         let cleaner = floodgate::redis::RedisLimiter::new(
             &url,
             PolicyKind::Gcra,
-            floodgate::Config::new(1, 1).unwrap(),
+            floodgate::Config::per_ticks(1, 1).unwrap(),
             floodgate::redis::RedisOptions::new(),
         )
         .unwrap();

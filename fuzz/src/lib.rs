@@ -166,7 +166,7 @@ impl Input {
     /// Builds a limiter for this input on `engine`; `None` when the
     /// configuration is refused.
     fn limiter(&self, engine: Engine) -> Option<Box<dyn RateLimiter<u64>>> {
-        let config = Config::new(self.limit, self.window).ok()?;
+        let config = Config::per_ticks(self.limit, self.window).ok()?;
         build_with(self.policy, config, engine, ManualClock::new(0)).ok()
     }
 }
@@ -208,7 +208,7 @@ pub fn within_horizon(since: u64, window: u64) -> bool {
 /// On any disagreement, with the input and the call that showed it.
 pub fn check_differential(data: &[u8]) {
     let input = Input::decode(data, false);
-    let Ok(config) = Config::new(input.limit, input.window) else {
+    let Ok(config) = Config::per_ticks(input.limit, input.window) else {
         return; // the inputs' ranges are checked before any engine is involved
     };
     let lock_free =

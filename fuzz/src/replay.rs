@@ -105,7 +105,7 @@ impl Options {
         if !(1..=MAX_WINDOW_MS).contains(&self.window_ms) {
             return None;
         }
-        let config = Config::new(self.limit, self.window_ms).ok()?;
+        let config = Config::per_ticks(self.limit, self.window_ms).ok()?;
         build_with(self.policy, config, self.engine, ManualClock::new(0)).ok()
     }
 }

@@ -28,7 +28,7 @@ fn one_tier(spec: TierSpec) -> Tiers<u64, fn(&u64) -> &'static str, ManualClock>
 /// met a fresh client. Either way exactly one admission at 150.
 fn sweep_races_check<P: Policy>() {
     loom::model(|| {
-        let policy = P::new(Config::new(1, 100).unwrap()).unwrap();
+        let policy = P::new(Config::per_ticks(1, 100).unwrap()).unwrap();
         let limiter = Arc::new(Limiter::<u64, P, _>::with_clock(
             policy,
             ManualClock::new(0),
@@ -64,7 +64,7 @@ fn sweep_races_check<P: Policy>() {
 /// client is spent until 190.
 fn sweep_races_an_older_check<P: Policy>() {
     loom::model(|| {
-        let policy = P::new(Config::new(1, 100).unwrap()).unwrap();
+        let policy = P::new(Config::per_ticks(1, 100).unwrap()).unwrap();
         let limiter = Arc::new(Limiter::<u64, P, _>::with_clock(
             policy,
             ManualClock::new(0),
@@ -92,7 +92,7 @@ fn sweep_races_an_older_check<P: Policy>() {
 /// racing check takes the last one and a third is rejected.
 fn sweep_never_removes_a_busy_client<P: Policy>() {
     loom::model(|| {
-        let policy = P::new(Config::new(2, 100).unwrap()).unwrap();
+        let policy = P::new(Config::per_ticks(2, 100).unwrap()).unwrap();
         let limiter = Arc::new(Limiter::<u64, P, _>::with_clock(
             policy,
             ManualClock::new(0),
@@ -114,7 +114,7 @@ fn sweep_never_removes_a_busy_client<P: Policy>() {
 /// two more are admitted at the frozen instant and nothing is left.
 fn racing_carry_over(policy: PolicyKind) {
     loom::model(move || {
-        let spec = move |limit| TierSpec::new(policy, Config::new(limit, 300).unwrap()).unwrap();
+        let spec = move |limit| TierSpec::new(policy, Config::per_ticks(limit, 300).unwrap()).unwrap();
         let tiers = Arc::new(one_tier(spec(2)));
         assert!(tiers.check_at(&KEY, 0).allowed);
         tiers.reload("free", spec(3)).unwrap();
@@ -136,7 +136,7 @@ fn racing_carry_over(policy: PolicyKind) {
 /// Whatever the order, what is left afterwards is `4 − everything admitted`.
 fn reload_races_checks(policy: PolicyKind) {
     loom::model(move || {
-        let spec = move |limit| TierSpec::new(policy, Config::new(limit, 400).unwrap()).unwrap();
+        let spec = move |limit| TierSpec::new(policy, Config::per_ticks(limit, 400).unwrap()).unwrap();
         let tiers = Arc::new(one_tier(spec(2)));
         assert!(tiers.check_at(&KEY, 0).allowed);
         let reloader = {

@@ -17,7 +17,7 @@ use Call::{Check, Clients, Remaining};
 /// order allows. The window is long enough for every time here to be in the
 /// first window or period.
 fn config() -> Config {
-    Config::new(1, 100).expect("a valid config")
+    Config::per_ticks(1, 100).expect("a valid config")
 }
 
 /// Two first calls at one instant: one state, one admission.

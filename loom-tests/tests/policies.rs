@@ -17,7 +17,7 @@ use Call::{Check, Remaining};
 /// period unless it is about time moving.
 fn config<P: Policy>() -> Config {
     let window = if P::KIND.drips() { 20 } else { 10 };
-    Config::new(2, window).expect("a valid config")
+    Config::per_ticks(2, window).expect("a valid config")
 }
 
 /// Checks at `now` until one is rejected: after it, nothing is left at `now`.

@@ -23,7 +23,7 @@ const KEY: u64 = 7;
 #[test]
 fn a_stale_call_never_meets_a_client_younger_than_its_sweep() {
     loom::model(|| {
-        let policy = SlidingWindow::new(Config::new(1, 100).unwrap()).unwrap();
+        let policy = SlidingWindow::new(Config::per_ticks(1, 100).unwrap()).unwrap();
         let limiter = Arc::new(Limiter::<u64, SlidingWindow, _>::with_clock(
             policy,
             ManualClock::new(0),
@@ -56,7 +56,7 @@ fn a_stale_call_never_meets_a_client_younger_than_its_sweep() {
 /// state iff the check came after the forget, and then it has spent one.
 fn forget_races_check<P: Policy>() {
     loom::model(|| {
-        let policy = P::new(Config::new(2, 100).unwrap()).unwrap();
+        let policy = P::new(Config::per_ticks(2, 100).unwrap()).unwrap();
         let limiter = Arc::new(Limiter::<u64, P, _>::with_clock(
             policy,
             ManualClock::new(0),
@@ -104,7 +104,7 @@ fn sliding_window_forget_races_check() {
 #[test]
 fn a_stale_carry_over_lands_in_the_latest_window() {
     loom::model(|| {
-        let spec = |limit| TierSpec::new(PolicyKind::FixedWindow, Config::new(limit, 100).unwrap());
+        let spec = |limit| TierSpec::new(PolicyKind::FixedWindow, Config::per_ticks(limit, 100).unwrap());
         let tiers = Arc::new(Tiers::with_clock(
             "free",
             spec(2).unwrap(),

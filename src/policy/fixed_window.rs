@@ -137,7 +137,7 @@ mod tests {
 
     #[test]
     fn windows_start_at_the_origin() {
-        let policy = FixedWindow::new(Config::new(2, 100).unwrap()).unwrap();
+        let policy = FixedWindow::new(Config::per_ticks(2, 100).unwrap()).unwrap();
         let state = policy.new_state();
         assert_eq!(policy.check(&state, 0), Ok(Decision::admit(1)));
         assert_eq!(policy.check(&state, 99), Ok(Decision::admit(0)));
@@ -151,7 +151,7 @@ mod tests {
 
     #[test]
     fn idle_once_the_window_with_admissions_is_over() {
-        let policy = FixedWindow::new(Config::new(2, 100).unwrap()).unwrap();
+        let policy = FixedWindow::new(Config::per_ticks(2, 100).unwrap()).unwrap();
         let state = policy.new_state();
         assert!(policy.retire_if_idle(&policy.new_state(), 0), "never used");
         policy.check(&state, 150).unwrap();
@@ -162,7 +162,7 @@ mod tests {
 
     #[test]
     fn spent_is_carried_in_the_same_window() {
-        let policy = FixedWindow::new(Config::new(100, 1_000).unwrap()).unwrap();
+        let policy = FixedWindow::new(Config::per_ticks(100, 1_000).unwrap()).unwrap();
         let state = policy.new_state();
         for _ in 0..80 {
             policy.check(&state, 1_500).unwrap();
@@ -186,7 +186,7 @@ mod tests {
                 at: 1_000
             }
         );
-        let wider = FixedWindow::new(Config::new(200, 1_000).unwrap()).unwrap();
+        let wider = FixedWindow::new(Config::per_ticks(200, 1_000).unwrap()).unwrap();
         let carried = wider.spent_state(80, 1_600);
         assert_eq!(wider.remaining(&carried, 1_999), Ok(120));
         assert_eq!(wider.remaining(&carried, 2_000), Ok(200));

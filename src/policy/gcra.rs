@@ -218,7 +218,7 @@ mod tests {
     use super::*;
 
     fn gcra(limit: u64, window: u64) -> Gcra {
-        Gcra::new(Config::new(limit, window).unwrap()).unwrap()
+        Gcra::new(Config::per_ticks(limit, window).unwrap()).unwrap()
     }
 
     #[test]

@@ -75,7 +75,7 @@ mod tests {
 
     #[test]
     fn a_burst_is_spread_out() {
-        let policy = LeakyBucket::new(Config::new(3, 300).unwrap()).unwrap();
+        let policy = LeakyBucket::new(Config::per_ticks(3, 300).unwrap()).unwrap();
         let state = policy.new_state();
         let delays: Vec<_> = (0..3)
             .map(|_| policy.check(&state, 0).unwrap().delay)

@@ -390,7 +390,7 @@ mod tests {
     use super::*;
 
     fn policy(limit: u64, window: u64) -> SlidingWindow {
-        SlidingWindow::new(Config::new(limit, window).unwrap()).unwrap()
+        SlidingWindow::new(Config::per_ticks(limit, window).unwrap()).unwrap()
     }
 
     #[test]

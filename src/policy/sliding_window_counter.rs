@@ -232,7 +232,7 @@ mod tests {
     use super::*;
 
     fn policy(limit: u64, window: u64) -> SlidingWindowCounter {
-        SlidingWindowCounter::new(Config::new(limit, window).unwrap()).unwrap()
+        SlidingWindowCounter::new(Config::per_ticks(limit, window).unwrap()).unwrap()
     }
 
     #[test]

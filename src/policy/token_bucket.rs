@@ -146,7 +146,7 @@ mod tests {
 
     #[test]
     fn the_spec_session() {
-        let policy = TokenBucket::new(Config::new(2, 1_000).unwrap()).unwrap();
+        let policy = TokenBucket::new(Config::per_ticks(2, 1_000).unwrap()).unwrap();
         let state = policy.new_state();
         assert_eq!(policy.check(&state, 0), Ok(Decision::admit(1)));
         assert_eq!(policy.check(&state, 10), Ok(Decision::admit(0)));
@@ -158,7 +158,7 @@ mod tests {
 
     #[test]
     fn a_drip_into_a_full_bucket_is_wasted() {
-        let policy = TokenBucket::new(Config::new(2, 10).unwrap()).unwrap(); // I = 5
+        let policy = TokenBucket::new(Config::per_ticks(2, 10).unwrap()).unwrap(); // I = 5
         let state = policy.new_state();
         assert_eq!(policy.remaining(&state, 1_000), Ok(2));
         assert!(policy.check(&state, 1_000).unwrap().allowed);
@@ -168,7 +168,7 @@ mod tests {
 
     #[test]
     fn idle_exactly_when_full_again() {
-        let policy = TokenBucket::new(Config::new(2, 10).unwrap()).unwrap(); // I = 5
+        let policy = TokenBucket::new(Config::per_ticks(2, 10).unwrap()).unwrap(); // I = 5
         let state = policy.new_state();
         policy.check(&state, 7).unwrap(); // B = 2, d = 1: one token
         assert!(!policy.retire_if_idle(&state, 9));
@@ -178,13 +178,13 @@ mod tests {
 
     #[test]
     fn spent_is_carried() {
-        let policy = TokenBucket::new(Config::new(100, 1_000).unwrap()).unwrap();
+        let policy = TokenBucket::new(Config::per_ticks(100, 1_000).unwrap()).unwrap();
         let state = policy.new_state();
         for _ in 0..80 {
             policy.check(&state, 3).unwrap();
         }
         assert_eq!(policy.retire_spent(&state, 3), Spent { count: 80, at: 3 });
-        let wider = TokenBucket::new(Config::new(200, 1_000).unwrap()).unwrap();
+        let wider = TokenBucket::new(Config::per_ticks(200, 1_000).unwrap()).unwrap();
         assert_eq!(wider.remaining(&wider.spent_state(80, 3), 3), Ok(120));
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use ::redis::{Client, FromRedisValue};
 
-use super::script::{decision, Op, Reply};
+use super::script::{Op, Reply};
 use super::{Core, RedisConfigError, RedisError, RedisOptions, TimeSource};
 use crate::{Config, Decision, PolicyKind};
 
@@ -33,7 +33,7 @@ use crate::{Config, Decision, PolicyKind};
 /// let limiter = AsyncRedisLimiter::new(
 ///     "redis://127.0.0.1:6379",
 ///     PolicyKind::TokenBucket,
-///     Config::new(10, 1_000_000)?,
+///     Config::per_ticks(10, 1_000_000)?,
 ///     RedisOptions::new(),
 /// )
 /// .await?;
@@ -87,7 +87,7 @@ impl AsyncRedisLimiter {
     ///
     /// As [`RedisLimiter::try_check_at`](super::RedisLimiter::try_check_at).
     pub async fn try_check_at(&self, key: &str, now: u64) -> Result<Decision, RedisError> {
-        decision(self.call(key, Op::Check, Some(now)).await?)
+        self.core.decision(self.call(key, Op::Check, Some(now)).await?)
     }
 
     /// Decides one request of `key` now (by Redis's clock with
@@ -97,7 +97,7 @@ impl AsyncRedisLimiter {
     ///
     /// As [`try_check_at`](Self::try_check_at).
     pub async fn try_check(&self, key: &str) -> Result<Decision, RedisError> {
-        decision(self.call(key, Op::Check, self.core.implicit_now()).await?)
+        self.core.decision(self.call(key, Op::Check, self.core.implicit_now()).await?)
     }
 
     /// How many requests of `key` would be admitted one after another at
@@ -107,7 +107,7 @@ impl AsyncRedisLimiter {
     ///
     /// As [`try_check_at`](Self::try_check_at).
     pub async fn try_remaining_at(&self, key: &str, now: u64) -> Result<u64, RedisError> {
-        Ok(decision(self.call(key, Op::Remaining, Some(now)).await?)?.remaining)
+        Ok(self.core.decision(self.call(key, Op::Remaining, Some(now)).await?)?.remaining)
     }
 
     /// How many requests of `key` would be admitted now.
@@ -117,7 +117,7 @@ impl AsyncRedisLimiter {
     /// As [`try_check_at`](Self::try_check_at).
     pub async fn try_remaining(&self, key: &str) -> Result<u64, RedisError> {
         let now = self.core.implicit_now();
-        Ok(decision(self.call(key, Op::Remaining, now).await?)?.remaining)
+        Ok(self.core.decision(self.call(key, Op::Remaining, now).await?)?.remaining)
     }
 
     /// `key`'s `remaining` at `now` if it has state in Redis, `None` if it
@@ -131,7 +131,7 @@ impl AsyncRedisLimiter {
     pub async fn try_peek_at(&self, key: &str, now: u64) -> Result<Option<u64>, RedisError> {
         self.call::<Option<Reply>>(key, Op::Peek, Some(now))
             .await?
-            .map(|reply| Ok(decision(reply)?.remaining))
+            .map(|reply| Ok(self.core.decision(reply)?.remaining))
             .transpose()
     }
 
@@ -173,7 +173,7 @@ impl AsyncRedisLimiter {
     /// fails.
     pub async fn check(&self, key: &str) -> Decision {
         let now = self.core.implicit_now();
-        match self.call(key, Op::Check, now).await.and_then(decision) {
+        match self.call(key, Op::Check, now).await.and_then(|reply| self.core.decision(reply)) {
             Ok(decision) => decision,
             Err(_) => self.core.check_on_failure(key, now),
         }
@@ -192,7 +192,7 @@ impl AsyncRedisLimiter {
     /// answers when Redis fails.
     pub async fn remaining(&self, key: &str) -> u64 {
         let now = self.core.implicit_now();
-        match self.call(key, Op::Remaining, now).await.and_then(decision) {
+        match self.call(key, Op::Remaining, now).await.and_then(|reply| self.core.decision(reply)) {
             Ok(decision) => decision.remaining,
             Err(_) => self.core.remaining_on_failure(key, now),
         }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use ::redis::{Client, Connection, ConnectionLike, FromRedisValue, RedisResult};
 
-use super::script::{decision, Op, Reply};
+use super::script::{Op, Reply};
 use super::{prefix_pattern, Core, RedisConfigError, RedisError, RedisOptions, TimeSource};
 use crate::{Config, Decision, PolicyKind, RateLimiter};
 
@@ -37,7 +37,7 @@ use crate::{Config, Decision, PolicyKind, RateLimiter};
 /// let limiter = RedisLimiter::new(
 ///     "redis://127.0.0.1:6379",
 ///     PolicyKind::SlidingWindow,
-///     Config::new(3, 1_000)?,
+///     Config::per_ticks(3, 1_000)?,
 ///     RedisOptions::new()
 ///         .time(TimeSource::MILLIS)
 ///         .timeout(Duration::from_millis(50))
@@ -89,7 +89,7 @@ impl RedisLimiter {
     /// [`RedisError::Timeout`] and [`RedisError::Unavailable`] the request
     /// may have been counted.
     pub fn try_check_at(&self, key: &str, now: u64) -> Result<Decision, RedisError> {
-        self.call(key, Op::Check, Some(now)).and_then(decision)
+        self.call(key, Op::Check, Some(now)).and_then(|reply| self.core.decision(reply))
     }
 
     /// Decides one request of `key` now: by Redis's clock with
@@ -100,7 +100,7 @@ impl RedisLimiter {
     /// As [`try_check_at`](Self::try_check_at).
     pub fn try_check(&self, key: &str) -> Result<Decision, RedisError> {
         self.call(key, Op::Check, self.core.implicit_now())
-            .and_then(decision)
+            .and_then(|reply| self.core.decision(reply))
     }
 
     /// How many requests of `key` would be admitted one after another at
@@ -110,7 +110,7 @@ impl RedisLimiter {
     ///
     /// As [`try_check_at`](Self::try_check_at).
     pub fn try_remaining_at(&self, key: &str, now: u64) -> Result<u64, RedisError> {
-        Ok(decision(self.call(key, Op::Remaining, Some(now))?)?.remaining)
+        Ok(self.core.decision(self.call(key, Op::Remaining, Some(now))?)?.remaining)
     }
 
     /// How many requests of `key` would be admitted now.
@@ -119,7 +119,7 @@ impl RedisLimiter {
     ///
     /// As [`try_check_at`](Self::try_check_at).
     pub fn try_remaining(&self, key: &str) -> Result<u64, RedisError> {
-        Ok(decision(self.call(key, Op::Remaining, self.core.implicit_now())?)?.remaining)
+        Ok(self.core.decision(self.call(key, Op::Remaining, self.core.implicit_now())?)?.remaining)
     }
 
     /// [`RateLimiter::peek_at`]: `key`'s `remaining` at `now` if it has
@@ -133,7 +133,7 @@ impl RedisLimiter {
     /// As [`try_check_at`](Self::try_check_at).
     pub fn try_peek_at(&self, key: &str, now: u64) -> Result<Option<u64>, RedisError> {
         self.call::<Option<Reply>>(key, Op::Peek, Some(now))?
-            .map(|reply| Ok(decision(reply)?.remaining))
+            .map(|reply| Ok(self.core.decision(reply)?.remaining))
             .transpose()
     }
 
@@ -279,14 +279,14 @@ impl RateLimiter<str> for RedisLimiter {
     fn check(&self, key: &str) -> Decision {
         let now = self.core.implicit_now();
         self.call(key, Op::Check, now)
-            .and_then(decision)
+            .and_then(|reply| self.core.decision(reply))
             .unwrap_or_else(|_| self.core.check_on_failure(key, now))
     }
 
     fn remaining(&self, key: &str) -> u64 {
         let now = self.core.implicit_now();
         self.call(key, Op::Remaining, now)
-            .and_then(decision)
+            .and_then(|reply| self.core.decision(reply))
             .map(|decision| decision.remaining)
             .unwrap_or_else(|_| self.core.remaining_on_failure(key, now))
     }

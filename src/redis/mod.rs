@@ -13,7 +13,7 @@
 //!
 //! // 100 requests per second. The default clock is Redis's own, in
 //! // microseconds, so the window is in microseconds too.
-//! let config = Config::new(100, 1_000_000)?;
+//! let config = Config::per_ticks(100, 1_000_000)?;
 //! let limiter = RedisLimiter::new(
 //!     "redis://127.0.0.1:6379",
 //!     PolicyKind::Gcra,
@@ -140,7 +140,7 @@ pub use script::{MAX_COUNTER_PRODUCT, MAX_NOW, MAX_WINDOW};
 
 use crate::{
     build_bounded, Bounds, Clock, Config, ConfigError, Decision, Engine, Overflow, PolicyKind,
-    RateLimiter,
+    RateLimiter, Tick,
 };
 use script::Arguments;
 
@@ -486,6 +486,15 @@ impl Clock for UnixClock {
             .map_or(0, |since| since.as_nanos());
         u64::try_from(nanos / self.tick_ns).unwrap_or(u64::MAX)
     }
+
+    fn tick(&self) -> Tick {
+        // `Core::new` checked that the tick is a whole number of
+        // microseconds that fits a u64 of nanoseconds.
+        Tick::from_duration(Duration::from_nanos(
+            u64::try_from(self.tick_ns).unwrap_or(u64::MAX),
+        ))
+        .unwrap_or(Tick::NANOSECOND)
+    }
 }
 
 /// Everything the blocking and the async limiter share: the validated
@@ -515,7 +524,15 @@ impl Core {
         config: Config,
         options: &RedisOptions,
     ) -> Result<Self, RedisConfigError> {
-        let config = config.check_for(policy)?;
+        // A window given as a duration is turned into the clock's ticks:
+        // microseconds with the server's clock, the caller's tick otherwise.
+        let tick = match options.time {
+            TimeSource::Server => Tick::MICROSECOND,
+            TimeSource::Caller { tick } => {
+                Tick::from_duration(tick).ok_or(RedisConfigError::Tick(tick))?
+            }
+        };
+        let config = config.resolve(policy, tick)?;
         if config.window() > MAX_WINDOW {
             return Err(RedisConfigError::WindowTooLong {
                 window: config.window(),
@@ -632,19 +649,19 @@ impl Core {
             (OnFailure::Local, Some(local)) => {
                 local.check_at(key, now.unwrap_or_else(|| self.clock.now()))
             }
-            (OnFailure::FailOpen, _) => Decision {
-                allowed: true,
-                remaining: self.config.limit(),
-                retry_after: 0,
-                delay: 0,
-            },
-            _ => Decision {
-                allowed: false,
-                remaining: 0,
-                retry_after: self.timeout_ticks(),
-                delay: 0,
-            },
+            (OnFailure::FailOpen, _) => Decision::admit(self.config.limit()).in_ticks(self.tick()),
+            _ => Decision::reject(0, self.timeout_ticks()).in_ticks(self.tick()),
         }
+    }
+
+    /// The ticks every decision of this limiter is in.
+    fn tick(&self) -> Tick {
+        self.clock.tick()
+    }
+
+    /// A script's reply as a decision in this limiter's ticks.
+    fn decision(&self, reply: script::Reply) -> Result<Decision, RedisError> {
+        script::decision(reply).map(|decision| decision.in_ticks(self.tick()))
     }
 
     /// The fault rule's answer to `remaining`.
@@ -708,7 +725,7 @@ mod tests {
         window: u64,
         options: &RedisOptions,
     ) -> Result<Core, RedisConfigError> {
-        Core::new(policy, Config::new(limit, window)?, options)
+        Core::new(policy, Config::per_ticks(limit, window)?, options)
     }
 
     #[test]

@@ -161,5 +161,7 @@ pub(super) fn decision(
         remaining: field(remaining)?,
         retry_after: field(retry_after)?,
         delay: field(delay)?,
+        // Made the limiter's own by `Core::decision`.
+        tick: crate::Tick::NANOSECOND,
     })
 }

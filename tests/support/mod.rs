@@ -28,7 +28,7 @@ where
     Q::Owned: Hash + Eq + Clone + Send + Sync + 'static,
 {
     let config =
-        Config::new(limit, window).unwrap_or_else(|e| panic!("{policy} L={limit} W={window}: {e}"));
+        Config::per_ticks(limit, window).unwrap_or_else(|e| panic!("{policy} L={limit} W={window}: {e}"));
     build_with(policy, config, engine, ManualClock::new(0))
         .unwrap_or_else(|e| panic!("{policy} L={limit} W={window}: {e}"))
 }
@@ -56,6 +56,7 @@ pub const fn admitted(remaining: u64) -> Decision {
         remaining,
         retry_after: 0,
         delay: 0,
+        tick: floodgate::Tick::NANOSECOND,
     }
 }
 
@@ -66,6 +67,7 @@ pub const fn delayed(remaining: u64, delay: u64) -> Decision {
         remaining,
         retry_after: 0,
         delay,
+        tick: floodgate::Tick::NANOSECOND,
     }
 }
 
@@ -76,6 +78,7 @@ pub const fn rejected(retry_after: u64) -> Decision {
         remaining: 0,
         retry_after,
         delay: 0,
+        tick: floodgate::Tick::NANOSECOND,
     }
 }
 
