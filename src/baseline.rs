@@ -1302,9 +1302,10 @@ mod tests {
             PolicyKind::SlidingWindowCounter,
             1,
             u64::MAX,
-            Bounds::new().max_clients(0),
+            Bounds::new().max_clients(1),
         );
-        assert_eq!(longest.check_at(&1, 0), Decision::reject(0, u64::MAX));
+        assert!(longest.check_at(&1, 0).allowed);
+        assert_eq!(longest.check_at(&2, 0), Decision::reject(0, u64::MAX));
     }
 
     #[test]

@@ -321,3 +321,38 @@ impl SweepSchedule {
             .map(|_| SweepTurn { schedule: self })
     }
 }
+
+#[cfg(all(test, not(floodgate_loom)))]
+mod tests {
+    use super::*;
+    use crate::{build_bounded, Config, Engine, ManualClock, PolicyKind};
+
+    #[test]
+    fn bounds_that_refuse_everyone_are_refused_by_every_engine() {
+        let config = Config::per_ticks(10, 1_000).unwrap();
+        for engine in [Engine::LockFree, Engine::Mutex] {
+            let build = |bounds| {
+                build_bounded::<u64, _>(
+                    PolicyKind::Gcra,
+                    config,
+                    engine,
+                    ManualClock::new(0),
+                    bounds,
+                )
+                .map(drop)
+            };
+            assert_eq!(
+                build(Bounds::new().max_clients(0)),
+                Err(ConfigError::RefusesEveryone),
+                "{engine}"
+            );
+            for rule in [Overflow::Admit, Overflow::Shared] {
+                assert_eq!(
+                    build(Bounds::new().max_clients(0).on_overflow(rule)),
+                    Ok(())
+                );
+            }
+            assert_eq!(build(Bounds::new().max_clients(1)), Ok(()));
+        }
+    }
+}

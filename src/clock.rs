@@ -44,7 +44,9 @@ impl Tick {
         if nanos == 0 || nanos > u64::MAX as u128 {
             return None;
         }
-        Some(Tick { nanos: nanos as u64 })
+        Some(Tick {
+            nanos: nanos as u64,
+        })
     }
 
     /// The tick's length.

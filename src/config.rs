@@ -377,7 +377,8 @@ impl Config {
             let window = u128::from(self.window);
             if (window - covered) * 1_000 > window {
                 let nearest_nanos = span.as_nanos() * covered / window;
-                let nearest = Duration::from_nanos(u64::try_from(nearest_nanos).unwrap_or(u64::MAX));
+                let nearest =
+                    Duration::from_nanos(u64::try_from(nearest_nanos).unwrap_or(u64::MAX));
                 let tick_nanos = (span.as_nanos() / window).max(1);
                 let tick = Tick::from_duration(Duration::from_nanos(
                     u64::try_from(tick_nanos).unwrap_or(u64::MAX),

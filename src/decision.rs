@@ -128,7 +128,9 @@ mod tests {
             Duration::from_micros(1_500)
         );
         assert_eq!(
-            refused(u64::MAX, Tick::SECOND).retry_after_duration().as_secs(),
+            refused(u64::MAX, Tick::SECOND)
+                .retry_after_duration()
+                .as_secs(),
             u64::MAX
         );
         assert_eq!(refused(u64::MAX, Tick::SECOND).retry_after_secs(), u64::MAX);

@@ -9,8 +9,8 @@ use crate::policy::{
     FixedWindow, Gcra, LeakyBucket, SlidingWindow, SlidingWindowCounter, TokenBucket,
 };
 use crate::{
-    Bounds, Clock, Config, ConfigError, Limiter, MutexLimiter, PolicyKind, QuantaClock, RateLimiter,
-    Rule,
+    Bounds, Clock, Config, ConfigError, Limiter, MutexLimiter, PolicyKind, QuantaClock,
+    RateLimiter, Rule,
 };
 
 /// A limiter, step by step: the rule (a policy, a limit and a window as a
@@ -107,7 +107,13 @@ impl<C: Clock + 'static> Builder<C> {
         Q: ?Sized + Hash + Eq + ToOwned + 'static,
         Q::Owned: Hash + Eq + Clone + Send + Sync + 'static,
     {
-        build_bounded(self.policy, self.config?, self.engine, self.clock, self.bounds)
+        build_bounded(
+            self.policy,
+            self.config?,
+            self.engine,
+            self.clock,
+            self.bounds,
+        )
     }
 }
 

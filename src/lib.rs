@@ -63,6 +63,7 @@
 //! [`RateLimiter::forget`]. The policies on 128-bit words are lock-free where
 //! the machine has a 16-byte compare-and-swap ([`wide_cas_is_lock_free`]).
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod baseline;
 pub mod bounds;
@@ -72,13 +73,17 @@ mod config;
 mod decision;
 mod factory;
 mod limiter;
-mod rule;
 pub mod policy;
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
+mod rule;
 mod store;
 mod sync;
 pub mod tiers;
+#[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+pub mod wait;
 
 pub use baseline::MutexLimiter;
 pub use bounds::{Bounds, Overflow, UnknownOverflow};

@@ -8,7 +8,9 @@ use std::hash::Hash;
 use crate::policy::{Policy, Retired};
 use crate::store::{Arrival, Client, KeyedStore};
 use crate::sync::OnceLock;
-use crate::{Bounds, Clock, Config, ConfigError, Decision, Overflow, PolicyKind, QuantaClock, Tick};
+use crate::{
+    Bounds, Clock, Config, ConfigError, Decision, Overflow, PolicyKind, QuantaClock, Tick,
+};
 
 /// A per-client rate limiter: one decision per request.
 ///

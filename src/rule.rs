@@ -169,7 +169,10 @@ impl FromStr for Rule {
             .ok_or_else(|| fail(limit_at, RuleProblem::Limit(limit.to_owned())))?;
         let window_at = text.len() - window.len();
         let window = window.trim();
-        let digits = window.len() - window.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        let digits = window.len()
+            - window
+                .trim_start_matches(|c: char| c.is_ascii_digit())
+                .len();
         let (count, unit) = window.split_at(digits);
         let count = if count.is_empty() {
             1
@@ -246,6 +249,7 @@ pub(crate) fn write_duration(f: &mut fmt::Formatter<'_>, span: Duration) -> fmt:
 }
 
 #[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 impl serde::Serialize for Rule {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.collect_str(self)
@@ -253,6 +257,7 @@ impl serde::Serialize for Rule {
 }
 
 #[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 impl<'de> serde::Deserialize<'de> for Rule {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
@@ -277,7 +282,10 @@ mod tests {
             let rule: Rule = text.parse().unwrap_or_else(|e| panic!("{e}"));
             assert_eq!(rule.to_string(), text);
         }
-        assert_eq!("gcra:100/s".parse::<Rule>().unwrap().to_string(), "gcra:100/1s");
+        assert_eq!(
+            "gcra:100/s".parse::<Rule>().unwrap().to_string(),
+            "gcra:100/1s"
+        );
         assert_eq!(
             " gcra : 100 / 60 s ".parse::<Rule>().unwrap().to_string(),
             "gcra:100/1m"
@@ -293,19 +301,40 @@ mod tests {
         assert_eq!(problem("gcra100/1s"), (0, RuleProblem::MissingColon));
         assert_eq!(problem("gcra:100"), (5, RuleProblem::MissingSlash));
         assert!(matches!(problem("gcr:1/1s"), (0, RuleProblem::Policy(_))));
-        assert_eq!(
-            problem("gcra:-1/1s"),
-            (5, RuleProblem::Limit("-1".into()))
-        );
+        assert_eq!(problem("gcra:-1/1s"), (5, RuleProblem::Limit("-1".into())));
         assert_eq!(problem("gcra:1/1x"), (8, RuleProblem::Unit("x".into())));
         assert_eq!(
             problem("gcra:0/1s"),
-            (5, RuleProblem::Config(ConfigError::LimitOutOfRange { limit: 0 }))
+            (
+                5,
+                RuleProblem::Config(ConfigError::LimitOutOfRange { limit: 0 })
+            )
         );
         // 3 per 2 ns cannot drip one per whole nanosecond within 0.1 %.
         assert!(matches!(
             problem("gcra:3/4ns"),
-            (5, RuleProblem::Config(ConfigError::RateDoesNotFitTick { .. }))
+            (
+                5,
+                RuleProblem::Config(ConfigError::RateDoesNotFitTick { .. })
+            )
         ));
+    }
+}
+
+#[cfg(all(test, feature = "serde"))]
+mod serde_tests {
+    use super::*;
+
+    #[test]
+    fn a_rule_is_its_text_in_a_config_file() {
+        let rules: Vec<Rule> =
+            serde_json::from_str(r#"["gcra:100/1s", "sliding-window:1000/1h"]"#).unwrap();
+        assert_eq!(rules[1].policy(), PolicyKind::SlidingWindow);
+        assert_eq!(
+            serde_json::to_string(&rules).unwrap(),
+            r#"["gcra:100/1s","sliding-window:1000/1h"]"#
+        );
+        let error = serde_json::from_str::<Rule>(r#""gcra:100""#).unwrap_err();
+        assert!(error.to_string().contains("no `/`"), "{error}");
     }
 }

@@ -29,8 +29,8 @@ fn bounded(
     engine: Engine,
     bounds: Bounds,
 ) -> Box<dyn RateLimiter<u64>> {
-    let config =
-        Config::per_ticks(limit, window).unwrap_or_else(|e| panic!("{policy} L={limit} W={window}: {e}"));
+    let config = Config::per_ticks(limit, window)
+        .unwrap_or_else(|e| panic!("{policy} L={limit} W={window}: {e}"));
     build_bounded(policy, config, engine, ManualClock::new(0), bounds)
         .unwrap_or_else(|e| panic!("{policy} L={limit} W={window}: {e}"))
 }

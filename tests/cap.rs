@@ -69,10 +69,12 @@ fn ten_million_one_shot_clients_never_pass_the_cap() {
             .evict_idle()
             .max_clients(CAP)
             .on_overflow(rule);
-        let limiter: Limiter<u64, Gcra, _> = Limiter::with_bounds(policy(), clock.clone(), bounds).unwrap();
+        let limiter: Limiter<u64, Gcra, _> =
+            Limiter::with_bounds(policy(), clock.clone(), bounds).unwrap();
         // The regulars' answers, from a limiter that tracks only them and
         // forgets nothing.
-        let reference: Limiter<u64, Gcra, _> = Limiter::with_clock(policy(), clock.clone()).unwrap();
+        let reference: Limiter<u64, Gcra, _> =
+            Limiter::with_clock(policy(), clock.clone()).unwrap();
         // The shared overflow state, replayed on its own: every flood client
         // that found no room, in order, as one client.
         let shared: Limiter<u64, Gcra, _> = Limiter::with_clock(policy(), clock.clone()).unwrap();

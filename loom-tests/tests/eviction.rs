@@ -114,7 +114,8 @@ fn sweep_never_removes_a_busy_client<P: Policy>() {
 /// two more are admitted at the frozen instant and nothing is left.
 fn racing_carry_over(policy: PolicyKind) {
     loom::model(move || {
-        let spec = move |limit| TierSpec::new(policy, Config::per_ticks(limit, 300).unwrap()).unwrap();
+        let spec =
+            move |limit| TierSpec::new(policy, Config::per_ticks(limit, 300).unwrap()).unwrap();
         let tiers = Arc::new(one_tier(spec(2)));
         assert!(tiers.check_at(&KEY, 0).allowed);
         tiers.reload("free", spec(3)).unwrap();
@@ -136,7 +137,8 @@ fn racing_carry_over(policy: PolicyKind) {
 /// Whatever the order, what is left afterwards is `4 − everything admitted`.
 fn reload_races_checks(policy: PolicyKind) {
     loom::model(move || {
-        let spec = move |limit| TierSpec::new(policy, Config::per_ticks(limit, 400).unwrap()).unwrap();
+        let spec =
+            move |limit| TierSpec::new(policy, Config::per_ticks(limit, 400).unwrap()).unwrap();
         let tiers = Arc::new(one_tier(spec(2)));
         assert!(tiers.check_at(&KEY, 0).allowed);
         let reloader = {

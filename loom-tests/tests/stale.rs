@@ -104,7 +104,12 @@ fn sliding_window_forget_races_check() {
 #[test]
 fn a_stale_carry_over_lands_in_the_latest_window() {
     loom::model(|| {
-        let spec = |limit| TierSpec::new(PolicyKind::FixedWindow, Config::per_ticks(limit, 100).unwrap());
+        let spec = |limit| {
+            TierSpec::new(
+                PolicyKind::FixedWindow,
+                Config::per_ticks(limit, 100).unwrap(),
+            )
+        };
         let tiers = Arc::new(Tiers::with_clock(
             "free",
             spec(2).unwrap(),

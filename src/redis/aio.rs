@@ -87,7 +87,8 @@ impl AsyncRedisLimiter {
     ///
     /// As [`RedisLimiter::try_check_at`](super::RedisLimiter::try_check_at).
     pub async fn try_check_at(&self, key: &str, now: u64) -> Result<Decision, RedisError> {
-        self.core.decision(self.call(key, Op::Check, Some(now)).await?)
+        self.core
+            .decision(self.call(key, Op::Check, Some(now)).await?)
     }
 
     /// Decides one request of `key` now (by Redis's clock with
@@ -97,7 +98,8 @@ impl AsyncRedisLimiter {
     ///
     /// As [`try_check_at`](Self::try_check_at).
     pub async fn try_check(&self, key: &str) -> Result<Decision, RedisError> {
-        self.core.decision(self.call(key, Op::Check, self.core.implicit_now()).await?)
+        self.core
+            .decision(self.call(key, Op::Check, self.core.implicit_now()).await?)
     }
 
     /// How many requests of `key` would be admitted one after another at
@@ -107,7 +109,10 @@ impl AsyncRedisLimiter {
     ///
     /// As [`try_check_at`](Self::try_check_at).
     pub async fn try_remaining_at(&self, key: &str, now: u64) -> Result<u64, RedisError> {
-        Ok(self.core.decision(self.call(key, Op::Remaining, Some(now)).await?)?.remaining)
+        Ok(self
+            .core
+            .decision(self.call(key, Op::Remaining, Some(now)).await?)?
+            .remaining)
     }
 
     /// How many requests of `key` would be admitted now.
@@ -117,7 +122,10 @@ impl AsyncRedisLimiter {
     /// As [`try_check_at`](Self::try_check_at).
     pub async fn try_remaining(&self, key: &str) -> Result<u64, RedisError> {
         let now = self.core.implicit_now();
-        Ok(self.core.decision(self.call(key, Op::Remaining, now).await?)?.remaining)
+        Ok(self
+            .core
+            .decision(self.call(key, Op::Remaining, now).await?)?
+            .remaining)
     }
 
     /// `key`'s `remaining` at `now` if it has state in Redis, `None` if it
@@ -173,7 +181,11 @@ impl AsyncRedisLimiter {
     /// fails.
     pub async fn check(&self, key: &str) -> Decision {
         let now = self.core.implicit_now();
-        match self.call(key, Op::Check, now).await.and_then(|reply| self.core.decision(reply)) {
+        match self
+            .call(key, Op::Check, now)
+            .await
+            .and_then(|reply| self.core.decision(reply))
+        {
             Ok(decision) => decision,
             Err(_) => self.core.check_on_failure(key, now),
         }
@@ -192,7 +204,11 @@ impl AsyncRedisLimiter {
     /// answers when Redis fails.
     pub async fn remaining(&self, key: &str) -> u64 {
         let now = self.core.implicit_now();
-        match self.call(key, Op::Remaining, now).await.and_then(|reply| self.core.decision(reply)) {
+        match self
+            .call(key, Op::Remaining, now)
+            .await
+            .and_then(|reply| self.core.decision(reply))
+        {
             Ok(decision) => decision.remaining,
             Err(_) => self.core.remaining_on_failure(key, now),
         }

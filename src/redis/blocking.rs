@@ -89,7 +89,8 @@ impl RedisLimiter {
     /// [`RedisError::Timeout`] and [`RedisError::Unavailable`] the request
     /// may have been counted.
     pub fn try_check_at(&self, key: &str, now: u64) -> Result<Decision, RedisError> {
-        self.call(key, Op::Check, Some(now)).and_then(|reply| self.core.decision(reply))
+        self.call(key, Op::Check, Some(now))
+            .and_then(|reply| self.core.decision(reply))
     }
 
     /// Decides one request of `key` now: by Redis's clock with
@@ -110,7 +111,10 @@ impl RedisLimiter {
     ///
     /// As [`try_check_at`](Self::try_check_at).
     pub fn try_remaining_at(&self, key: &str, now: u64) -> Result<u64, RedisError> {
-        Ok(self.core.decision(self.call(key, Op::Remaining, Some(now))?)?.remaining)
+        Ok(self
+            .core
+            .decision(self.call(key, Op::Remaining, Some(now))?)?
+            .remaining)
     }
 
     /// How many requests of `key` would be admitted now.
@@ -119,7 +123,10 @@ impl RedisLimiter {
     ///
     /// As [`try_check_at`](Self::try_check_at).
     pub fn try_remaining(&self, key: &str) -> Result<u64, RedisError> {
-        Ok(self.core.decision(self.call(key, Op::Remaining, self.core.implicit_now())?)?.remaining)
+        Ok(self
+            .core
+            .decision(self.call(key, Op::Remaining, self.core.implicit_now())?)?
+            .remaining)
     }
 
     /// [`RateLimiter::peek_at`]: `key`'s `remaining` at `now` if it has

@@ -27,8 +27,8 @@ where
     Q: ?Sized + Hash + Eq + ToOwned + 'static,
     Q::Owned: Hash + Eq + Clone + Send + Sync + 'static,
 {
-    let config =
-        Config::per_ticks(limit, window).unwrap_or_else(|e| panic!("{policy} L={limit} W={window}: {e}"));
+    let config = Config::per_ticks(limit, window)
+        .unwrap_or_else(|e| panic!("{policy} L={limit} W={window}: {e}"));
     build_with(policy, config, engine, ManualClock::new(0))
         .unwrap_or_else(|e| panic!("{policy} L={limit} W={window}: {e}"))
 }
