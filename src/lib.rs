@@ -1,21 +1,50 @@
 //! Lock-free per-client rate limiting: six exact policies behind one trait.
 //!
 //! ```
-//! use floodgate::{build, Config, PolicyKind, RateLimiter};
+//! use floodgate::{Bounds, Builder, PolicyKind, RateLimiter, Rule};
+//! use std::net::IpAddr;
 //! use std::time::Duration;
 //!
-//! // Chosen by configuration: any of the six names.
-//! let policy: PolicyKind = "sliding-window".parse()?;
-//! let limiter = build::<str>(policy, Config::per(100, Duration::from_secs(1))?)?;
+//! // 100 requests per second per client IP, forgetting idle clients and
+//! // tracking at most 100,000 of them.
+//! let limiter = Builder::new(PolicyKind::SlidingWindow, 100, Duration::from_secs(1))
+//!     .bounds(Bounds::new().evict_idle().max_clients(100_000))
+//!     .build::<IpAddr>()?;
 //!
-//! let decision = limiter.check("client-42");
+//! let decision = limiter.check(&"198.51.100.4".parse()?);
 //! if decision.allowed {
 //!     // serve the request; `decision.remaining` more fit in this window
 //! } else {
-//!     // answer 429 with `Retry-After: decision.retry_after` (nanoseconds)
+//!     // answer 429 with `Retry-After: {decision.retry_after_secs()}`: whole
+//!     // seconds, rounded up, never 0
 //! }
+//!
+//! // The same rule, from a configuration file or an environment variable:
+//! let rule: Rule = "sliding-window:100/1s".parse()?;
+//! let from_config = Builder::from_rule(rule).build::<str>()?;
+//! # let _ = from_config;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! # Durations
+//!
+//! Give rates as durations ([`Config::per`], [`Builder::new`], the text
+//! `"gcra:100/1s"`): each limiter turns them into its clock's ticks
+//! (nanoseconds in memory, microseconds with Redis `TIME`, whatever a
+//! [`ManualClock`] is made with), so the same rule is the same rate
+//! everywhere. A [`Decision`] carries its clock's [`Tick`] and converts
+//! itself: [`Decision::retry_after_duration`], [`Decision::delay_duration`],
+//! [`Decision::retry_after_secs`]. [`Config::per_ticks`] takes a raw count
+//! of ticks, for exact work where the unit is yours.
+//!
+//! # In an HTTP service
+//!
+//! Build one limiter at start-up, share it (an `Arc`, or a `static`) with
+//! every handler, key it by what identifies a client (its IP address, an API
+//! key), and answer a rejection with `429 Too Many Requests` and
+//! `Retry-After: retry_after_secs()`. With the cargo feature `tokio`,
+//! `floodgate::wait` waits for an admission instead of refusing, and sleeps
+//! the leaky bucket's delay.
 //!
 //! # Policies
 //!

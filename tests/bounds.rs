@@ -52,7 +52,8 @@ fn config(policy: PolicyKind) -> impl Strategy<Value = (u64, u64)> {
 
 /// Every combination that matters: eviction on or off; no cap (more often,
 /// so that the amortised sweep runs on its own), a cap of 0 (every client
-/// overflows), 1, 3 or 10; each overflow rule.
+/// overflows), 1, 3 or 10; each overflow rule — but a cap of 0 that rejects,
+/// which refuses everyone and is refused when the limiter is built.
 fn bounds() -> impl Strategy<Value = Bounds> {
     (
         any::<bool>(),
@@ -63,6 +64,10 @@ fn bounds() -> impl Strategy<Value = Bounds> {
         select(vec![Overflow::Reject, Overflow::Admit, Overflow::Shared]),
     )
         .prop_map(|(evict, cap, overflow)| {
+            let overflow = match (cap, overflow) {
+                (Some(0), Overflow::Reject) => Overflow::Shared,
+                _ => overflow,
+            };
             let bounds = Bounds::new().on_overflow(overflow);
             let bounds = if evict { bounds.evict_idle() } else { bounds };
             match cap {
