@@ -39,6 +39,15 @@ const MAX_NOW: u64 = 2_000_000_000_000;
 /// use the same status).
 const USAGE: u8 = 2;
 
+/// The longest line a trace may hold, in bytes before its `\n` (a trailing
+/// `\r` included). A line is two words and a number: this leaves a client
+/// name of over 8,000 bytes, as long as the request lines and header fields
+/// HTTP servers accept (Apache's `LimitRequestLine` is 8190), so any key
+/// taken from a request fits, and it keeps the one line held in memory
+/// smaller than the input buffer. A longer line is malformed as soon as its
+/// first `MAX_LINE + 1` bytes are read; the rest is never read.
+const MAX_LINE: usize = 8 * 1024;
+
 /// Input and output buffer size. Large enough that a piped trace is read and
 /// answered in few system calls; the flush rule keeps it interactive.
 const BUFFER: usize = 64 * 1024;
@@ -53,9 +62,10 @@ The trace on standard input has one call per line:
 NOW is in milliseconds (ASCII digits, at most 2000000000000) and must not
 decrease for a client. With --evict-idle or --max-clients this is checked
 for the clients the limiter tracks: one it forgot, or never tracked, is new
-at its next call, whatever its NOW. Fields are separated by spaces or tabs; blank lines
-and lines starting with # are skipped. A malformed line stops the replay
-with its line number on standard error and exit status 2.
+at its next call, whatever its NOW. Fields are separated by spaces or tabs;
+blank lines and lines starting with # are skipped. A line holds at most 8192
+bytes before its newline. A malformed line (a longer one included) stops the
+replay with its line number on standard error and exit status 2.
 
 Example: printf 'allow rahul 0\\nremaining rahul 999\\n' |
   floodgate replay --policy sliding-window --limit 3 --window-ms 1000";
@@ -267,6 +277,8 @@ enum Line<'a> {
 /// Why a line is malformed. The messages say what the line should have been.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum LineError {
+    /// The line has more than [`MAX_LINE`] bytes before its `\n`.
+    TooLong,
     /// The line is not UTF-8; `valid_up_to` bytes of it are.
     NotUtf8 { valid_up_to: usize },
     /// A line that is neither blank nor a comment must have three fields.
@@ -289,6 +301,11 @@ enum LineError {
 impl fmt::Display for LineError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            LineError::TooLong => write!(
+                f,
+                "longer than {MAX_LINE} bytes: a line is one call (allow|remaining CLIENT NOW) \
+                 of at most {MAX_LINE} bytes before its newline"
+            ),
             LineError::NotUtf8 { valid_up_to } => write!(
                 f,
                 "not valid UTF-8 (the byte after the first {valid_up_to} is not)"
@@ -396,12 +413,20 @@ fn replay<R: Read, W: Write>(
     let mut number = 0u64;
     loop {
         bytes.clear();
-        if input.read_until(b'\n', &mut bytes).map_err(Stop::Read)? == 0 {
+        // One byte past the bound tells a line that is too long from one
+        // that ends exactly at it, without reading any further.
+        let mut bounded = (&mut input).take(MAX_LINE as u64 + 1);
+        if bounded.read_until(b'\n', &mut bytes).map_err(Stop::Read)? == 0 {
             break;
         }
         number += 1;
-        let line = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
-        let call = match parse_line(line).and_then(|line| latest.check(limiter, line)) {
+        let parsed = match bytes.strip_suffix(b"\n") {
+            Some(line) => parse_line(line),
+            None if bytes.len() > MAX_LINE => Err(LineError::TooLong),
+            // The last line, ended by the end of the input.
+            None => parse_line(&bytes),
+        };
+        let call = match parsed.and_then(|line| latest.check(limiter, line)) {
             Ok(Line::Call(call)) => call,
             Ok(Line::Blank | Line::Comment) => continue,
             Err(error) => {
@@ -757,6 +782,7 @@ mod tests {
     fn the_texts_state_the_bounds_the_code_applies() {
         assert!(WINDOW_RANGE.ends_with(&format!(" between 1 and {MAX_WINDOW_MS}")));
         assert!(TRACE_HELP.contains(&format!("at most {MAX_NOW})")));
+        assert!(TRACE_HELP.contains(&format!("at most {MAX_LINE}\nbytes before its newline")));
     }
 
     #[test]
@@ -809,5 +835,32 @@ mod tests {
             "{\"allowed\":true,\"remaining\":2,\"retry_after\":0,\"delay\":0}\n\
              {\"allowed\":true,\"remaining\":1,\"retry_after\":0,\"delay\":333}\n"
         );
+    }
+
+    #[test]
+    fn a_line_past_the_bound_is_malformed_and_one_at_it_is_not() {
+        // A comment of exactly MAX_LINE bytes, with and without `\r\n`...
+        let at_bound = format!("#{}", "x".repeat(MAX_LINE - 1));
+        let crlf = format!("#{}\r", "x".repeat(MAX_LINE - 2));
+        let trace = format!("allow a 0\n{at_bound}\n{crlf}\n{at_bound}");
+        let (output, result) = replay_str(PolicyKind::Gcra, false, trace.as_bytes());
+        assert!(result.is_ok(), "{result:?}");
+        assert_eq!(output, "true\n");
+        // ...and one byte more, ended by a newline or by the input.
+        for end in ["\nallow a 1\n", ""] {
+            let trace = format!("allow a 0\n\n{at_bound}x{end}");
+            let (output, result) = replay_str(PolicyKind::Gcra, false, trace.as_bytes());
+            assert_eq!(output, "true\n");
+            assert!(
+                matches!(
+                    result,
+                    Err(Stop::Malformed {
+                        line: 3,
+                        error: LineError::TooLong
+                    })
+                ),
+                "{result:?}"
+            );
+        }
     }
 }

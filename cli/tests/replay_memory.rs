@@ -4,7 +4,9 @@
 //! - with `--max-clients N --evict-idle`, the peak heap of a replay of
 //!   2,000,000 one-shot clients stays within twice that of 20,000 (its own
 //!   bookkeeping is bounded by what the limiter tracks), while without
-//!   bounds it grows with the clients, which shows the measure can fail.
+//!   bounds it grows with the clients, which shows the measure can fail;
+//! - a line far past the line bound is refused at once, in bounded memory,
+//!   after every earlier answer was written.
 //!
 //! `cargo test -p floodgate-cli --test replay_memory -- --nocapture` prints
 //! the figures. The file has one test, so nothing else in the process
@@ -84,13 +86,14 @@ impl Read for Trace {
 /// above what was allocated before it started.
 struct Measured {
     status: u8,
+    output: Vec<u8>,
     errors: String,
     peak: isize,
 }
 
-/// Replays `trace` with gcra, 10 per second, and `options`, its answers
-/// written nowhere.
-fn measure(options: &[&str], trace: Trace) -> Measured {
+/// Replays `trace` with gcra, 10 per second, and `options`, answers
+/// counted but not kept unless `keep` (the kept answers are few).
+fn measure(options: &[&str], trace: Trace, keep: bool) -> Measured {
     let argv = [
         "replay",
         "--policy",
@@ -102,13 +105,19 @@ fn measure(options: &[&str], trace: Trace) -> Measured {
     ];
     let replay = Replay::try_parse_from(argv.iter().chain(options))
         .unwrap_or_else(|e| panic!("{options:?}: {e}"));
+    let mut output = Vec::new();
     let mut errors = Vec::new();
     let before = live_bytes::live_bytes();
     live_bytes::reset_peak();
-    let status = replay_with(&replay.args, trace, io::sink(), &mut errors);
+    let status = if keep {
+        replay_with(&replay.args, trace, &mut output, &mut errors)
+    } else {
+        replay_with(&replay.args, trace, io::sink(), &mut errors)
+    };
     let peak = live_bytes::peak_bytes() - before;
     Measured {
         status,
+        output,
         errors: String::from_utf8(errors).unwrap(),
         peak,
     }
@@ -116,7 +125,7 @@ fn measure(options: &[&str], trace: Trace) -> Measured {
 
 /// The peak heap of a replay of `clients` one-shot clients with `options`.
 fn one_shot_clients(options: &[&str], clients: u64) -> isize {
-    let run = measure(options, Trace::new(clients, 0));
+    let run = measure(options, Trace::new(clients, 0), false);
     assert_eq!(
         run.status, 0,
         "{options:?}, {clients} clients: {}",
@@ -146,5 +155,25 @@ fn the_replay_holds_memory_bounded_by_the_limiter_and_the_line_bound() {
     assert!(
         more > 5 * few,
         "unbounded: {more} bytes for 200,000 clients against {few} for 20,000"
+    );
+
+    // Two answered calls, then 8 MiB with no newline.
+    let run = measure(&[], Trace::new(2, 8 << 20), true);
+    eprintln!(
+        "an 8 MiB line after two calls: peak heap {} KiB",
+        run.peak / 1024
+    );
+    assert_eq!(run.status, 2, "{}", run.errors);
+    assert_eq!(run.output, b"true\ntrue\n");
+    assert!(
+        run.errors
+            .starts_with("error: line 3: longer than 8192 bytes"),
+        "{}",
+        run.errors
+    );
+    assert!(
+        run.peak < 256 * 1024,
+        "{} bytes held for one line",
+        run.peak
     );
 }
