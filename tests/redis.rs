@@ -13,11 +13,18 @@
 //!
 //! The shared server is found through `FLOODGATE_REDIS_URL` (`.ci/run`
 //! starts one and sets it); the fault tests start their own `redis-server`
-//! on a free loopback port, so they can stop it. Without the variable, or
-//! without `redis-server` on the PATH, a test says it was skipped and why,
-//! and passes.
+//! on a free loopback port, so they can stop it. The tests that need a
+//! server are `#[ignore]`d, so a plain `cargo test` lists them as ignored,
+//! with the reason, rather than passing them untried; `.ci/run` runs them
+//! with `--include-ignored`, and then a missing variable or `redis-server`
+//! fails the test:
+//!
+//! ```sh
+//! FLOODGATE_REDIS_URL=redis://127.0.0.1:6379 \
+//!     cargo test -p floodgate --features redis --test redis -- --include-ignored
+//! ```
 
-use std::io::{BufRead, BufReader, Write as _};
+use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -34,23 +41,19 @@ const URL_VARIABLE: &str = "FLOODGATE_REDIS_URL";
 /// Set in the child processes of `several_processes_share_one_limit`.
 const CHILD_VARIABLE: &str = "FLOODGATE_REDIS_TEST_CHILD";
 
-/// Says why a test is skipped, on the process's standard error itself: the
-/// test harness captures `eprintln!` of passing tests, not this handle.
-fn skip(message: std::fmt::Arguments<'_>) {
-    let _ = writeln!(std::io::stderr(), "{message}");
-}
-
-/// The shared server's URL, or `None` after saying why the test is skipped.
-fn shared_url(test: &str) -> Option<String> {
+/// The shared server's URL.
+///
+/// # Panics
+///
+/// When the variable is not set: a test that asked for a server and has
+/// none fails rather than passes untried.
+fn shared_url() -> String {
     match std::env::var(URL_VARIABLE) {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            skip(format_args!(
-                "skipped {test}: {URL_VARIABLE} is not set (e.g. redis://127.0.0.1:6379; \
-                 .ci/run starts a server and sets it)"
-            ));
-            None
-        }
+        Ok(url) if !url.is_empty() => url,
+        _ => panic!(
+            "{URL_VARIABLE} is not set (e.g. redis://127.0.0.1:6379; .ci/run starts a \
+             server and sets it)"
+        ),
     }
 }
 
@@ -97,10 +100,9 @@ impl Drop for Cleanup<'_> {
 // The spec's examples and random traces ---------------------------------------
 
 #[test]
+#[ignore = "needs a Redis server: FLOODGATE_REDIS_URL and --include-ignored"]
 fn the_spec_example_sessions_replay_exactly() {
-    let Some(url) = shared_url("the_spec_example_sessions_replay_exactly") else {
-        return;
-    };
+    let url = shared_url();
     let prefix = prefix("examples");
     let sliding = RedisLimiter::new(
         &url,
@@ -188,11 +190,8 @@ fn trace(policy: PolicyKind, rng: &mut fastrand::Rng) -> Trace {
 /// the contract promises identical answers only then. Backward times are
 /// held to the contract's bound instead, by [`time_backwards`].
 fn differential(policy: PolicyKind, traces: usize) {
-    let test = format!("differential_{}", policy.name());
-    let Some(url) = shared_url(&test) else {
-        return;
-    };
-    let prefix = prefix(&test);
+    let url = shared_url();
+    let prefix = prefix(&format!("differential_{}", policy.name()));
     let mut rng = fastrand::Rng::with_seed(0xF100D ^ policy as u64);
     let mut compared = 0;
     for number in 0..traces {
@@ -236,31 +235,37 @@ fn differential(policy: PolicyKind, traces: usize) {
 }
 
 #[test]
+#[ignore = "needs a Redis server: FLOODGATE_REDIS_URL and --include-ignored"]
 fn differential_sliding_window() {
     differential(PolicyKind::SlidingWindow, 300);
 }
 
 #[test]
+#[ignore = "needs a Redis server: FLOODGATE_REDIS_URL and --include-ignored"]
 fn differential_token_bucket() {
     differential(PolicyKind::TokenBucket, 300);
 }
 
 #[test]
+#[ignore = "needs a Redis server: FLOODGATE_REDIS_URL and --include-ignored"]
 fn differential_fixed_window() {
     differential(PolicyKind::FixedWindow, 300);
 }
 
 #[test]
+#[ignore = "needs a Redis server: FLOODGATE_REDIS_URL and --include-ignored"]
 fn differential_sliding_window_counter() {
     differential(PolicyKind::SlidingWindowCounter, 300);
 }
 
 #[test]
+#[ignore = "needs a Redis server: FLOODGATE_REDIS_URL and --include-ignored"]
 fn differential_gcra() {
     differential(PolicyKind::Gcra, 300);
 }
 
 #[test]
+#[ignore = "needs a Redis server: FLOODGATE_REDIS_URL and --include-ignored"]
 fn differential_leaky_bucket() {
     differential(PolicyKind::LeakyBucket, 300);
 }
@@ -458,10 +463,9 @@ fn time_backwards_leaky_bucket() {
 /// The async API runs the same scripts; a smaller sample of traces checks
 /// its plumbing, for every policy.
 #[test]
+#[ignore = "needs a Redis server: FLOODGATE_REDIS_URL and --include-ignored"]
 fn the_async_api_answers_as_the_blocking_one() {
-    let Some(url) = shared_url("the_async_api_answers_as_the_blocking_one") else {
-        return;
-    };
+    let url = shared_url();
     let prefix = prefix("async");
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -731,14 +735,11 @@ fn the_async_limiter_peeks_and_forgets_as_the_blocking_one() {
 
 // Several processes, one limit --------------------------------------------------
 
-/// Run by `several_processes_share_one_limit` in its child processes (and a
-/// no-op otherwise): checks every policy's shared client from two threads
-/// at a frozen time and prints how many each policy admitted.
-#[test]
-fn child_process_checks_the_shared_client() {
-    let Ok(spec) = std::env::var(CHILD_VARIABLE) else {
-        return;
-    };
+/// What `several_processes_share_one_limit` runs in each child process
+/// (`spec` is the URL and the prefix): checks every policy's shared client
+/// from two threads at a frozen time and prints how many each policy
+/// admitted.
+fn child_checks_the_shared_client(spec: &str) {
     let (url, prefix) = spec.split_once(' ').expect("URL and prefix");
     for policy in PolicyKind::ALL {
         let limiter = Arc::new(
@@ -776,10 +777,14 @@ const CHECKS_PER_THREAD: usize = 25;
 const CHILDREN: usize = 4;
 
 #[test]
+#[ignore = "needs a Redis server: FLOODGATE_REDIS_URL and --include-ignored"]
 fn several_processes_share_one_limit() {
-    let Some(url) = shared_url("several_processes_share_one_limit") else {
+    // The same test in each child process, which plays its part only.
+    if let Ok(spec) = std::env::var(CHILD_VARIABLE) {
+        child_checks_the_shared_client(&spec);
         return;
-    };
+    }
+    let url = shared_url();
     let prefix = prefix("processes");
     let exe = std::env::current_exe().unwrap();
     let children: Vec<Child> = (0..CHILDREN)
@@ -787,7 +792,8 @@ fn several_processes_share_one_limit() {
             Command::new(&exe)
                 .args([
                     "--exact",
-                    "child_process_checks_the_shared_client",
+                    "several_processes_share_one_limit",
+                    "--ignored",
                     "--nocapture",
                     "--test-threads=1",
                 ])
@@ -847,10 +853,9 @@ fn assert_ttl(connection: &mut redis::Connection, key: &str, expected: i64, sinc
 type TtlCase = (PolicyKind, u64, u64, &'static [(bool, u64)], i64);
 
 #[test]
+#[ignore = "needs a Redis server: FLOODGATE_REDIS_URL and --include-ignored"]
 fn keys_expire_exactly_when_the_state_answers_as_an_empty_one() {
-    let Some(url) = shared_url("keys_expire_exactly_when_the_state_answers_as_an_empty_one") else {
-        return;
-    };
+    let url = shared_url();
     let prefix = prefix("ttl");
     let options = RedisOptions::new().prefix(&prefix).time(TimeSource::MILLIS);
     let mut connection = inspect(&url);
@@ -948,10 +953,9 @@ fn keys_expire_exactly_when_the_state_answers_as_an_empty_one() {
 }
 
 #[test]
+#[ignore = "needs a Redis server: FLOODGATE_REDIS_URL and --include-ignored"]
 fn an_idle_client_expires_and_comes_back_as_a_new_one() {
-    let Some(url) = shared_url("an_idle_client_expires_and_comes_back_as_a_new_one") else {
-        return;
-    };
+    let url = shared_url();
     let prefix = prefix("expiry");
     // Redis's own clock: a window of 50 ms, in microseconds.
     let limiter = RedisLimiter::new(
@@ -1009,21 +1013,19 @@ struct Server {
 }
 
 impl Server {
-    /// `None`, after saying why, when `redis-server` is not on the PATH.
-    fn start(test: &str) -> Option<Self> {
+    /// # Panics
+    ///
+    /// When `redis-server` cannot be run (it is not on the PATH).
+    fn start() -> Self {
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|listener| listener.local_addr())
             .expect("a free port")
             .port();
         let mut server = Server { port, child: None };
         if let Err(error) = server.spawn() {
-            skip(format_args!(
-                "skipped {test}: cannot run redis-server ({error}); install it to run the \
-                 fault tests"
-            ));
-            return None;
+            panic!("cannot run redis-server ({error}); install it to run the fault tests");
         }
-        Some(server)
+        server
     }
 
     fn url(&self) -> String {
@@ -1105,10 +1107,9 @@ fn fault_options(rule: OnFailure) -> RedisOptions {
 }
 
 #[test]
+#[ignore = "needs redis-server on the PATH: run with --include-ignored"]
 fn each_fault_rule_answers_while_redis_is_down_and_traffic_resumes_after_a_restart() {
-    let Some(mut server) = Server::start("each_fault_rule_answers_while_redis_is_down") else {
-        return;
-    };
+    let mut server = Server::start();
     let config = Config::per_ticks(2, 1_000).unwrap();
     let limiters: Vec<(OnFailure, RedisLimiter)> =
         [OnFailure::FailClosed, OnFailure::FailOpen, OnFailure::Local]
@@ -1201,10 +1202,9 @@ fn each_fault_rule_answers_while_redis_is_down_and_traffic_resumes_after_a_resta
 }
 
 #[test]
+#[ignore = "needs redis-server on the PATH: run with --include-ignored"]
 fn a_stalled_redis_times_out_and_the_call_is_not_sent_again() {
-    let Some(server) = Server::start("a_stalled_redis_times_out") else {
-        return;
-    };
+    let server = Server::start();
     let limiter = RedisLimiter::new(
         &server.url(),
         PolicyKind::FixedWindow,
@@ -1228,10 +1228,9 @@ fn a_stalled_redis_times_out_and_the_call_is_not_sent_again() {
 }
 
 #[test]
+#[ignore = "needs redis-server on the PATH: run with --include-ignored"]
 fn the_async_limiter_fails_by_its_rule_and_reconnects_on_its_own() {
-    let Some(mut server) = Server::start("the_async_limiter_reconnects") else {
-        return;
-    };
+    let mut server = Server::start();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -3,7 +3,9 @@
 //! (SPEC.md, "The replay trace") prescribes.
 //!
 //! The input is streamed: one line is held at a time, so a trace of any
-//! length replays in constant memory apart from the per-client state. Answers
+//! length replays in constant memory apart from the per-client state and
+//! the last time of each client. Under `--evict-idle` or `--max-clients`
+//! both are bounded by the clients the limiter tracks (see [`Latest`]). Answers
 //! go through one buffer that is flushed whenever the input has no complete
 //! line left buffered — before a read that could block — and at the end, so
 //! a person typing calls sees each answer at once while a piped trace of a
@@ -37,6 +39,15 @@ const MAX_NOW: u64 = 2_000_000_000_000;
 /// use the same status).
 const USAGE: u8 = 2;
 
+/// The longest line a trace may hold, in bytes before its `\n` (a trailing
+/// `\r` included). A line is two words and a number: this leaves a client
+/// name of over 8,000 bytes, as long as the request lines and header fields
+/// HTTP servers accept (Apache's `LimitRequestLine` is 8190), so any key
+/// taken from a request fits, and it keeps the one line held in memory
+/// smaller than the input buffer. A longer line is malformed as soon as its
+/// first `MAX_LINE + 1` bytes are read; the rest is never read.
+const MAX_LINE: usize = 8 * 1024;
+
 /// Input and output buffer size. Large enough that a piped trace is read and
 /// answered in few system calls; the flush rule keeps it interactive.
 const BUFFER: usize = 64 * 1024;
@@ -49,9 +60,12 @@ The trace on standard input has one call per line:
   remaining CLIENT NOW    answered with a count
 
 NOW is in milliseconds (ASCII digits, at most 2000000000000) and must not
-decrease for a client. Fields are separated by spaces or tabs; blank lines
-and lines starting with # are skipped. A malformed line stops the replay
-with its line number on standard error and exit status 2.
+decrease for a client. With --evict-idle or --max-clients this is checked
+for the clients the limiter tracks: one it forgot, or never tracked, is new
+at its next call, whatever its NOW. Fields are separated by spaces or tabs;
+blank lines and lines starting with # are skipped. A line holds at most 8192
+bytes before its newline. A malformed line (a longer one included) stops the
+replay with its line number on standard error and exit status 2.
 
 Example: printf 'allow rahul 0\\nremaining rahul 999\\n' |
   floodgate replay --policy sliding-window --limit 3 --window-ms 1000";
@@ -90,12 +104,15 @@ pub struct Args {
     /// Forget idle clients, swept as new clients arrive (off by default, so
     /// answers are exactly the contract's). A forgotten client that calls
     /// again is new: for token-bucket, fixed-window and
-    /// sliding-window-counter its grid starts at that call.
+    /// sliding-window-counter its grid starts at that call, and its NOW may
+    /// be earlier than its calls before it was forgotten.
     #[arg(long)]
     evict_idle: bool,
 
     /// Track at most N clients; a new client that finds no room gets the
-    /// --overflow rule.
+    /// --overflow rule. The replay keeps the last NOW of tracked clients
+    /// only, so its memory is bounded too: an untracked client's NOW is not
+    /// checked against its earlier calls.
     #[arg(long, value_name = "N", value_parser = parse_max_clients)]
     max_clients: Option<usize>,
 
@@ -137,7 +154,8 @@ pub fn replay_with<R: Read, W: Write, E: Write>(
         }
     };
     let input = BufReader::with_capacity(BUFFER, input);
-    match replay(&*limiter, args.detail, input, output) {
+    let forgets = args.evict_idle || args.max_clients.is_some();
+    match replay(&*limiter, args.detail, forgets, input, output) {
         Ok(()) => 0,
         Err(Stop::Malformed { line, error }) => {
             let _ = writeln!(errors, "error: line {line}: {error}");
@@ -259,6 +277,8 @@ enum Line<'a> {
 /// Why a line is malformed. The messages say what the line should have been.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum LineError {
+    /// The line has more than [`MAX_LINE`] bytes before its `\n`.
+    TooLong,
     /// The line is not UTF-8; `valid_up_to` bytes of it are.
     NotUtf8 { valid_up_to: usize },
     /// A line that is neither blank nor a comment must have three fields.
@@ -281,6 +301,11 @@ enum LineError {
 impl fmt::Display for LineError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            LineError::TooLong => write!(
+                f,
+                "longer than {MAX_LINE} bytes: a line is one call (allow|remaining CLIENT NOW) \
+                 of at most {MAX_LINE} bytes before its newline"
+            ),
             LineError::NotUtf8 { valid_up_to } => write!(
                 f,
                 "not valid UTF-8 (the byte after the first {valid_up_to} is not)"
@@ -379,24 +404,29 @@ enum Stop {
 fn replay<R: Read, W: Write>(
     limiter: &dyn RateLimiter<str>,
     detail: bool,
+    forgets: bool,
     mut input: BufReader<R>,
     mut output: W,
 ) -> Result<(), Stop> {
-    // The latest time of each client, to refuse a trace whose time goes
-    // backwards: the contract leaves those answers open ("being stricter is
-    // fine"), so two engines could disagree and the output would no longer
-    // be determined by the trace.
-    let mut latest: HashMap<String, u64> = HashMap::new();
+    let mut latest = Latest::new(forgets);
     let mut bytes = Vec::new();
     let mut number = 0u64;
     loop {
         bytes.clear();
-        if input.read_until(b'\n', &mut bytes).map_err(Stop::Read)? == 0 {
+        // One byte past the bound tells a line that is too long from one
+        // that ends exactly at it, without reading any further.
+        let mut bounded = (&mut input).take(MAX_LINE as u64 + 1);
+        if bounded.read_until(b'\n', &mut bytes).map_err(Stop::Read)? == 0 {
             break;
         }
         number += 1;
-        let line = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
-        let call = match parse_line(line).and_then(|line| check_time(&mut latest, line)) {
+        let parsed = match bytes.strip_suffix(b"\n") {
+            Some(line) => parse_line(line),
+            None if bytes.len() > MAX_LINE => Err(LineError::TooLong),
+            // The last line, ended by the end of the input.
+            None => parse_line(&bytes),
+        };
+        let call = match parsed.and_then(|line| latest.check(limiter, line)) {
             Ok(Line::Call(call)) => call,
             Ok(Line::Blank | Line::Comment) => continue,
             Err(error) => {
@@ -408,6 +438,8 @@ fn replay<R: Read, W: Write>(
             }
         };
         answer(limiter, detail, call, &mut output).map_err(Stop::Write)?;
+        // After the call, so that a client it created is kept.
+        latest.prune(limiter);
         // The next read blocks only if no complete line is buffered: flush
         // then, so an interactive user sees this answer before typing more.
         if !input.buffer().contains(&b'\n') {
@@ -417,30 +449,88 @@ fn replay<R: Read, W: Write>(
     output.flush().map_err(Stop::Write)
 }
 
-/// Refuses a call whose `NOW` is earlier than its client's previous call,
-/// and records the time of every call.
-fn check_time<'a>(
-    latest: &mut HashMap<String, u64>,
-    line: Line<'a>,
-) -> Result<Line<'a>, LineError> {
-    let Line::Call(call) = line else {
-        return Ok(line);
-    };
-    // `get_mut` first: a known client costs no allocation.
-    match latest.get_mut(call.client) {
-        Some(previous) if call.now < *previous => Err(LineError::Backwards {
-            client: call.client.to_owned(),
-            now: call.now,
-            previous: *previous,
-        }),
-        Some(previous) => {
-            *previous = call.now;
-            Ok(line)
+/// The fewest entries [`Latest`] lets itself hold before it prunes: below
+/// this, pruning would cost more visits than the entries it saves.
+const PRUNE_FLOOR: usize = 1024;
+
+/// The latest time of each client, to refuse a trace whose time goes
+/// backwards: the contract leaves those answers open ("being stricter is
+/// fine"), so two engines could disagree and the output would no longer be
+/// determined by the trace.
+///
+/// When the limiter forgets clients (`--evict-idle`, `--max-clients`), a
+/// client it no longer tracks is a new one at its next call, with that call
+/// as its origin, so any `NOW` is its first: only the times of clients the
+/// limiter tracks need keeping. Those of forgotten (or never tracked)
+/// clients are pruned whenever the map has doubled since the last prune, so
+/// it holds at most twice the clients the limiter tracks (or
+/// [`PRUNE_FLOOR`]), each prune visiting no more entries than were added
+/// since the one before: O(1) amortised per call. A time earlier than a kept
+/// one asks the limiter first, so a refusal never depends on when the last
+/// prune ran. Without bounds the limiter forgets nobody and every time is
+/// kept: the check is exact.
+struct Latest {
+    times: HashMap<String, u64>,
+    /// Whether the limiter may forget a client (or never track one).
+    forgets: bool,
+    /// The size at which the next prune runs.
+    prune_at: usize,
+}
+
+impl Latest {
+    fn new(forgets: bool) -> Self {
+        Latest {
+            times: HashMap::new(),
+            forgets,
+            prune_at: PRUNE_FLOOR,
         }
-        None => {
-            latest.insert(call.client.to_owned(), call.now);
-            Ok(line)
+    }
+
+    /// Refuses a call whose `NOW` is earlier than its client's previous
+    /// call while the limiter still tracks that client, and records the
+    /// time of every call.
+    fn check<'a>(
+        &mut self,
+        limiter: &dyn RateLimiter<str>,
+        line: Line<'a>,
+    ) -> Result<Line<'a>, LineError> {
+        let Line::Call(call) = line else {
+            return Ok(line);
+        };
+        // `get_mut` first: a known client costs no allocation.
+        match self.times.get_mut(call.client) {
+            Some(previous) if call.now < *previous => {
+                // `peek_at` creates nothing; it runs only on this rare path.
+                if self.forgets && limiter.peek_at(call.client, *previous).is_none() {
+                    *previous = call.now;
+                    return Ok(line);
+                }
+                Err(LineError::Backwards {
+                    client: call.client.to_owned(),
+                    now: call.now,
+                    previous: *previous,
+                })
+            }
+            Some(previous) => {
+                *previous = call.now;
+                Ok(line)
+            }
+            None => {
+                self.times.insert(call.client.to_owned(), call.now);
+                Ok(line)
+            }
         }
+    }
+
+    /// Drops the times of the clients the limiter no longer tracks, once
+    /// the map has doubled since the last prune.
+    fn prune(&mut self, limiter: &dyn RateLimiter<str>) {
+        if !self.forgets || self.times.len() < self.prune_at {
+            return;
+        }
+        self.times
+            .retain(|client, &mut now| limiter.peek_at(client, now).is_some());
+        self.prune_at = PRUNE_FLOOR.max(2 * self.times.len());
     }
 }
 
@@ -614,30 +704,85 @@ mod tests {
         assert!(message.contains("allow or remaining"), "{message}");
     }
 
+    fn gcra(bounds: Bounds) -> Box<dyn RateLimiter<str>> {
+        build_bounded::<str, _>(
+            PolicyKind::Gcra,
+            Config::per_ticks(3, 1_000).unwrap(),
+            Engine::LockFree,
+            ManualClock::new(0),
+            bounds,
+        )
+        .unwrap()
+    }
+
     #[test]
     fn time_may_stay_but_not_go_back_per_client() {
-        let mut latest = HashMap::new();
+        let limiter = gcra(Bounds::new());
+        let mut latest = Latest::new(false);
+        let mut check = |line| {
+            let checked = latest.check(&*limiter, line);
+            if let Ok(Line::Call(call)) = checked {
+                limiter.check_at(call.client, call.now);
+            }
+            checked
+        };
         let a5 = call(Verb::Allow, "a", 5);
-        assert_eq!(check_time(&mut latest, a5), Ok(a5));
-        assert_eq!(check_time(&mut latest, a5), Ok(a5));
+        assert_eq!(check(a5), Ok(a5));
+        assert_eq!(check(a5), Ok(a5));
         // Another client has its own time.
         let b1 = call(Verb::Remaining, "b", 1);
-        assert_eq!(check_time(&mut latest, b1), Ok(b1));
+        assert_eq!(check(b1), Ok(b1));
         assert_eq!(
-            check_time(&mut latest, call(Verb::Remaining, "a", 4)),
+            check(call(Verb::Remaining, "a", 4)),
             Err(LineError::Backwards {
                 client: "a".into(),
                 now: 4,
                 previous: 5
             })
         );
-        assert_eq!(check_time(&mut latest, Line::Comment), Ok(Line::Comment));
+        assert_eq!(check(Line::Comment), Ok(Line::Comment));
+    }
+
+    #[test]
+    fn a_client_the_limiter_does_not_track_is_new_whatever_its_time() {
+        // One place: "a" takes it, every other client is admitted untracked.
+        let limiter = gcra(Bounds::new().max_clients(1).on_overflow(Overflow::Admit));
+        let mut latest = Latest::new(true);
+        for (client, now) in [("a", 5), ("b", 5)] {
+            let line = call(Verb::Allow, client, now);
+            assert_eq!(latest.check(&*limiter, line), Ok(line));
+            limiter.check_at(client, now);
+        }
+        assert_eq!(limiter.tracked_clients(), 1);
+        let b4 = call(Verb::Allow, "b", 4);
+        assert_eq!(latest.check(&*limiter, b4), Ok(b4));
+        assert!(matches!(
+            latest.check(&*limiter, call(Verb::Allow, "a", 4)),
+            Err(LineError::Backwards { previous: 5, .. })
+        ));
+    }
+
+    #[test]
+    fn pruning_keeps_exactly_the_tracked_clients() {
+        let limiter = gcra(Bounds::new().max_clients(10).on_overflow(Overflow::Admit));
+        let mut latest = Latest::new(true);
+        for n in 0..PRUNE_FLOOR {
+            let client = n.to_string();
+            let line = call(Verb::Allow, &client, 7);
+            assert_eq!(latest.check(&*limiter, line), Ok(line));
+            limiter.check_at(&client, 7);
+            latest.prune(&*limiter);
+        }
+        assert_eq!(latest.times.len(), 10);
+        assert_eq!(latest.prune_at, PRUNE_FLOOR);
+        assert!((0..10).all(|n| latest.times.get(&n.to_string()) == Some(&7)));
     }
 
     #[test]
     fn the_texts_state_the_bounds_the_code_applies() {
         assert!(WINDOW_RANGE.ends_with(&format!(" between 1 and {MAX_WINDOW_MS}")));
         assert!(TRACE_HELP.contains(&format!("at most {MAX_NOW})")));
+        assert!(TRACE_HELP.contains(&format!("at most {MAX_LINE}\nbytes before its newline")));
     }
 
     #[test]
@@ -660,7 +805,7 @@ mod tests {
         let mut output = Vec::new();
         // A tiny input buffer exercises lines that straddle refills.
         let input = BufReader::with_capacity(4, trace);
-        let result = replay(&*limiter, detail, input, &mut output);
+        let result = replay(&*limiter, detail, false, input, &mut output);
         (String::from_utf8(output).unwrap(), result)
     }
 
@@ -690,5 +835,32 @@ mod tests {
             "{\"allowed\":true,\"remaining\":2,\"retry_after\":0,\"delay\":0}\n\
              {\"allowed\":true,\"remaining\":1,\"retry_after\":0,\"delay\":333}\n"
         );
+    }
+
+    #[test]
+    fn a_line_past_the_bound_is_malformed_and_one_at_it_is_not() {
+        // A comment of exactly MAX_LINE bytes, with and without `\r\n`...
+        let at_bound = format!("#{}", "x".repeat(MAX_LINE - 1));
+        let crlf = format!("#{}\r", "x".repeat(MAX_LINE - 2));
+        let trace = format!("allow a 0\n{at_bound}\n{crlf}\n{at_bound}");
+        let (output, result) = replay_str(PolicyKind::Gcra, false, trace.as_bytes());
+        assert!(result.is_ok(), "{result:?}");
+        assert_eq!(output, "true\n");
+        // ...and one byte more, ended by a newline or by the input.
+        for end in ["\nallow a 1\n", ""] {
+            let trace = format!("allow a 0\n\n{at_bound}x{end}");
+            let (output, result) = replay_str(PolicyKind::Gcra, false, trace.as_bytes());
+            assert_eq!(output, "true\n");
+            assert!(
+                matches!(
+                    result,
+                    Err(Stop::Malformed {
+                        line: 3,
+                        error: LineError::TooLong
+                    })
+                ),
+                "{result:?}"
+            );
+        }
     }
 }

@@ -3,17 +3,27 @@
 //!
 //! The trace's times are passed to Redis as they are, in milliseconds, so
 //! the answers are the in-memory engine's. Before the trace, every key under
-//! `--prefix` is deleted (`SCAN` and `UNLINK`; never `FLUSHDB`), so a replay
-//! starts from new clients. Written keys live at least a day, whatever the
-//! policy's own expiry: a trace's times need not follow real time (a person
-//! typing calls is slower than the trace says), and the answers must not
-//! depend on how fast it is fed.
+//! the replay's prefix is deleted (`SCAN` and `UNLINK`; never `FLUSHDB`), so
+//! a replay starts from new clients, and nothing outside that prefix is ever
+//! touched. Without `--prefix` the prefix is the run's own,
+//! `floodgate-replay-PID-RANDOM`, and its keys are deleted again when the
+//! replay ends, so replays sharing one Redis never see or delete each
+//! other's keys. An explicit `--prefix` is cleared before the trace only:
+//! its keys stay for a look afterwards.
+//!
+//! Written keys live at least a day, whatever the policy's own expiry: a
+//! trace's times need not follow real time (a person typing calls is slower
+//! than the trace says), and the answers must not depend on how fast it is
+//! fed.
 //!
 //! A call that Redis fails to answer ends the replay: a message on standard
 //! error, every earlier answer written, and exit status 101. It is never
 //! answered by a fault rule, which would print an answer the trace does not
-//! determine.
+//! determine. The run's own keys are then left to expire.
 
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use floodgate::redis::{RedisLimiter, RedisOptions, TimeSource};
@@ -23,7 +33,8 @@ use floodgate::{Config, Decision, PolicyKind, RateLimiter};
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct Backend {
     /// Answer from Redis instead of memory: redis://HOST:PORT[/DB]. Only
-    /// keys under --prefix are touched; they are deleted before the trace.
+    /// keys under the replay's prefix are touched; they are deleted before
+    /// the trace.
     /// Redis forgets idle clients by itself (keys expire), so the in-memory
     /// options --engine, --evict-idle and --max-clients do not go with it.
     #[arg(
@@ -33,14 +44,23 @@ pub struct Backend {
     )]
     pub url: Option<String>,
 
-    /// The prefix of the replay's keys in Redis.
-    #[arg(
-        long,
-        value_name = "PREFIX",
-        default_value = "floodgate-replay",
-        requires = "url"
-    )]
-    pub prefix: String,
+    /// The prefix of the replay's keys in Redis. By default the run's own
+    /// (floodgate-replay-PID-RANDOM), whose keys are deleted at the end too,
+    /// so concurrent replays on one Redis keep apart. A prefix given here is
+    /// cleared before the trace and its keys are kept after it.
+    #[arg(long, value_name = "PREFIX", requires = "url")]
+    pub prefix: Option<String>,
+}
+
+/// A prefix no other replay takes: the process id, to tell whose keys they
+/// are, and 64 random bits, since process ids repeat across hosts sharing
+/// one Redis and a process may run several replays. `-`, not `:`, after
+/// `floodgate-replay`, so that clearing an explicit `--prefix
+/// floodgate-replay` (the name's old default) does not reach them.
+fn run_prefix() -> String {
+    // Every `RandomState` has keys of its own, from the system's randomness.
+    let random = RandomState::new().build_hasher().finish();
+    format!("floodgate-replay-{}-{random:016x}", std::process::id())
 }
 
 /// How long a replay waits for one answer before it gives up.
@@ -64,8 +84,9 @@ pub fn limiter(
     let Some(url) = &backend.url else {
         return Ok(None);
     };
+    let prefix = backend.prefix.clone().unwrap_or_else(run_prefix);
     let options = RedisOptions::new()
-        .prefix(backend.prefix.clone())
+        .prefix(prefix.clone())
         .time(TimeSource::MILLIS)
         .timeout(TIMEOUT)
         .min_ttl(KEEP)
@@ -73,13 +94,41 @@ pub fn limiter(
     let limiter =
         RedisLimiter::new(url, policy, config, options).map_err(|e| format!("--backend: {e}"))?;
     limiter
-        .clear_prefix(&backend.prefix)
+        .clear_prefix(&prefix)
         .map_err(|e| format!("--backend {url}: {e}"))?;
-    Ok(Some(Box::new(Strict(limiter))))
+    Ok(Some(Box::new(Strict {
+        limiter,
+        own: backend.prefix.is_none().then_some(prefix),
+        failed: AtomicBool::new(false),
+    })))
 }
 
 /// The Redis limiter with errors ending the replay instead of answering.
-struct Strict(RedisLimiter);
+struct Strict {
+    limiter: RedisLimiter,
+    /// The run's own prefix, whose keys go when the replay ends.
+    own: Option<String>,
+    /// Whether a call failed: then the keys are left to expire rather than
+    /// wait for a Redis that just failed.
+    failed: AtomicBool,
+}
+
+impl Drop for Strict {
+    fn drop(&mut self) {
+        let Some(prefix) = &self.own else {
+            return;
+        };
+        if self.failed.load(Ordering::Relaxed) {
+            return;
+        }
+        if let Err(error) = self.limiter.clear_prefix(prefix) {
+            eprintln!(
+                "warning: could not delete the replay's keys under {prefix} ({error}); \
+                 they are left to expire"
+            );
+        }
+    }
+}
 
 /// What ends a replay whose backend failed, after the message is printed.
 #[derive(Debug)]
@@ -90,6 +139,8 @@ impl Strict {
     /// way, which writes every earlier answer, and `resume_unwind` skips the
     /// panic hook, so the message below is the only one.
     fn fail(&self, error: floodgate::redis::RedisError) -> ! {
+        // Read by `drop` on this thread, during the unwinding below.
+        self.failed.store(true, Ordering::Relaxed);
         eprintln!("error: Redis failed, the replay stops: {error}");
         std::panic::resume_unwind(Box::new(BackendFailed))
     }
@@ -97,47 +148,50 @@ impl Strict {
 
 impl RateLimiter<str> for Strict {
     fn check_at(&self, key: &str, now: u64) -> Decision {
-        self.0
+        self.limiter
             .try_check_at(key, now)
             .unwrap_or_else(|e| self.fail(e))
     }
 
     fn remaining_at(&self, key: &str, now: u64) -> u64 {
-        self.0
+        self.limiter
             .try_remaining_at(key, now)
             .unwrap_or_else(|e| self.fail(e))
     }
 
     fn now(&self) -> u64 {
-        self.0.now()
+        self.limiter.now()
     }
 
     fn policy(&self) -> PolicyKind {
-        RateLimiter::policy(&self.0)
+        RateLimiter::policy(&self.limiter)
     }
 
     fn config(&self) -> Config {
-        RateLimiter::config(&self.0)
+        RateLimiter::config(&self.limiter)
     }
 
     fn tracked_clients(&self) -> usize {
-        self.0.tracked_clients()
+        self.limiter.tracked_clients()
     }
 
     fn peek_at(&self, key: &str, now: u64) -> Option<u64> {
-        self.0
+        self.limiter
             .try_peek_at(key, now)
             .unwrap_or_else(|e| self.fail(e))
     }
 
     fn forget(&self, key: &str) -> bool {
-        self.0.try_forget(key).unwrap_or_else(|e| self.fail(e))
+        self.limiter
+            .try_forget(key)
+            .unwrap_or_else(|e| self.fail(e))
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::io::Write as _;
+    use std::sync::Barrier;
+    use std::thread;
 
     use clap::Parser;
 
@@ -164,20 +218,19 @@ mod tests {
         )
     }
 
-    fn url() -> Option<String> {
-        let url = std::env::var("FLOODGATE_REDIS_URL")
+    /// The test server's URL. The tests that need one are `#[ignore]`d, so
+    /// a plain `cargo test` lists them as ignored; `.ci/run` runs them with
+    /// `--include-ignored` and the variable set.
+    ///
+    /// # Panics
+    ///
+    /// When the variable is not set: a test that asked for a server and has
+    /// none fails rather than passes untried.
+    fn url() -> String {
+        std::env::var("FLOODGATE_REDIS_URL")
             .ok()
-            .filter(|u| !u.is_empty());
-        if url.is_none() {
-            // The process's standard error itself: the test harness
-            // captures `eprintln!` of passing tests, not this handle.
-            let _ = writeln!(
-                std::io::stderr(),
-                "skipped the replay's Redis test: FLOODGATE_REDIS_URL is not set (.ci/run \
-                 starts a server and sets it)"
-            );
-        }
-        url
+            .filter(|u| !u.is_empty())
+            .expect("FLOODGATE_REDIS_URL is not set (.ci/run starts a server and sets it)")
     }
 
     /// A seeded trace: three clients, times never decreasing per client.
@@ -204,10 +257,9 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "needs a Redis server: FLOODGATE_REDIS_URL and --include-ignored"]
     fn redis_answers_every_trace_line_as_memory_does() {
-        let Some(url) = url() else {
-            return;
-        };
+        let url = url();
         let prefix = format!("floodgate-replay-test-{}", std::process::id());
         for (number, policy) in PolicyKind::ALL.into_iter().enumerate() {
             let trace = trace(number as u64, 40);
@@ -260,6 +312,67 @@ mod tests {
         )
         .unwrap();
         assert!(cleaner.clear_prefix(&prefix).unwrap() > 0);
+    }
+
+    #[test]
+    #[ignore = "needs a Redis server: FLOODGATE_REDIS_URL and --include-ignored"]
+    fn concurrent_replays_on_one_redis_each_answer_as_memory_does() {
+        let url = url();
+        let mut redis = redis::Client::open(url.as_str())
+            .and_then(|client| client.get_connection())
+            .expect("connect to the test server");
+        // Someone else's key, where clearing the old default prefix reached.
+        let outside = format!("floodgate-replay:{}:not-a-replay", std::process::id());
+        redis::cmd("SET")
+            .arg(&outside)
+            .arg("kept")
+            .exec(&mut redis)
+            .unwrap();
+        let replays = 4;
+        let start = Barrier::new(replays);
+        thread::scope(|scope| {
+            for replay_number in 0..replays {
+                let (url, start) = (&url, &start);
+                scope.spawn(move || {
+                    start.wait();
+                    for (number, policy) in PolicyKind::ALL.into_iter().enumerate() {
+                        let trace = trace((replay_number * 10 + number) as u64, 40);
+                        let mut options = vec![
+                            "--policy",
+                            policy.name(),
+                            "--limit",
+                            "4",
+                            "--window-ms",
+                            "40",
+                            "--detail",
+                        ];
+                        let memory = replay(&options, &trace);
+                        assert_eq!(memory.0, 0, "{policy}: {}", memory.2);
+                        options.extend(["--backend", url]);
+                        let redis = replay(&options, &trace);
+                        assert_eq!(redis, memory, "{policy}, replay {replay_number}");
+                    }
+                });
+            }
+        });
+        // Each run deleted its own keys at its end, and nothing else.
+        let left: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("floodgate-replay-{}-*", std::process::id()))
+            .query(&mut redis)
+            .unwrap();
+        assert_eq!(left, Vec::<String>::new());
+        let kept: Option<String> = redis::cmd("GET").arg(&outside).query(&mut redis).unwrap();
+        assert_eq!(kept.as_deref(), Some("kept"));
+        redis::cmd("DEL").arg(&outside).exec(&mut redis).unwrap();
+    }
+
+    #[test]
+    fn run_prefixes_differ_within_a_process() {
+        let (first, second) = (super::run_prefix(), super::run_prefix());
+        assert_ne!(first, second);
+        let head = format!("floodgate-replay-{}-", std::process::id());
+        assert!(first.starts_with(&head), "{first}");
+        assert!(!first.contains(['{', '}', ':']), "{first}");
     }
 
     #[test]

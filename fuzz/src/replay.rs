@@ -4,10 +4,11 @@
 //! trace") prescribes.
 //!
 //! The check reads the trace with its own few lines of the contract's line
-//! rules (fields split on runs of spaces and tabs, a trailing `\r` ignored,
-//! blank and `#` lines skipped, three fields, `NOW` of ASCII digits up to
-//! 2 × 10^12, never earlier than the client's previous call; a trace is
-//! text, so a line that is not UTF-8 is malformed) and asks the library
+//! rules (at most 8192 bytes before the `\n`, fields split on runs of spaces
+//! and tabs, a trailing `\r` ignored, blank and `#` lines skipped, three
+//! fields, `NOW` of ASCII digits up to 2 × 10^12, never earlier than the
+//! client's previous call; a trace is text, so a line that is not UTF-8 is
+//! malformed) and asks the library
 //! directly for each answer. The replay must then print exactly those
 //! answers, stop at exactly the first malformed line with its number on the
 //! error stream and status 2, or, for options the contract refuses, print
@@ -28,6 +29,9 @@ const MAX_NOW: u64 = 2_000_000_000_000;
 
 /// The longest window replay accepts, in milliseconds (SPEC.md).
 const MAX_WINDOW_MS: u64 = 1_000_000_000;
+
+/// The most bytes a line holds before its `\n` (SPEC.md).
+const MAX_LINE: usize = 8 * 1024;
 
 /// The bytes before the trace that choose the options.
 const OPTION_BYTES: usize = 8;
@@ -123,6 +127,9 @@ fn read_line<'a>(
     line: &'a [u8],
     latest: &mut HashMap<&'a str, u64>,
 ) -> Result<Option<Call<'a>>, ()> {
+    if line.len() > MAX_LINE {
+        return Err(());
+    }
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     let text = std::str::from_utf8(line).map_err(drop)?;
     let fields: Vec<&str> = text.split([' ', '\t']).filter(|f| !f.is_empty()).collect();
