@@ -131,7 +131,7 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
 ///
 /// let clock = ManualClock::new(0);
 /// let limiter: Limiter<String, SlidingWindow, _> =
-///     Limiter::with_clock(SlidingWindow::new(Config::per_ticks(3, 1_000)?)?, clock.clone());
+///     Limiter::with_clock(SlidingWindow::new(Config::per_ticks(3, 1_000)?)?, clock.clone())?;
 /// for _ in 0..3 {
 ///     assert!(limiter.check("rahul").allowed);
 /// }

@@ -318,9 +318,7 @@ fn backwards_trace(policy: PolicyKind, rng: &mut fastrand::Rng) -> Trace {
 /// twin's at `m`.
 fn time_backwards(policy: PolicyKind, traces: usize) {
     let test = format!("time_backwards_{}", policy.name());
-    let Some(url) = shared_url(&test) else {
-        return;
-    };
+    let url = shared_url();
     let prefix = prefix(&test);
     let mut rng = fastrand::Rng::with_seed(0xBAC4 ^ policy as u64);
     let (mut checked, mut backwards) = (0, 0);
@@ -431,31 +429,37 @@ fn time_backwards(policy: PolicyKind, traces: usize) {
 }
 
 #[test]
+#[ignore = "needs a Redis server: FLOODGATE_REDIS_URL and --include-ignored"]
 fn time_backwards_sliding_window() {
     time_backwards(PolicyKind::SlidingWindow, 40);
 }
 
 #[test]
+#[ignore = "needs a Redis server: FLOODGATE_REDIS_URL and --include-ignored"]
 fn time_backwards_token_bucket() {
     time_backwards(PolicyKind::TokenBucket, 40);
 }
 
 #[test]
+#[ignore = "needs a Redis server: FLOODGATE_REDIS_URL and --include-ignored"]
 fn time_backwards_fixed_window() {
     time_backwards(PolicyKind::FixedWindow, 40);
 }
 
 #[test]
+#[ignore = "needs a Redis server: FLOODGATE_REDIS_URL and --include-ignored"]
 fn time_backwards_sliding_window_counter() {
     time_backwards(PolicyKind::SlidingWindowCounter, 40);
 }
 
 #[test]
+#[ignore = "needs a Redis server: FLOODGATE_REDIS_URL and --include-ignored"]
 fn time_backwards_gcra() {
     time_backwards(PolicyKind::Gcra, 40);
 }
 
 #[test]
+#[ignore = "needs a Redis server: FLOODGATE_REDIS_URL and --include-ignored"]
 fn time_backwards_leaky_bucket() {
     time_backwards(PolicyKind::LeakyBucket, 40);
 }
@@ -560,10 +564,9 @@ const PEEK_CALLS: [(bool, u64); 5] = [
 const PEEK_TIMES: [u64; 8] = [0, 10, 400, 401, 999, 1_410, 2_010, 50_000];
 
 #[test]
+#[ignore = "needs a Redis server: FLOODGATE_REDIS_URL and --include-ignored"]
 fn peek_creates_nothing_and_forget_starts_the_client_afresh() {
-    let Some(url) = shared_url("peek_creates_nothing_and_forget_starts_the_client_afresh") else {
-        return;
-    };
+    let url = shared_url();
     let prefix = prefix("peek");
     let mut connection = inspect(&url);
     let config = Config::per_ticks(3, 1_000).unwrap();
@@ -642,10 +645,9 @@ fn peek_creates_nothing_and_forget_starts_the_client_afresh() {
 }
 
 #[test]
+#[ignore = "needs a Redis server: FLOODGATE_REDIS_URL and --include-ignored"]
 fn the_async_limiter_peeks_and_forgets_as_the_blocking_one() {
-    let Some(url) = shared_url("the_async_limiter_peeks_and_forgets_as_the_blocking_one") else {
-        return;
-    };
+    let url = shared_url();
     let prefix = prefix("async-peek");
     let mut connection = inspect(&url);
     let cleaner = RedisLimiter::new(

@@ -18,7 +18,7 @@ use std::process::ExitCode;
 
 use floodgate::{
     build_bounded, Bounds, Config, Engine, ManualClock, Overflow, PolicyKind, RateLimiter,
-    MAX_LIMIT,
+    Tick, MAX_LIMIT,
 };
 
 #[cfg(feature = "redis")]
@@ -205,7 +205,7 @@ fn limiter(args: &Args) -> Result<Box<dyn RateLimiter<str>>, String> {
         args.policy,
         config,
         args.engine,
-        ManualClock::new(0),
+        ManualClock::with_tick(0, Tick::MILLISECOND),
         bounds,
     )
     .map_err(|e| e.to_string())
