@@ -74,7 +74,7 @@ fn exact_options(prefix: &str) -> RedisOptions {
 }
 
 fn in_memory(policy: PolicyKind, config: Config) -> Box<dyn RateLimiter<str>> {
-    build_with::<str, _>(policy, config, Engine::LockFree, ManualClock::new(0))
+    build_with::<str, _>(policy, config, Engine::LockFree, ManualClock::with_tick(0, floodgate::Tick::MILLISECOND))
         .unwrap_or_else(|e| panic!("{policy} {config:?}: {e}"))
 }
 
