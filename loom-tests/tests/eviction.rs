@@ -15,7 +15,8 @@ const KEY: u64 = 7;
 
 /// A registry of one tier, `free`, applying `spec` to every client.
 fn one_tier(spec: TierSpec) -> Tiers<u64, fn(&u64) -> &'static str, ManualClock> {
-    Tiers::with_clock("free", spec, |_| "free", ManualClock::new(0))
+    let resolver: fn(&u64) -> &'static str = |_| "free";
+    Tiers::with_clock("free", spec, resolver, ManualClock::new(0)).unwrap()
 }
 
 /// `L = 1`, `W = 100`: the client's one admission at 0 makes it idle from
@@ -32,7 +33,7 @@ fn sweep_races_check<P: Policy>() {
         let limiter = Arc::new(Limiter::<u64, P, _>::with_clock(
             policy,
             ManualClock::new(0),
-        ));
+        ).unwrap());
         assert!(limiter.check_at(&KEY, 0).allowed);
         let sweeper = {
             let limiter = Arc::clone(&limiter);
@@ -68,7 +69,7 @@ fn sweep_races_an_older_check<P: Policy>() {
         let limiter = Arc::new(Limiter::<u64, P, _>::with_clock(
             policy,
             ManualClock::new(0),
-        ));
+        ).unwrap());
         assert!(limiter.check_at(&KEY, 0).allowed);
         let sweeper = {
             let limiter = Arc::clone(&limiter);
@@ -96,7 +97,7 @@ fn sweep_never_removes_a_busy_client<P: Policy>() {
         let limiter = Arc::new(Limiter::<u64, P, _>::with_clock(
             policy,
             ManualClock::new(0),
-        ));
+        ).unwrap());
         assert!(limiter.check_at(&KEY, 50).allowed);
         let sweeper = {
             let limiter = Arc::clone(&limiter);

@@ -27,7 +27,7 @@ fn a_stale_call_never_meets_a_client_younger_than_its_sweep() {
         let limiter = Arc::new(Limiter::<u64, SlidingWindow, _>::with_clock(
             policy,
             ManualClock::new(0),
-        ));
+        ).unwrap());
         assert!(limiter.check_at(&KEY, 0).allowed);
         let sweeper = {
             let limiter = Arc::clone(&limiter);
@@ -60,7 +60,7 @@ fn forget_races_check<P: Policy>() {
         let limiter = Arc::new(Limiter::<u64, P, _>::with_clock(
             policy,
             ManualClock::new(0),
-        ));
+        ).unwrap());
         assert!(limiter.check_at(&KEY, 0).allowed);
         let forgetter = {
             let limiter = Arc::clone(&limiter);
@@ -115,7 +115,7 @@ fn a_stale_carry_over_lands_in_the_latest_window() {
             spec(2).unwrap(),
             |_: &u64| "free",
             ManualClock::new(0),
-        ));
+        ).unwrap());
         assert!(tiers.check_at(&KEY, 0).allowed); // the origin: windows from 0
         assert!(tiers.check_at(&KEY, 100).allowed);
         assert!(tiers.check_at(&KEY, 100).allowed);
