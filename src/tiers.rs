@@ -511,13 +511,19 @@ where
         tier.call(
             key,
             now,
-            |generation, origin, state, now| match now.checked_sub(origin) {
-                Some(since) => generation.check(state, since),
-                // A call racing with the one that created the client, with
-                // an earlier time: judged at the origin (as `Limiter`).
-                None => generation
-                    .check(state, 0)
-                    .map(|decision| generation.measured_from_earlier(decision, origin - now)),
+            |generation, origin, state, latest, now| {
+                // Judged no earlier than the latest time a check presented
+                // or a carry-over was made at, nor than the origin (a call
+                // racing the one that created the client); waits measured
+                // from the call's own `now`.
+                let before = latest.map_or(0, |latest| latest.fetch_max(now, Ordering::Relaxed));
+                let judged = now.max(before).max(origin);
+                let decision = generation.check(state, judged - origin)?;
+                Ok(if judged > now {
+                    generation.measured_from_earlier(decision, judged - now)
+                } else {
+                    decision
+                })
             },
             |generation, rule| match rule {
                 Overflow::Admit => Decision::admit(generation.spec.config().limit() - 1),
@@ -638,7 +644,7 @@ where
         tier.call(
             key,
             now,
-            |generation, origin, state, now| {
+            |generation, origin, state, _, now| {
                 generation.remaining(state, now.saturating_sub(origin))
             },
             |generation, rule| match rule {
@@ -741,6 +747,29 @@ impl<K> Tier<K> {
 struct TierState {
     generation: Arc<Generation>,
     state: AnyState,
+    /// The latest `now` any check of this state presented (or the instant
+    /// it was carried over at): the time a carry-over is judged at, and the
+    /// earliest a check is judged at. A state word tells only a bound on
+    /// its latest admission (a schedule runs up to `L·I` past it); this
+    /// tells the time itself, so a call that is a little behind neither
+    /// carries the client back in time nor is stamped before a carry-over
+    /// it comes after.
+    ///
+    /// Raised (Relaxed) before a check's own compare-and-swap, which
+    /// releases it: a carrier that retires the state after that admission
+    /// (an acquiring read-modify-write later in the word's order) sees at
+    /// least this time.
+    latest: AtomicU64,
+}
+
+impl TierState {
+    fn new(generation: Arc<Generation>, state: AnyState, latest: u64) -> Self {
+        Self {
+            generation,
+            state,
+            latest: AtomicU64::new(latest),
+        }
+    }
 }
 
 impl<K> Tier<K>
@@ -765,7 +794,7 @@ where
         &self,
         key: &Q,
         now: u64,
-        op: impl Fn(&Generation, u64, &AnyState, u64) -> Result<T, Retired>,
+        op: impl Fn(&Generation, u64, &AnyState, Option<&AtomicU64>, u64) -> Result<T, Retired>,
         untracked: impl FnOnce(&Generation, Overflow) -> T,
     ) -> T
     where
@@ -777,8 +806,15 @@ where
             let guard = self.current.load();
             let generation: &Arc<Generation> = &guard;
             let answer = self.clients.peek(key, |client| {
-                Arc::ptr_eq(&client.state.generation, generation)
-                    .then(|| op(generation, client.origin, &client.state.state, now))
+                Arc::ptr_eq(&client.state.generation, generation).then(|| {
+                    op(
+                        generation,
+                        client.origin,
+                        &client.state.state,
+                        Some(&client.state.latest),
+                        now,
+                    )
+                })
             });
             match answer {
                 Some(Some(Ok(answer))) => return answer,
@@ -788,10 +824,7 @@ where
                     let arrival = self.clients.arrive(
                         key,
                         now,
-                        || TierState {
-                            generation: Arc::clone(generation),
-                            state: generation.new_state(),
-                        },
+                        || TierState::new(Arc::clone(generation), generation.new_state(), 0),
                         retire_if_idle,
                         // A retired entry may be mid-carry-over: the sweep
                         // leaves it to the client's next call.
@@ -799,9 +832,13 @@ where
                     );
                     match arrival {
                         Arrival::Created(client) => {
-                            if let Ok(answer) =
-                                op(generation, client.origin, &client.state.state, now)
-                            {
+                            if let Ok(answer) = op(
+                                generation,
+                                client.origin,
+                                &client.state.state,
+                                Some(&client.state.latest),
+                                now,
+                            ) {
                                 return answer;
                             }
                         }
@@ -814,7 +851,7 @@ where
                             let (origin, state) = generation
                                 .overflow
                                 .get_or_init(|| (now, generation.new_state()));
-                            return op(generation, *origin, state, now)
+                            return op(generation, *origin, state, None, now)
                                 .expect("the overflow state is never retired");
                         }
                     }
@@ -842,17 +879,32 @@ where
         if Arc::ptr_eq(old, &generation) && !generation.is_retired(&client.state.state) {
             return; // someone else carried it over already
         }
-        let since = now.saturating_sub(client.origin);
         // Judged and re-stamped at `spent.at`, never before the latest time
         // the old state reflects: a stale `now` must not move the client
-        // back in time (module docs, "Reload").
-        let spent = old.retire_spent(&client.state.state, since);
+        // back in time (module docs, "Reload"). First retire (freezing what
+        // is carried), then read the latest time a check presented: Relaxed
+        // is enough, as the retiring CAS acquired every admission before
+        // it, and each of those raised `latest` before its own CAS.
+        let state = &client.state.state;
+        let first = old.retire_spent(state, now.saturating_sub(client.origin));
+        let latest = client
+            .state
+            .latest
+            .load(Ordering::Relaxed)
+            .saturating_sub(client.origin);
+        let spent = if latest > first.at {
+            // Already retired: this only judges the frozen state again.
+            old.retire_spent(state, latest)
+        } else {
+            first
+        };
         let successor = Arc::new(Client {
             origin: client.origin,
-            state: TierState {
-                state: generation.spent_state(spent.count, spent.at),
-                generation,
-            },
+            state: TierState::new(
+                Arc::clone(&generation),
+                generation.spent_state(spent.count, spent.at),
+                client.origin + spent.at,
+            ),
         });
         self.clients.replace(key, &client, successor);
     }

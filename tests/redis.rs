@@ -74,8 +74,13 @@ fn exact_options(prefix: &str) -> RedisOptions {
 }
 
 fn in_memory(policy: PolicyKind, config: Config) -> Box<dyn RateLimiter<str>> {
-    build_with::<str, _>(policy, config, Engine::LockFree, ManualClock::with_tick(0, floodgate::Tick::MILLISECOND))
-        .unwrap_or_else(|e| panic!("{policy} {config:?}: {e}"))
+    build_with::<str, _>(
+        policy,
+        config,
+        Engine::LockFree,
+        ManualClock::with_tick(0, floodgate::Tick::MILLISECOND),
+    )
+    .unwrap_or_else(|e| panic!("{policy} {config:?}: {e}"))
 }
 
 /// A connection of the test's own, to read keys and TTLs.
