@@ -331,3 +331,103 @@ fn carry_overs_without_pause_admit_within_the_bound() {
 fn carry_overs_and_sweeps_without_pause_admit_within_the_bound() {
     stress_every_policy(twin, true);
 }
+
+/// FIXME: a stale call that carries its client over judges the old state
+/// at the lower bound it keeps of its latest time (`token-bucket`: drip
+/// `B − L`; `gcra`, `leaky-bucket`: `TAT − L·I`), earlier than the latest
+/// admission. Where the new rule re-lays the spend on another interval, or
+/// caps it at a lower limit, a spend judged that early comes out smaller
+/// than one judged at the latest time, and a request is handed back: each
+/// case below admits twice at one instant with a limit of 1 under the new
+/// rule (and, for the token bucket, under both).
+#[test]
+#[ignore = "library bug: a stale carry-over onto another interval or a lower limit gives back a request"]
+fn a_stale_carry_over_onto_another_interval_or_a_lower_limit_gives_nothing_back() {
+    // Admissions before the reloads, the reloads, the stale time, and the
+    // instant that must then reject, with its `retry_after`.
+    type Case = (&'static [u64], Vec<TierSpec>, u64, u64, u64);
+    let cases: [Case; 2] = [
+        // Token bucket, 1 per 21 → 1 per 22 (carried at 21) → 1 per 21.
+        (
+            &[0, 21],
+            vec![
+                spec(PolicyKind::TokenBucket, 1, 22),
+                spec(PolicyKind::TokenBucket, 1, 21),
+            ],
+            0,
+            21,
+            21,
+        ),
+        // GCRA, 2 per 2000 → 1 per 1000: one admission at 5000 leaves
+        // TAT = 6000, judged at TAT − L·I = 4000 as the whole limit spent.
+        (
+            &[5_000],
+            vec![spec(PolicyKind::Gcra, 1, 1_000)],
+            4_000,
+            5_000,
+            1_000,
+        ),
+    ];
+    let first = [
+        spec(PolicyKind::TokenBucket, 1, 21),
+        spec(PolicyKind::Gcra, 2, 2_000),
+    ];
+    let mut wrong = Vec::new();
+    for ((admitted, reloads, stale, probe, retry), rule) in cases.into_iter().zip(first) {
+        let run = |stale: Option<u64>| {
+            let tiers = single_tier(rule, ManualClock::new(0));
+            assert_eq!(tiers.remaining_at(&1, 0), rule.config().limit());
+            for &at in admitted {
+                assert!(tiers.check_at(&1, at).allowed);
+            }
+            for &reload in &reloads {
+                // Each carried over at the latest admission, but the last.
+                tiers.remaining_at(&1, *admitted.last().unwrap());
+                tiers.reload(TIER, reload).unwrap();
+            }
+            if let Some(at) = stale {
+                assert!(!tiers.check_at(&1, at).allowed);
+            }
+            tiers.check_at(&1, probe)
+        };
+        assert_eq!(
+            run(None),
+            rejected(retry),
+            "{rule:?}: carried at the latest time"
+        );
+        let after_stale = run(Some(stale));
+        if after_stale != rejected(retry) {
+            wrong.push(format!(
+                "{rule:?} reloaded to {reloads:?}: a call at {stale}, then at {probe}: \
+                 {after_stale:?}"
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// FIXME: a sliding log carried over once all its admissions have left the
+/// window is rebuilt empty, so nothing remembers the carry-over's instant:
+/// a stale call then counts its admission at its own older `now`, and the
+/// next admission comes a window after that, not after the carry-over.
+#[test]
+#[ignore = "library bug: an empty carry-over sets no floor for a stale call"]
+fn a_stale_call_after_an_empty_carry_over_counts_at_the_carry_over() {
+    let tiers = single_tier(
+        spec(PolicyKind::SlidingWindow, 1, 1_000),
+        ManualClock::new(0),
+    );
+    assert!(tiers.check_at(&1, 0).allowed);
+    tiers
+        .reload(TIER, spec(PolicyKind::SlidingWindow, 1, 1_001))
+        .unwrap();
+    // Carried over at 1000: the admission at 0 has left the window.
+    assert_eq!(tiers.remaining_at(&1, 1_000), 1);
+    let stale = tiers.check_at(&1, 999);
+    assert!(stale.allowed);
+    assert_eq!(
+        tiers.check_at(&1, 2_000),
+        rejected(1),
+        "the admission read at 999 came after the carry-over at 1000"
+    );
+}
