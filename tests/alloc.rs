@@ -14,8 +14,10 @@ use std::cell::Cell;
 use floodgate::policy::{
     FixedWindow, Gcra, LeakyBucket, Policy, SlidingWindow, SlidingWindowCounter, TokenBucket,
 };
+use floodgate::tiers::{TierSpec, Tiers};
 use floodgate::{
     build, build_with, Clock, Config, Engine, Limiter, ManualClock, PolicyKind, QuantaClock,
+    RateLimiter,
 };
 
 /// The system allocator, counting each allocation on the allocating thread.
@@ -199,6 +201,38 @@ fn known_client_checks_allocate_nothing_through_build() {
             }
         });
         assert_eq!(allocations, 0, "{kind} build::<str> allow");
+    }
+}
+
+/// A reload with the rule a tier already has changes nothing, so neither it
+/// nor the next check of a known client allocates; a reload to another
+/// rule does (the new rule, and each client's carried state), which shows
+/// the count sees this path.
+#[test]
+fn an_identical_reload_and_the_next_check_allocate_nothing() {
+    for kind in PolicyKind::ALL {
+        let rule = TierSpec::new(kind, config()).unwrap();
+        let tiers = Tiers::with_clock("only", rule, |_: &u64| "only", ManualClock::new(0));
+        for at in 0..10 {
+            tiers.check_at(&42, at * STEP);
+        }
+        let allocations = allocations_in(|| {
+            for at in 10..100 {
+                tiers.reload("only", rule).unwrap();
+                std::hint::black_box(tiers.check_at(&42, at * STEP));
+            }
+        });
+        assert_eq!(allocations, 0, "{kind}: identical reloads and checks");
+
+        let other = TierSpec::new(kind, Config::per_ticks(LIMIT + 1, WINDOW).unwrap()).unwrap();
+        let allocations = allocations_in(|| {
+            tiers.reload("only", other).unwrap();
+            std::hint::black_box(tiers.check_at(&42, 100 * STEP));
+        });
+        assert!(
+            allocations >= 2,
+            "{kind}: {allocations} allocations for a carry-over"
+        );
     }
 }
 

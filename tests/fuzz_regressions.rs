@@ -12,6 +12,8 @@ mod checks;
 use std::fs;
 use std::path::Path;
 
+use proptest::prelude::*;
+
 /// Runs `check` on every file of `fuzz/regressions/<target>/` and returns how
 /// many there were.
 fn replay(target: &str, check: fn(&[u8])) -> usize {
@@ -62,4 +64,16 @@ fn every_byte_string_decodes() {
     // Time never decreases unless asked to.
     let forward = checks::Input::decode(&[0xab; 200], false);
     assert!(forward.calls.windows(2).all(|w| w[0].now <= w[1].now));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// The time-backwards check on random inputs, so that `cargo test`
+    /// runs it without a fuzzer: every byte string is an input, with its
+    /// calls going back and forth, sweeps and reloads among them.
+    #[test]
+    fn time_backwards_holds_on_random_inputs(data in proptest::collection::vec(any::<u8>(), 0..600)) {
+        checks::check_time_backwards(&data);
+    }
 }

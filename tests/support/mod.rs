@@ -6,6 +6,7 @@
 
 use std::hash::Hash;
 
+use floodgate::tiers::{TierSpec, Tiers};
 use floodgate::{build_with, Config, Decision, Engine, ManualClock, PolicyKind, RateLimiter};
 
 /// Both engines, in the order the tests report them.
@@ -129,4 +130,50 @@ pub fn call(limiter: &dyn RateLimiter<u64>, call: Call) -> Answer {
 /// Makes every call of `trace`, in order.
 pub fn run(limiter: &dyn RateLimiter<u64>, trace: &[Call]) -> Vec<Answer> {
     trace.iter().map(|&c| call(limiter, c)).collect()
+}
+
+/// A tier rule, for tests that only build valid ones.
+///
+/// # Panics
+///
+/// If `policy` refuses the limits.
+pub fn spec(policy: PolicyKind, limit: u64, window: u64) -> TierSpec {
+    TierSpec::new(policy, Config::per_ticks(limit, window).unwrap())
+        .unwrap_or_else(|e| panic!("{policy} L={limit} W={window}: {e}"))
+}
+
+/// The name of the one tier of [`single_tier`] registries.
+pub const TIER: &str = "only";
+
+/// Every client is in [`TIER`].
+pub fn everyone_in_one_tier(_: &u64) -> &'static str {
+    TIER
+}
+
+/// A registry of `u64` clients with one tier, [`TIER`], applying `rule`.
+pub type OneTier<C> = Tiers<u64, fn(&u64) -> &'static str, C>;
+
+/// A registry with one tier applying `rule`, reading `clock`.
+pub fn single_tier<C>(rule: TierSpec, clock: C) -> OneTier<C> {
+    Tiers::with_clock(
+        TIER,
+        rule,
+        everyone_in_one_tier as fn(&u64) -> &'static str,
+        clock,
+    )
+}
+
+/// How many requests of `key` are admitted at `at`, one after another,
+/// until the first rejection.
+///
+/// # Panics
+///
+/// If more than a million are admitted: no test here allows that many.
+pub fn drain<Q: ?Sized>(limiter: &dyn RateLimiter<Q>, key: &Q, at: u64) -> u64 {
+    let mut admitted = 0;
+    while limiter.check_at(key, at).allowed {
+        admitted += 1;
+        assert!(admitted <= 1_000_000, "no end to the admissions at {at}");
+    }
+    admitted
 }
