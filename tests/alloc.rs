@@ -212,7 +212,7 @@ fn known_client_checks_allocate_nothing_through_build() {
 fn an_identical_reload_and_the_next_check_allocate_nothing() {
     for kind in PolicyKind::ALL {
         let rule = TierSpec::new(kind, config()).unwrap();
-        let tiers = Tiers::with_clock("only", rule, |_: &u64| "only", ManualClock::new(0));
+        let tiers = Tiers::with_clock("only", rule, |_: &u64| "only", ManualClock::new(0)).unwrap();
         for at in 0..10 {
             tiers.check_at(&42, at * STEP);
         }

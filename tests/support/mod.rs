@@ -7,7 +7,9 @@
 use std::hash::Hash;
 
 use floodgate::tiers::{TierSpec, Tiers};
-use floodgate::{build_with, Config, Decision, Engine, ManualClock, PolicyKind, RateLimiter};
+use floodgate::{
+    build_with, Clock, Config, Decision, Engine, ManualClock, PolicyKind, RateLimiter,
+};
 
 /// Both engines, in the order the tests report them.
 pub const ENGINES: [Engine; 2] = [Engine::LockFree, Engine::Mutex];
@@ -154,13 +156,19 @@ pub fn everyone_in_one_tier(_: &u64) -> &'static str {
 pub type OneTier<C> = Tiers<u64, fn(&u64) -> &'static str, C>;
 
 /// A registry with one tier applying `rule`, reading `clock`.
-pub fn single_tier<C>(rule: TierSpec, clock: C) -> OneTier<C> {
+///
+/// # Panics
+///
+/// If `rule` does not fit the clock's tick: the tests only build ones that
+/// do.
+pub fn single_tier<C: Clock>(rule: TierSpec, clock: C) -> OneTier<C> {
     Tiers::with_clock(
         TIER,
         rule,
         everyone_in_one_tier as fn(&u64) -> &'static str,
         clock,
     )
+    .unwrap_or_else(|e| panic!("{rule}: {e}"))
 }
 
 /// How many requests of `key` are admitted at `at`, one after another,
