@@ -20,14 +20,20 @@
 //! before it froze — and is in what is carried — or finds it frozen and
 //! is decided on the new state: none is lost or counted twice.
 //!
-//! The instant `at` is the later of the call's `now` and the latest time
-//! the old state reflects (its newest admission, its window's start, the
-//! time its schedule implies: [`Policy::retire_spent`]). On a real clock a
-//! thread's `now` can be a little older than that; a carry-over at the
-//! older time would move the client back in time — a fixed window carried
-//! into the window before its own resets one window early, a schedule
-//! rebuilt from an older `now` gives back the difference — and a tier
-//! reloaded without pause would hand out quota on every reload.
+//! The instant `at` is the later of the call's `now`, the latest `now` any
+//! check of the client presented, and the latest time the old state itself
+//! reflects ([`Policy::retire_spent`]). On a real clock a thread's `now` can
+//! be a little older than the client's latest; a carry-over at the older
+//! time would move the client back in time — a fixed window carried into
+//! the window before its own resets one window early, a schedule rebuilt
+//! from an older `now` gives back the difference — and a tier reloaded
+//! without pause would hand out quota on every reload. A state word alone
+//! cannot say when its latest admission was (a schedule may run up to a
+//! window past it), so each client's state keeps that time beside it, and
+//! every check is judged no earlier than it: a tier's check is one atomic
+//! maximum more than a plain limiter's. A stale check is thus judged at the
+//! client's latest time, never earlier: it counts where a carry-over made
+//! just before it left the client.
 //!
 //! A reload with the rule a tier already has changes nothing. A carry-over
 //! (a client's first call after its tier's rule changed) takes the map
