@@ -22,7 +22,9 @@ use floodgate::http::{
     from_fn, ForwardedIp, Global, Header, KeyExtractor, Parts, PeerIp, RateLimitLayer,
 };
 use floodgate::tiers::Tiers;
-use floodgate::{build_with, Builder, Config, Decision, Engine, ManualClock, PolicyKind, RateLimiter};
+use floodgate::{
+    build_with, Builder, Config, Decision, Engine, ManualClock, PolicyKind, RateLimiter,
+};
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
@@ -136,18 +138,30 @@ async fn counts_are_exact_and_every_connection_shares_the_limit() {
 
     let first = &answers[0];
     assert_eq!(first.body, "hello");
-    assert_eq!(first.header("ratelimit-policy"), Some(r#""default";q=5;w=60"#));
+    assert_eq!(
+        first.header("ratelimit-policy"),
+        Some(r#""default";q=5;w=60"#)
+    );
     assert_eq!(first.header("ratelimit"), Some(r#""default";r=4;t=0"#));
     assert_eq!(first.header("retry-after"), None);
     assert_eq!(first.header("x-ratelimit-limit"), None);
     // The last admission: the window says when more comes, at most.
-    assert_eq!(answers[4].header("ratelimit"), Some(r#""default";r=0;t=60"#));
+    assert_eq!(
+        answers[4].header("ratelimit"),
+        Some(r#""default";r=0;t=60"#)
+    );
 
     let refused = &answers[5];
     assert_eq!(refused.header("retry-after"), Some("60"));
     assert_eq!(refused.header("ratelimit"), Some(r#""default";r=0;t=60"#));
-    assert_eq!(refused.header("ratelimit-policy"), Some(r#""default";q=5;w=60"#));
-    assert_eq!(refused.header("content-type"), Some("text/plain; charset=utf-8"));
+    assert_eq!(
+        refused.header("ratelimit-policy"),
+        Some(r#""default";q=5;w=60"#)
+    );
+    assert_eq!(
+        refused.header("content-type"),
+        Some("text/plain; charset=utf-8")
+    );
     assert_eq!(refused.body, "Too Many Requests: retry after 60 s\n");
 
     clock.advance(60 * SECOND);
@@ -193,7 +207,10 @@ async fn retry_after_rounds_up_from_one_nanosecond_and_from_one_and_a_half_secon
     let refused = get(address, "/").await;
     assert_eq!(refused.header("retry-after"), Some("2"));
     assert_eq!(refused.header("ratelimit"), Some(r#""slow";r=0;t=2"#));
-    assert_eq!(refused.header("ratelimit-policy"), Some(r#""slow";q=1;w=3"#));
+    assert_eq!(
+        refused.header("ratelimit-policy"),
+        Some(r#""slow";q=1;w=3"#)
+    );
     assert_eq!(refused.header("x-ratelimit-reset"), Some("2"));
     assert_eq!(refused.header("x-ratelimit-remaining"), Some("0"));
 }
@@ -206,11 +223,17 @@ async fn rejections_can_be_problem_documents_or_the_users_own() {
             .build::<IpAddr>()
             .unwrap()
     };
-    let address = serve(app(RateLimitLayer::new(limiter(), PeerIp::new()).problem_json())).await;
+    let address = serve(app(
+        RateLimitLayer::new(limiter(), PeerIp::new()).problem_json()
+    ))
+    .await;
     get(address, "/").await;
     let refused = get(address, "/").await;
     assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
-    assert_eq!(refused.header("content-type"), Some("application/problem+json"));
+    assert_eq!(
+        refused.header("content-type"),
+        Some("application/problem+json")
+    );
     assert_eq!(
         refused.body,
         r#"{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"retry after 10 s","retry_after":10}"#
@@ -268,13 +291,26 @@ async fn trusted_chains_give_the_rightmost_untrusted_address_and_group_ipv6() {
     let address = serve(app(RateLimitLayer::new(Arc::clone(&limiter), extractor))).await;
 
     // The client claims 1.2.3.4; the first trusted proxy saw 203.0.113.5.
-    get_with(address, "/", &[("x-forwarded-for", "1.2.3.4, 203.0.113.5, 10.0.0.2")]).await;
+    get_with(
+        address,
+        "/",
+        &[("x-forwarded-for", "1.2.3.4, 203.0.113.5, 10.0.0.2")],
+    )
+    .await;
     assert_eq!(limiter.peek(&ip("203.0.113.5")), Some(9));
     assert_eq!(limiter.peek(&ip("1.2.3.4")), None);
 
     // `Forwarded` wins over `X-Forwarded-For`; IPv6 grouped by /56.
     let forwarded = r#"for="[2001:db8:1:2ff::17]:4711";proto=https, for=10.0.0.3"#;
-    get_with(address, "/", &[("forwarded", forwarded), ("x-forwarded-for", "198.51.100.9")]).await;
+    get_with(
+        address,
+        "/",
+        &[
+            ("forwarded", forwarded),
+            ("x-forwarded-for", "198.51.100.9"),
+        ],
+    )
+    .await;
     get_with(address, "/", &[("x-forwarded-for", "2001:db8:1:200::1")]).await;
     assert_eq!(limiter.peek(&ip("2001:db8:1:200::")), Some(8));
     assert_eq!(limiter.peek(&ip("198.51.100.9")), None);
@@ -300,7 +336,9 @@ async fn the_ipv6_prefix_is_configurable() {
             .build::<IpAddr>()
             .unwrap(),
     );
-    let extractor = ForwardedIp::trusting(["127.0.0.1"]).unwrap().ipv6_prefix(64);
+    let extractor = ForwardedIp::trusting(["127.0.0.1"])
+        .unwrap()
+        .ipv6_prefix(64);
     let address = serve(app(RateLimitLayer::new(Arc::clone(&limiter), extractor))).await;
     get_with(address, "/", &[("x-forwarded-for", "2001:db8:1:2ff::17")]).await;
     get_with(address, "/", &[("x-forwarded-for", "2001:db8:1:200::1")]).await;
@@ -316,10 +354,17 @@ async fn a_request_without_a_key_is_a_clear_400() {
             .build::<str>()
             .unwrap(),
     );
-    let address = serve(app(RateLimitLayer::new(Arc::clone(&limiter), Header::new("x-api-key")))).await;
+    let address = serve(app(RateLimitLayer::new(
+        Arc::clone(&limiter),
+        Header::new("x-api-key"),
+    )))
+    .await;
     let missing = get(address, "/").await;
     assert_eq!(missing.status, StatusCode::BAD_REQUEST);
-    assert_eq!(missing.body, "Bad Request: no client key: no header x-api-key\n");
+    assert_eq!(
+        missing.body,
+        "Bad Request: no client key: no header x-api-key\n"
+    );
     assert_eq!(missing.header("ratelimit"), None);
     let empty = get_with(address, "/", &[("x-api-key", "")]).await;
     assert_eq!(empty.status, StatusCode::BAD_REQUEST);
@@ -355,13 +400,19 @@ async fn bypassed_requests_are_not_counted_and_get_no_headers() {
     let address = serve(app(layer)).await;
     for _ in 0..5 {
         let health = get(address, "/health").await;
-        assert_eq!((health.status, health.body.as_str()), (StatusCode::OK, "ok"));
+        assert_eq!(
+            (health.status, health.body.as_str()),
+            (StatusCode::OK, "ok")
+        );
         assert_eq!(health.header("ratelimit"), None);
         assert_eq!(health.header("ratelimit-policy"), None);
     }
     assert_eq!(limiter.tracked_clients(), 0);
     assert_eq!(get(address, "/").await.status, StatusCode::OK);
-    assert_eq!(get(address, "/").await.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        get(address, "/").await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
     assert_eq!(get(address, "/health").await.status, StatusCode::OK);
 }
 
@@ -370,7 +421,13 @@ async fn tiers_name_the_policy_by_the_tier() {
     let tiers = Tiers::with_clock(
         "free",
         "fixed-window:2/1m".parse().unwrap(),
-        |key: &str| if key.starts_with("pro-") { "premium" } else { "free" },
+        |key: &str| {
+            if key.starts_with("pro-") {
+                "premium"
+            } else {
+                "free"
+            }
+        },
         ManualClock::new(0),
     )
     .unwrap()
@@ -378,7 +435,10 @@ async fn tiers_name_the_policy_by_the_tier() {
     .unwrap();
     let address = serve(app(RateLimitLayer::new(tiers, Header::new("x-api-key")))).await;
     let pro = get_with(address, "/", &[("x-api-key", "pro-1")]).await;
-    assert_eq!(pro.header("ratelimit-policy"), Some(r#""premium";q=100;w=10"#));
+    assert_eq!(
+        pro.header("ratelimit-policy"),
+        Some(r#""premium";q=100;w=10"#)
+    );
     assert_eq!(pro.header("ratelimit"), Some(r#""premium";r=99;t=0"#));
     let free = get_with(address, "/", &[("x-api-key", "anon")]).await;
     assert_eq!(free.header("ratelimit-policy"), Some(r#""free";q=2;w=60"#));
@@ -394,9 +454,13 @@ async fn a_hyper_server_gives_the_peer_as_a_socket_address() {
         .build::<IpAddr>()
         .unwrap();
     let layer = RateLimitLayer::new(limiter, PeerIp::new());
-    let service = layer.layer(tower::service_fn(|_: Request<hyper::body::Incoming>| async {
-        Ok::<_, Infallible>(Response::new(http_body_util::Full::new(Bytes::from("plain"))))
-    }));
+    let service = layer.layer(tower::service_fn(
+        |_: Request<hyper::body::Incoming>| async {
+            Ok::<_, Infallible>(Response::new(http_body_util::Full::new(Bytes::from(
+                "plain",
+            ))))
+        },
+    ));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     tokio::spawn(async move {
@@ -414,8 +478,14 @@ async fn a_hyper_server_gives_the_peer_as_a_socket_address() {
         }
     });
     let first = get(address, "/").await;
-    assert_eq!((first.status, first.body.as_str()), (StatusCode::OK, "plain"));
-    assert_eq!(get(address, "/").await.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        (first.status, first.body.as_str()),
+        (StatusCode::OK, "plain")
+    );
+    assert_eq!(
+        get(address, "/").await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
 }
 
 #[tokio::test]
@@ -491,7 +561,10 @@ fn extractors_read_the_head() {
         .extensions
         .insert(SocketAddr::from((ip("2001:db8:1:2ff::1"), 1)));
     assert_eq!(PeerIp::new().extract(&parts), Ok(ip("2001:db8:1:200::")));
-    assert_eq!(PeerIp::new().ipv6_prefix(128).extract(&parts), Ok(ip("2001:db8:1:2ff::1")));
+    assert_eq!(
+        PeerIp::new().ipv6_prefix(128).extract(&parts),
+        Ok(ip("2001:db8:1:2ff::1"))
+    );
     assert_eq!(Global::new().extract(&parts), Ok("global"));
 }
 
@@ -529,7 +602,10 @@ async fn the_redis_store_behind_the_layer() {
     assert_eq!(statuses, [200, 200, 200, 429, 429]);
     assert_eq!(limiter.faults(), 0, "every decision came from Redis");
     let refused = get(address, "/").await;
-    assert_eq!(refused.header("ratelimit-policy"), Some(r#""default";q=3;w=3600"#));
+    assert_eq!(
+        refused.header("ratelimit-policy"),
+        Some(r#""default";q=3;w=3600"#)
+    );
     let retry: u64 = refused.header("retry-after").unwrap().parse().unwrap();
     assert!((1..=3600).contains(&retry), "Retry-After {retry}");
 

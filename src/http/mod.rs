@@ -2,21 +2,25 @@
 //! limiter, key extractors, the IETF rate-limit headers, and the leaky
 //! bucket as a shaper.
 //!
-//! ```
+//! ```no_run
 //! use axum::{routing::get, Router};
 //! use floodgate::http::{PeerIp, RateLimitLayer};
 //! use floodgate::{Builder, PolicyKind};
-//! use std::net::IpAddr;
-//! use std::time::Duration;
+//! use std::{net::{IpAddr, SocketAddr}, time::Duration};
 //!
+//! # async fn serve() -> Result<(), Box<dyn std::error::Error>> {
 //! let per_ip = Builder::new(PolicyKind::Gcra, 100, Duration::from_secs(1)).build::<IpAddr>()?;
-//! let app: Router = Router::new()
+//! let app = Router::new()
 //!     .route("/", get(|| async { "hello" }))
 //!     .layer(RateLimitLayer::new(per_ip, PeerIp::new()));
-//! // axum::serve(listener, app.into_make_service_with_connect_info::<std::net::SocketAddr>())
-//! # let _ = app;
-//! # Ok::<(), floodgate::ConfigError>(())
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+//! axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await?;
+//! # Ok(())
+//! # }
 //! ```
+//!
+//! (The README's example; the peer's address comes from axum's
+//! `ConnectInfo` with the feature `axum`.)
 //!
 //! # What a request meets
 //!
