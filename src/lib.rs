@@ -101,6 +101,9 @@ mod clock;
 mod config;
 mod decision;
 mod factory;
+#[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+pub mod http;
 mod limiter;
 pub mod policy;
 #[cfg(feature = "redis")]
@@ -121,7 +124,7 @@ pub use clock::{Clock, ManualClock, QuantaClock, Tick};
 pub use config::{Config, ConfigError, PolicyKind, UnknownPolicy, MAX_LIMIT, MAX_SCHEDULE_WINDOW};
 pub use decision::Decision;
 pub use factory::{build, build_bounded, build_with, Builder, Engine, UnknownEngine};
-pub use limiter::{Limiter, RateLimiter};
+pub use limiter::{Limiter, RateLimiter, RuledDecision};
 pub use rule::{Rule, RuleError, RuleProblem};
 
 /// The README's examples, compiled and run as doctests.

@@ -12,6 +12,62 @@ use crate::{
     Bounds, Clock, Config, ConfigError, Decision, Overflow, PolicyKind, QuantaClock, Tick,
 };
 
+/// Every method of [`RateLimiter`], forwarded to the pointee (`**self`), so
+/// a pointer keeps its limiter's own overrides.
+macro_rules! forward_rate_limiter {
+    () => {
+        #[inline]
+        fn check_at(&self, key: &Q, now: u64) -> Decision {
+            (**self).check_at(key, now)
+        }
+        #[inline]
+        fn remaining_at(&self, key: &Q, now: u64) -> u64 {
+            (**self).remaining_at(key, now)
+        }
+        fn peek_at(&self, key: &Q, now: u64) -> Option<u64> {
+            (**self).peek_at(key, now)
+        }
+        fn forget(&self, key: &Q) -> bool {
+            (**self).forget(key)
+        }
+        #[inline]
+        fn now(&self) -> u64 {
+            (**self).now()
+        }
+        fn policy(&self) -> PolicyKind {
+            (**self).policy()
+        }
+        fn config(&self) -> Config {
+            (**self).config()
+        }
+        fn tracked_clients(&self) -> usize {
+            (**self).tracked_clients()
+        }
+        fn sweep_at(&self, now: u64) -> usize {
+            (**self).sweep_at(now)
+        }
+        fn sweep(&self) -> usize {
+            (**self).sweep()
+        }
+        #[inline]
+        fn check(&self, key: &Q) -> Decision {
+            (**self).check(key)
+        }
+        fn remaining(&self, key: &Q) -> u64 {
+            (**self).remaining(key)
+        }
+        fn peek(&self, key: &Q) -> Option<u64> {
+            (**self).peek(key)
+        }
+        fn allow(&self, key: &Q) -> bool {
+            (**self).allow(key)
+        }
+        fn check_ruled_at(&self, key: &Q, now: u64) -> RuledDecision<'_> {
+            (**self).check_ruled_at(key, now)
+        }
+    };
+}
+
 /// A per-client rate limiter: one decision per request.
 ///
 /// `Q` is the type a client is looked up by: `str` for a `String`-keyed
@@ -113,6 +169,48 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
     fn allow(&self, key: &Q) -> bool {
         self.check(key).allowed
     }
+
+    /// [`check_at`](Self::check_at), with the rule that decided: what a
+    /// response's rate-limit headers describe. A limiter with one rule
+    /// answers its own [`policy`](Self::policy) and [`config`](Self::config)
+    /// and no tier; a registry of [`Tiers`](crate::tiers::Tiers) answers the
+    /// client's tier and that tier's rule.
+    fn check_ruled_at(&self, key: &Q, now: u64) -> RuledDecision<'_> {
+        RuledDecision {
+            decision: self.check_at(key, now),
+            tier: None,
+            policy: self.policy(),
+            config: self.config(),
+        }
+    }
+}
+
+/// A decision with the rule that made it ([`RateLimiter::check_ruled_at`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RuledDecision<'a> {
+    /// The decision.
+    pub decision: Decision,
+    /// The tier whose rule decided, for a registry of tiers; `None` for a
+    /// limiter with one rule.
+    pub tier: Option<&'a str>,
+    /// The policy that decided.
+    pub policy: PolicyKind,
+    /// Its limit and window, in ticks of the decision's
+    /// [`tick`](Decision::tick) (and as a duration, when the rule was given
+    /// as one: [`Config::span`]).
+    pub config: Config,
+}
+
+/// A boxed limiter (what [`Builder::build`](crate::Builder::build) gives)
+/// is a limiter, so it can be handed on wherever one is taken.
+impl<Q: ?Sized, L: RateLimiter<Q> + ?Sized> RateLimiter<Q> for Box<L> {
+    forward_rate_limiter!();
+}
+
+/// A shared limiter is a limiter: keep one `Arc` and hand clones of it to
+/// every place that checks (a tower layer, a reloading task).
+impl<Q: ?Sized, L: RateLimiter<Q> + ?Sized> RateLimiter<Q> for std::sync::Arc<L> {
+    forward_rate_limiter!();
 }
 
 /// The lock-free limiter: one policy, per-client state in a concurrent map,

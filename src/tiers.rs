@@ -82,7 +82,7 @@ use crate::store::{Arrival, Client, KeyedStore};
 use crate::sync::{AtomicU64, Ordering, SwapCell};
 use crate::{
     Bounds, Clock, Config, ConfigError, Decision, Overflow, PolicyKind, QuantaClock, RateLimiter,
-    Rule, Tick,
+    Rule, RuledDecision, Tick,
 };
 
 /// One tier's rule: a policy and its limits (the same as a [`Rule`]).
@@ -693,6 +693,18 @@ where
 
     fn sweep_at(&self, now: u64) -> usize {
         self.tiers.values().map(|tier| tier.sweep_at(now)).sum()
+    }
+
+    /// The client's tier and its rule, as [`Tiers::check_tiered_at`] finds
+    /// them.
+    fn check_ruled_at(&self, key: &Q, now: u64) -> RuledDecision<'_> {
+        let tiered = self.check_tiered_at(key, now);
+        RuledDecision {
+            decision: tiered.decision,
+            tier: Some(tiered.tier),
+            policy: tiered.rule.policy(),
+            config: tiered.rule.config(),
+        }
     }
 }
 

@@ -1,0 +1,194 @@
+//! The layer: a limiter, a key extractor and how to answer, shared by every
+//! service it makes.
+
+use std::fmt;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::request::Parts;
+use http::Response;
+use tower::Layer;
+
+use super::body::Format;
+use super::extract::{Key, KeyExtractor, MissingKey};
+use super::limit::AsyncLimiter;
+use super::service::RateLimitService;
+use crate::Decision;
+
+/// A handler for one of the layer's own answers.
+type Handler<T> = Arc<dyn Fn(&Parts, &T) -> Response<Bytes> + Send + Sync>;
+
+/// A predicate on a request's head.
+type Predicate = Arc<dyn Fn(&Parts) -> bool + Send + Sync>;
+
+/// How a layer answers: shared, read-only, by every service it makes.
+#[derive(Clone)]
+pub(crate) struct Options {
+    pub(crate) name: Arc<str>,
+    pub(crate) legacy: bool,
+    pub(crate) format: Format,
+    pub(crate) on_rejected: Option<Handler<Decision>>,
+    pub(crate) on_missing_key: Option<Handler<MissingKey>>,
+    pub(crate) bypass: Option<Predicate>,
+    pub(crate) shape: bool,
+}
+
+/// A tower [`Layer`] that limits each client of the service it wraps.
+///
+/// It holds one limiter in an [`Arc`]: every service it makes, and every
+/// clone of those (axum and hyper clone the service per connection), asks
+/// that same limiter, so no connection starts with a fresh limit.
+///
+/// ```
+/// use floodgate::http::{PeerIp, RateLimitLayer};
+/// use floodgate::{Builder, PolicyKind};
+/// use std::net::IpAddr;
+/// use std::time::Duration;
+///
+/// let per_ip = Builder::new(PolicyKind::Gcra, 100, Duration::from_secs(1)).build::<IpAddr>()?;
+/// let layer = RateLimitLayer::new(per_ip, PeerIp::new())
+///     .policy_name("per-ip")
+///     .bypass(|request| request.uri.path() == "/health");
+/// # let _ = layer;
+/// # Ok::<(), floodgate::ConfigError>(())
+/// ```
+pub struct RateLimitLayer<L, E> {
+    pub(crate) limiter: Arc<L>,
+    pub(crate) extractor: Arc<E>,
+    pub(crate) options: Arc<Options>,
+}
+
+impl<L, E> Clone for RateLimitLayer<L, E> {
+    fn clone(&self) -> Self {
+        Self {
+            limiter: Arc::clone(&self.limiter),
+            extractor: Arc::clone(&self.extractor),
+            options: Arc::clone(&self.options),
+        }
+    }
+}
+
+impl<L, E> fmt::Debug for RateLimitLayer<L, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitLayer")
+            .field("policy_name", &self.options.name)
+            .field("legacy_headers", &self.options.legacy)
+            .field("shape", &self.options.shape)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<L, E> RateLimitLayer<L, E>
+where
+    E: KeyExtractor,
+    L: AsyncLimiter<<E::Key as Key>::Query> + 'static,
+{
+    /// Limits each client, as `extractor` keys it, by `limiter`: any
+    /// [`RateLimiter`](crate::RateLimiter) (a policy limiter, a boxed one,
+    /// an `Arc` you keep to reload [`Tiers`](crate::tiers::Tiers)), or
+    /// under the feature `redis` an
+    /// [`AsyncRedisLimiter`](crate::redis::AsyncRedisLimiter).
+    ///
+    /// The defaults: rejections are `429` with a plain-text body, the
+    /// policy is named `"default"` in the headers, no legacy headers, no
+    /// bypass, a missing key is `400`, and the leaky bucket's admissions
+    /// are delayed by their `delay`.
+    pub fn new(limiter: L, extractor: E) -> Self {
+        Self {
+            limiter: Arc::new(limiter),
+            extractor: Arc::new(extractor),
+            options: Arc::new(Options {
+                name: Arc::from("default"),
+                legacy: false,
+                format: Format::Text,
+                on_rejected: None,
+                on_missing_key: None,
+                bypass: None,
+                shape: true,
+            }),
+        }
+    }
+}
+
+impl<L, E> RateLimitLayer<L, E> {
+    fn options(&mut self) -> &mut Options {
+        Arc::make_mut(&mut self.options)
+    }
+
+    /// The policy's name in `RateLimit-Policy` and `RateLimit` (`"default"`
+    /// unless set). A decision of [`Tiers`](crate::tiers::Tiers) is named
+    /// by its tier instead, since each tier is a policy of its own. A
+    /// character outside printable ASCII, which a structured-field string
+    /// cannot hold, is sent as `?`.
+    pub fn policy_name(mut self, name: impl Into<String>) -> Self {
+        self.options().name = Arc::from(name.into());
+        self
+    }
+
+    /// Also sends `X-RateLimit-Limit`, `X-RateLimit-Remaining` and
+    /// `X-RateLimit-Reset` (seconds from now, as `RateLimit`'s `t`), for
+    /// clients that read only those.
+    pub fn legacy_headers(mut self) -> Self {
+        self.options().legacy = true;
+        self
+    }
+
+    /// Writes the layer's own answers (429, 400) as RFC 9457
+    /// `application/problem+json` documents instead of plain text; a
+    /// rejection's has a `retry_after` member in seconds.
+    pub fn problem_json(mut self) -> Self {
+        self.options().format = Format::Problem;
+        self
+    }
+
+    /// Answers rejections with `handler`'s response (status included). The
+    /// layer still adds `Retry-After` and the rate-limit headers.
+    pub fn on_rejected<F>(mut self, handler: F) -> Self
+    where
+        F: Fn(&Parts, &Decision) -> Response<Bytes> + Send + Sync + 'static,
+    {
+        self.options().on_rejected = Some(Arc::new(handler));
+        self
+    }
+
+    /// Answers a request without a key with `handler`'s response instead of
+    /// `400 Bad Request`.
+    pub fn on_missing_key<F>(mut self, handler: F) -> Self
+    where
+        F: Fn(&Parts, &MissingKey) -> Response<Bytes> + Send + Sync + 'static,
+    {
+        self.options().on_missing_key = Some(Arc::new(handler));
+        self
+    }
+
+    /// Lets every request for which `bypass` answers true through
+    /// unchanged: not keyed, not counted, no headers (health checks,
+    /// `OPTIONS`).
+    pub fn bypass<F>(mut self, bypass: F) -> Self
+    where
+        F: Fn(&Parts) -> bool + Send + Sync + 'static,
+    {
+        self.options().bypass = Some(Arc::new(bypass));
+        self
+    }
+
+    /// Lets the leaky bucket's admissions through at once instead of after
+    /// their `delay` (nginx's `nodelay`): it then admits as `gcra` would.
+    pub fn nodelay(mut self) -> Self {
+        self.options().shape = false;
+        self
+    }
+
+    /// The shared limiter.
+    pub fn limiter(&self) -> &L {
+        &self.limiter
+    }
+}
+
+impl<S, L, E> Layer<S> for RateLimitLayer<L, E> {
+    type Service = RateLimitService<S, L, E>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RateLimitService::new(inner, self.clone())
+    }
+}

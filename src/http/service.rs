@@ -1,0 +1,145 @@
+//! The service: keys a request, asks the limiter, answers or passes it on.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::{Request, Response, StatusCode};
+use tower::Service;
+
+use super::body::{answer, ResponseBody};
+use super::extract::{Key, KeyExtractor};
+use super::headers::RateLimitHeaders;
+use super::layer::{Options, RateLimitLayer};
+use super::limit::AsyncLimiter;
+
+/// The future of a [`RateLimitService`] call.
+pub type ResponseFuture<B, Error> =
+    Pin<Box<dyn Future<Output = Result<Response<ResponseBody<B>>, Error>> + Send>>;
+
+/// The service a [`RateLimitLayer`] makes: it keys each request, asks the
+/// shared limiter, and answers a rejection itself or passes the request on.
+///
+/// Cloning it clones the inner service and shares the limiter.
+pub struct RateLimitService<S, L, E> {
+    inner: S,
+    limiter: Arc<L>,
+    extractor: Arc<E>,
+    options: Arc<Options>,
+}
+
+impl<S, L, E> RateLimitService<S, L, E> {
+    pub(crate) fn new(inner: S, layer: RateLimitLayer<L, E>) -> Self {
+        Self {
+            inner,
+            limiter: layer.limiter,
+            extractor: layer.extractor,
+            options: layer.options,
+        }
+    }
+
+    /// The shared limiter.
+    pub fn limiter(&self) -> &L {
+        &self.limiter
+    }
+}
+
+impl<S: Clone, L, E> Clone for RateLimitService<S, L, E> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            limiter: Arc::clone(&self.limiter),
+            extractor: Arc::clone(&self.extractor),
+            options: Arc::clone(&self.options),
+        }
+    }
+}
+
+impl<S: fmt::Debug, L, E> fmt::Debug for RateLimitService<S, L, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitService")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, L, E, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimitService<S, L, E>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Error: Send,
+    ReqBody: Send + 'static,
+    ResBody: Send + 'static,
+    E: KeyExtractor,
+    L: AsyncLimiter<<E::Key as Key>::Query> + 'static,
+{
+    type Response = Response<ResponseBody<ResBody>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<ResBody, S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        // The service that was driven ready goes with this call; a clone
+        // stays for the next `poll_ready`.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let (mut parts, body) = request.into_parts();
+        let options = Arc::clone(&self.options);
+
+        if options.bypass.as_ref().is_some_and(|bypass| bypass(&parts)) {
+            let response = inner.call(Request::from_parts(parts, body));
+            return Box::pin(async move { Ok(response.await?.map(ResponseBody::inner)) });
+        }
+
+        let key = match self.extractor.extract(&parts) {
+            Ok(key) => key,
+            Err(missing) => {
+                let response = match &options.on_missing_key {
+                    Some(handler) => handler(&parts, &missing),
+                    None => answer(
+                        options.format,
+                        StatusCode::BAD_REQUEST,
+                        &format!("no client key: {missing}"),
+                        None,
+                    ),
+                };
+                return Box::pin(async move { Ok(response.map(ResponseBody::full)) });
+            }
+        };
+
+        let limiter = Arc::clone(&self.limiter);
+        Box::pin(async move {
+            let ruled = limiter.check_ruled(key.query()).await;
+            let headers = RateLimitHeaders::new(&ruled, &options.name, options.legacy);
+            let decision = ruled.decision;
+            if !decision.allowed {
+                let mut response = match &options.on_rejected {
+                    Some(handler) => handler(&parts, &decision),
+                    None => {
+                        let seconds = headers.retry_after().unwrap_or(1);
+                        answer(
+                            options.format,
+                            StatusCode::TOO_MANY_REQUESTS,
+                            &format!("retry after {seconds} s"),
+                            Some(seconds),
+                        )
+                    }
+                };
+                headers.apply(response.headers_mut());
+                return Ok(response.map(ResponseBody::full));
+            }
+            if options.shape && decision.delay > 0 {
+                tokio::time::sleep(decision.delay_duration()).await;
+            }
+            parts.extensions.insert(decision);
+            let mut response = inner.call(Request::from_parts(parts, body)).await?;
+            headers.apply(response.headers_mut());
+            Ok(response.map(ResponseBody::inner))
+        })
+    }
+}

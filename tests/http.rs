@@ -1,0 +1,617 @@
+//! The HTTP layer over real HTTP on 127.0.0.1: an axum (or plain hyper)
+//! server the test starts, a hyper client, and a manual clock, so every
+//! count and header value is exact. No assertion depends on timing; the
+//! shaper's sleeps are measured on tokio's paused clock.
+//!
+//! ```sh
+//! cargo test -p floodgate --features axum --test http
+//! FLOODGATE_REDIS_URL=redis://127.0.0.1:6379 \
+//!     cargo test -p floodgate --features axum,redis --test http -- --include-ignored
+//! ```
+
+use std::convert::Infallible;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::Extension;
+use axum::routing;
+use axum::Router;
+use bytes::Bytes;
+use floodgate::http::{
+    from_fn, ForwardedIp, Global, Header, KeyExtractor, Parts, PeerIp, RateLimitLayer,
+};
+use floodgate::tiers::Tiers;
+use floodgate::{
+    build_with, Builder, Config, Decision, Engine, ManualClock, PolicyKind, RateLimiter,
+};
+use http::{HeaderMap, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::TokioIo;
+use tokio::net::{TcpListener, TcpStream};
+use tower::{Layer, ServiceExt};
+
+/// What the client got.
+struct Answer {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: String,
+}
+
+impl Answer {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(|value| value.to_str().unwrap())
+    }
+}
+
+/// Serves `app` on a free loopback port, with the peer's address as
+/// axum's `ConnectInfo`.
+async fn serve(app: Router) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+        .unwrap();
+    });
+    address
+}
+
+/// One GET of `path` on a connection of its own, with `headers`.
+async fn get_with(address: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Answer {
+    let stream = TcpStream::connect(address).await.unwrap();
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let mut request = Request::get(path).header("host", "127.0.0.1");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = sender
+        .send_request(request.body(Empty::<Bytes>::new()).unwrap())
+        .await
+        .unwrap();
+    let (parts, body) = response.into_parts();
+    let body = body.collect().await.unwrap().to_bytes();
+    Answer {
+        status: parts.status,
+        headers: parts.headers,
+        body: String::from_utf8(body.to_vec()).unwrap(),
+    }
+}
+
+async fn get(address: SocketAddr, path: &str) -> Answer {
+    get_with(address, path, &[]).await
+}
+
+fn app<L, E>(layer: RateLimitLayer<L, E>) -> Router
+where
+    RateLimitLayer<L, E>: Layer<axum::routing::Route> + Clone + Send + Sync + 'static,
+    <RateLimitLayer<L, E> as Layer<axum::routing::Route>>::Service: tower::Service<
+            axum::extract::Request,
+            Response = Response<floodgate::http::ResponseBody<axum::body::Body>>,
+            Error = Infallible,
+            Future: Send + 'static,
+        > + Clone
+        + Send
+        + Sync
+        + 'static,
+{
+    Router::new()
+        .route("/", routing::get(|| async { "hello" }))
+        .route("/health", routing::get(|| async { "ok" }))
+        .route(
+            "/decision",
+            routing::get(|Extension(decision): Extension<Decision>| async move {
+                format!("remaining={} delay={}", decision.remaining, decision.delay)
+            }),
+        )
+        .layer(layer)
+}
+
+fn ip(text: &str) -> IpAddr {
+    text.parse().unwrap()
+}
+
+const SECOND: u64 = 1_000_000_000;
+
+#[tokio::test]
+async fn counts_are_exact_and_every_connection_shares_the_limit() {
+    let clock = ManualClock::new(0);
+    let limiter = Builder::new(PolicyKind::FixedWindow, 5, Duration::from_secs(60))
+        .clock(clock.clone())
+        .build::<IpAddr>()
+        .unwrap();
+    let address = serve(app(RateLimitLayer::new(limiter, PeerIp::new()))).await;
+
+    // Each request on a new connection, so on a new clone of the service.
+    let mut answers = Vec::new();
+    for _ in 0..8 {
+        answers.push(get(address, "/").await);
+    }
+    let statuses: Vec<u16> = answers.iter().map(|a| a.status.as_u16()).collect();
+    assert_eq!(statuses, [200, 200, 200, 200, 200, 429, 429, 429]);
+
+    let first = &answers[0];
+    assert_eq!(first.body, "hello");
+    assert_eq!(
+        first.header("ratelimit-policy"),
+        Some(r#""default";q=5;w=60"#)
+    );
+    assert_eq!(first.header("ratelimit"), Some(r#""default";r=4;t=0"#));
+    assert_eq!(first.header("retry-after"), None);
+    assert_eq!(first.header("x-ratelimit-limit"), None);
+    // The last admission: the window says when more comes, at most.
+    assert_eq!(
+        answers[4].header("ratelimit"),
+        Some(r#""default";r=0;t=60"#)
+    );
+
+    let refused = &answers[5];
+    assert_eq!(refused.header("retry-after"), Some("60"));
+    assert_eq!(refused.header("ratelimit"), Some(r#""default";r=0;t=60"#));
+    assert_eq!(
+        refused.header("ratelimit-policy"),
+        Some(r#""default";q=5;w=60"#)
+    );
+    assert_eq!(
+        refused.header("content-type"),
+        Some("text/plain; charset=utf-8")
+    );
+    assert_eq!(refused.body, "Too Many Requests: retry after 60 s\n");
+
+    clock.advance(60 * SECOND);
+    assert_eq!(get(address, "/").await.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn retry_after_rounds_up_from_one_nanosecond_and_from_one_and_a_half_seconds() {
+    // 1 per 2 ns: refused 1 ns before the next window.
+    let clock = ManualClock::new(0);
+    let limiter = build_with::<IpAddr, _>(
+        PolicyKind::FixedWindow,
+        Config::per_ticks(1, 2).unwrap(),
+        Engine::LockFree,
+        clock.clone(),
+    )
+    .unwrap();
+    let address = serve(app(RateLimitLayer::new(limiter, PeerIp::new()))).await;
+    assert_eq!(get(address, "/").await.status, StatusCode::OK);
+    clock.advance(1);
+    let refused = get(address, "/").await;
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(refused.header("retry-after"), Some("1"));
+    assert_eq!(refused.header("ratelimit"), Some(r#""default";r=0;t=1"#));
+    // A 2 ns window is not a whole number of seconds: no `w`.
+    assert_eq!(refused.header("ratelimit-policy"), Some(r#""default";q=1"#));
+
+    // 1 per 3 s, refused 1.5 s in.
+    let clock = ManualClock::new(0);
+    let limiter = Builder::new(PolicyKind::FixedWindow, 1, Duration::from_secs(3))
+        .clock(clock.clone())
+        .build::<IpAddr>()
+        .unwrap();
+    let layer = RateLimitLayer::new(limiter, PeerIp::new())
+        .policy_name("slow")
+        .legacy_headers();
+    let address = serve(app(layer)).await;
+    let admitted = get(address, "/").await;
+    assert_eq!(admitted.header("x-ratelimit-limit"), Some("1"));
+    assert_eq!(admitted.header("x-ratelimit-remaining"), Some("0"));
+    assert_eq!(admitted.header("x-ratelimit-reset"), Some("3"));
+    clock.advance(SECOND + SECOND / 2);
+    let refused = get(address, "/").await;
+    assert_eq!(refused.header("retry-after"), Some("2"));
+    assert_eq!(refused.header("ratelimit"), Some(r#""slow";r=0;t=2"#));
+    assert_eq!(
+        refused.header("ratelimit-policy"),
+        Some(r#""slow";q=1;w=3"#)
+    );
+    assert_eq!(refused.header("x-ratelimit-reset"), Some("2"));
+    assert_eq!(refused.header("x-ratelimit-remaining"), Some("0"));
+}
+
+#[tokio::test]
+async fn rejections_can_be_problem_documents_or_the_users_own() {
+    let limiter = || {
+        Builder::new(PolicyKind::Gcra, 1, Duration::from_secs(10))
+            .clock(ManualClock::new(0))
+            .build::<IpAddr>()
+            .unwrap()
+    };
+    let address = serve(app(
+        RateLimitLayer::new(limiter(), PeerIp::new()).problem_json()
+    ))
+    .await;
+    get(address, "/").await;
+    let refused = get(address, "/").await;
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        refused.header("content-type"),
+        Some("application/problem+json")
+    );
+    assert_eq!(
+        refused.body,
+        r#"{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"retry after 10 s","retry_after":10}"#
+    );
+
+    let layer = RateLimitLayer::new(limiter(), PeerIp::new()).on_rejected(|_: &Parts, decision| {
+        Response::builder()
+            .status(StatusCode::SERVICE_UNAVAILABLE)
+            .body(Bytes::from(format!("busy, {} left", decision.remaining)))
+            .unwrap()
+    });
+    let address = serve(app(layer)).await;
+    get(address, "/").await;
+    let refused = get(address, "/").await;
+    assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(refused.body, "busy, 0 left");
+    assert_eq!(refused.header("retry-after"), Some("10"));
+    assert_eq!(refused.header("ratelimit"), Some(r#""default";r=0;t=10"#));
+}
+
+#[tokio::test]
+async fn forwarded_headers_from_untrusted_peers_are_ignored() {
+    let limiter = Arc::new(
+        Builder::new(PolicyKind::FixedWindow, 2, Duration::from_secs(60))
+            .clock(ManualClock::new(0))
+            .build::<IpAddr>()
+            .unwrap(),
+    );
+    // The test's peer, 127.0.0.1, is not a trusted proxy.
+    let extractor = ForwardedIp::trusting(["10.0.0.0/8"]).unwrap();
+    let address = serve(app(RateLimitLayer::new(Arc::clone(&limiter), extractor))).await;
+    let spoofs = [
+        ("x-forwarded-for", "198.51.100.1"),
+        ("forwarded", "for=198.51.100.2"),
+        ("x-real-ip", "198.51.100.3"),
+    ];
+    let mut statuses = Vec::new();
+    for spoof in spoofs {
+        statuses.push(get_with(address, "/", &[spoof]).await.status.as_u16());
+    }
+    assert_eq!(statuses, [200, 200, 429]);
+    assert_eq!(limiter.tracked_clients(), 1);
+    assert_eq!(limiter.peek(&ip("127.0.0.1")), Some(0));
+}
+
+#[tokio::test]
+async fn trusted_chains_give_the_rightmost_untrusted_address_and_group_ipv6() {
+    let limiter = Arc::new(
+        Builder::new(PolicyKind::FixedWindow, 10, Duration::from_secs(60))
+            .clock(ManualClock::new(0))
+            .build::<IpAddr>()
+            .unwrap(),
+    );
+    let extractor = ForwardedIp::trusting(["127.0.0.1", "10.0.0.0/8"]).unwrap();
+    let address = serve(app(RateLimitLayer::new(Arc::clone(&limiter), extractor))).await;
+
+    // The client claims 1.2.3.4; the first trusted proxy saw 203.0.113.5.
+    get_with(
+        address,
+        "/",
+        &[("x-forwarded-for", "1.2.3.4, 203.0.113.5, 10.0.0.2")],
+    )
+    .await;
+    assert_eq!(limiter.peek(&ip("203.0.113.5")), Some(9));
+    assert_eq!(limiter.peek(&ip("1.2.3.4")), None);
+
+    // `Forwarded` wins over `X-Forwarded-For`; IPv6 grouped by /56.
+    let forwarded = r#"for="[2001:db8:1:2ff::17]:4711";proto=https, for=10.0.0.3"#;
+    get_with(
+        address,
+        "/",
+        &[
+            ("forwarded", forwarded),
+            ("x-forwarded-for", "198.51.100.9"),
+        ],
+    )
+    .await;
+    get_with(address, "/", &[("x-forwarded-for", "2001:db8:1:200::1")]).await;
+    assert_eq!(limiter.peek(&ip("2001:db8:1:200::")), Some(8));
+    assert_eq!(limiter.peek(&ip("198.51.100.9")), None);
+
+    // X-Real-IP when neither list is there; the peer when nothing is.
+    get_with(address, "/", &[("x-real-ip", "192.0.2.44")]).await;
+    assert_eq!(limiter.peek(&ip("192.0.2.44")), Some(9));
+    get(address, "/").await;
+    assert_eq!(limiter.peek(&ip("127.0.0.1")), Some(9));
+    // An all-trusted chain: its leftmost address.
+    get_with(address, "/", &[("x-forwarded-for", "10.9.9.9, 10.0.0.2")]).await;
+    assert_eq!(limiter.peek(&ip("10.9.9.9")), Some(9));
+    // A node that is not an address: the proxy that reported it.
+    get_with(address, "/", &[("forwarded", "for=_hidden, for=10.0.0.7")]).await;
+    assert_eq!(limiter.peek(&ip("10.0.0.7")), Some(9));
+}
+
+#[tokio::test]
+async fn the_ipv6_prefix_is_configurable() {
+    let limiter = Arc::new(
+        Builder::new(PolicyKind::FixedWindow, 10, Duration::from_secs(60))
+            .clock(ManualClock::new(0))
+            .build::<IpAddr>()
+            .unwrap(),
+    );
+    let extractor = ForwardedIp::trusting(["127.0.0.1"])
+        .unwrap()
+        .ipv6_prefix(64);
+    let address = serve(app(RateLimitLayer::new(Arc::clone(&limiter), extractor))).await;
+    get_with(address, "/", &[("x-forwarded-for", "2001:db8:1:2ff::17")]).await;
+    get_with(address, "/", &[("x-forwarded-for", "2001:db8:1:200::1")]).await;
+    assert_eq!(limiter.peek(&ip("2001:db8:1:2ff::")), Some(9));
+    assert_eq!(limiter.peek(&ip("2001:db8:1:200::")), Some(9));
+}
+
+#[tokio::test]
+async fn a_request_without_a_key_is_a_clear_400() {
+    let limiter = Arc::new(
+        Builder::new(PolicyKind::Gcra, 5, Duration::from_secs(1))
+            .clock(ManualClock::new(0))
+            .build::<str>()
+            .unwrap(),
+    );
+    let address = serve(app(RateLimitLayer::new(
+        Arc::clone(&limiter),
+        Header::new("x-api-key"),
+    )))
+    .await;
+    let missing = get(address, "/").await;
+    assert_eq!(missing.status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        missing.body,
+        "Bad Request: no client key: no header x-api-key\n"
+    );
+    assert_eq!(missing.header("ratelimit"), None);
+    let empty = get_with(address, "/", &[("x-api-key", "")]).await;
+    assert_eq!(empty.status, StatusCode::BAD_REQUEST);
+    assert_eq!(limiter.tracked_clients(), 0);
+    let keyed = get_with(address, "/", &[("x-api-key", "k-1")]).await;
+    assert_eq!(keyed.status, StatusCode::OK);
+    assert_eq!(keyed.header("ratelimit"), Some(r#""default";r=4;t=0"#));
+
+    // Configurable; and a closure that finds nothing is a missing key too.
+    let layer = RateLimitLayer::new(Arc::clone(&limiter), from_fn(|_: &Parts| None::<String>))
+        .on_missing_key(|_: &Parts, missing| {
+            Response::builder()
+                .status(StatusCode::UNAUTHORIZED)
+                .body(Bytes::from(missing.to_string()))
+                .unwrap()
+        });
+    let address = serve(app(layer)).await;
+    let missing = get(address, "/").await;
+    assert_eq!(missing.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(missing.body, "the request carries no client key");
+}
+
+#[tokio::test]
+async fn bypassed_requests_are_not_counted_and_get_no_headers() {
+    let limiter = Arc::new(
+        Builder::new(PolicyKind::FixedWindow, 1, Duration::from_secs(60))
+            .clock(ManualClock::new(0))
+            .build::<str>()
+            .unwrap(),
+    );
+    let layer = RateLimitLayer::new(Arc::clone(&limiter), Global::new())
+        .bypass(|parts: &Parts| parts.uri.path() == "/health");
+    let address = serve(app(layer)).await;
+    for _ in 0..5 {
+        let health = get(address, "/health").await;
+        assert_eq!(
+            (health.status, health.body.as_str()),
+            (StatusCode::OK, "ok")
+        );
+        assert_eq!(health.header("ratelimit"), None);
+        assert_eq!(health.header("ratelimit-policy"), None);
+    }
+    assert_eq!(limiter.tracked_clients(), 0);
+    assert_eq!(get(address, "/").await.status, StatusCode::OK);
+    assert_eq!(
+        get(address, "/").await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(get(address, "/health").await.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn tiers_name_the_policy_by_the_tier() {
+    let tiers = Tiers::with_clock(
+        "free",
+        "fixed-window:2/1m".parse().unwrap(),
+        |key: &str| {
+            if key.starts_with("pro-") {
+                "premium"
+            } else {
+                "free"
+            }
+        },
+        ManualClock::new(0),
+    )
+    .unwrap()
+    .with_tier("premium", "gcra:100/10s".parse().unwrap())
+    .unwrap();
+    let address = serve(app(RateLimitLayer::new(tiers, Header::new("x-api-key")))).await;
+    let pro = get_with(address, "/", &[("x-api-key", "pro-1")]).await;
+    assert_eq!(
+        pro.header("ratelimit-policy"),
+        Some(r#""premium";q=100;w=10"#)
+    );
+    assert_eq!(pro.header("ratelimit"), Some(r#""premium";r=99;t=0"#));
+    let free = get_with(address, "/", &[("x-api-key", "anon")]).await;
+    assert_eq!(free.header("ratelimit-policy"), Some(r#""free";q=2;w=60"#));
+    assert_eq!(free.header("ratelimit"), Some(r#""free";r=1;t=0"#));
+}
+
+/// A plain hyper server that puts the peer's `SocketAddr` in the
+/// extensions, as `floodgate proxy` does: no axum in the path.
+#[tokio::test]
+async fn a_hyper_server_gives_the_peer_as_a_socket_address() {
+    let limiter = Builder::new(PolicyKind::FixedWindow, 1, Duration::from_secs(60))
+        .clock(ManualClock::new(0))
+        .build::<IpAddr>()
+        .unwrap();
+    let layer = RateLimitLayer::new(limiter, PeerIp::new());
+    let service = layer.layer(tower::service_fn(
+        |_: Request<hyper::body::Incoming>| async {
+            Ok::<_, Infallible>(Response::new(http_body_util::Full::new(Bytes::from(
+                "plain",
+            ))))
+        },
+    ));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (stream, peer) = listener.accept().await.unwrap();
+            let service = service.clone();
+            let hyper_service = hyper::service::service_fn(move |mut request| {
+                request.extensions_mut().insert(peer);
+                service.clone().oneshot(request)
+            });
+            tokio::spawn(
+                hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), hyper_service),
+            );
+        }
+    });
+    let first = get(address, "/").await;
+    assert_eq!(
+        (first.status, first.body.as_str()),
+        (StatusCode::OK, "plain")
+    );
+    assert_eq!(
+        get(address, "/").await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
+
+#[tokio::test]
+async fn the_shaper_reports_each_admissions_delay() {
+    // 3 per 3 ms: a queue of 3, one leaving every millisecond. With
+    // `nodelay` the layer does not sleep, so the delays it computed are
+    // exactly what the handler sees.
+    let limiter = Builder::new(PolicyKind::LeakyBucket, 3, Duration::from_millis(3))
+        .clock(ManualClock::new(0))
+        .build::<IpAddr>()
+        .unwrap();
+    let address = serve(app(RateLimitLayer::new(limiter, PeerIp::new()).nodelay())).await;
+    let mut bodies = Vec::new();
+    for _ in 0..4 {
+        let answer = get(address, "/decision").await;
+        bodies.push(format!("{} {}", answer.status.as_u16(), answer.body));
+    }
+    assert_eq!(
+        bodies,
+        [
+            "200 remaining=2 delay=0",
+            "200 remaining=1 delay=1000000",
+            "200 remaining=0 delay=2000000",
+            "429 Too Many Requests: retry after 1 s\n",
+        ]
+    );
+}
+
+/// The shaper's sleeps, on tokio's paused clock: each admission waits
+/// exactly its delay; beyond the queue, a rejection waits for nothing.
+#[tokio::test(start_paused = true)]
+async fn the_shaper_sleeps_each_admissions_delay() {
+    let limiter = Builder::new(PolicyKind::LeakyBucket, 3, Duration::from_secs(3))
+        .clock(ManualClock::new(0))
+        .build::<IpAddr>()
+        .unwrap();
+    let service = RateLimitLayer::new(limiter, PeerIp::new()).layer(tower::service_fn(
+        |request: Request<()>| async move {
+            let decision = *request.extensions().get::<Decision>().unwrap();
+            Ok::<_, Infallible>(Response::new(http_body_util::Full::new(Bytes::from(
+                decision.delay.to_string(),
+            ))))
+        },
+    ));
+    let mut waits = Vec::new();
+    for _ in 0..4 {
+        let mut request = Request::new(());
+        request
+            .extensions_mut()
+            .insert(SocketAddr::from(([192, 0, 2, 1], 4711)));
+        let started = tokio::time::Instant::now();
+        let response = service.clone().oneshot(request).await.unwrap();
+        waits.push((response.status().as_u16(), started.elapsed()));
+    }
+    assert_eq!(
+        waits,
+        [
+            (200, Duration::ZERO),
+            (200, Duration::from_secs(1)),
+            (200, Duration::from_secs(2)),
+            (429, Duration::ZERO),
+        ]
+    );
+}
+
+/// Every extractor keys from the head alone, so it can be unit-tested on
+/// `Parts` without a server.
+#[test]
+fn extractors_read_the_head() {
+    let (mut parts, ()) = Request::get("/").body(()).unwrap().into_parts();
+    assert!(PeerIp::new().extract(&parts).is_err());
+    parts
+        .extensions
+        .insert(SocketAddr::from((ip("2001:db8:1:2ff::1"), 1)));
+    assert_eq!(PeerIp::new().extract(&parts), Ok(ip("2001:db8:1:200::")));
+    assert_eq!(
+        PeerIp::new().ipv6_prefix(128).extract(&parts),
+        Ok(ip("2001:db8:1:2ff::1"))
+    );
+    assert_eq!(Global::new().extract(&parts), Ok("global"));
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+#[ignore = "needs a Redis server: FLOODGATE_REDIS_URL and --include-ignored"]
+async fn the_redis_store_behind_the_layer() {
+    use floodgate::redis::{AsyncRedisLimiter, RedisOptions};
+
+    let url = std::env::var("FLOODGATE_REDIS_URL").expect(
+        "FLOODGATE_REDIS_URL is not set (e.g. redis://127.0.0.1:6379; .ci/run starts a server)",
+    );
+    // A prefix of this run's own, so earlier runs' keys do not count.
+    let prefix = format!(
+        "floodgate-http-test:{}:{}:",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    );
+    let limiter = AsyncRedisLimiter::new(
+        &url,
+        PolicyKind::FixedWindow,
+        Config::per(3, Duration::from_secs(3600)).unwrap(),
+        RedisOptions::new().prefix(prefix),
+    )
+    .await
+    .unwrap();
+    let address = serve(app(RateLimitLayer::new(limiter.clone(), PeerIp::new()))).await;
+    let mut statuses = Vec::new();
+    for _ in 0..5 {
+        statuses.push(get(address, "/").await.status.as_u16());
+    }
+    assert_eq!(statuses, [200, 200, 200, 429, 429]);
+    assert_eq!(limiter.faults(), 0, "every decision came from Redis");
+    let refused = get(address, "/").await;
+    assert_eq!(
+        refused.header("ratelimit-policy"),
+        Some(r#""default";q=3;w=3600"#)
+    );
+    let retry: u64 = refused.header("retry-after").unwrap().parse().unwrap();
+    assert!((1..=3600).contains(&retry), "Retry-After {retry}");
+
+    // `str` keys through a closure, on the same store.
+    let layer = RateLimitLayer::new(limiter.clone(), Header::new("x-api-key"));
+    let address = serve(app(layer)).await;
+    let keyed = get_with(address, "/", &[("x-api-key", "k")]).await;
+    assert_eq!(keyed.header("ratelimit"), Some(r#""default";r=2;t=0"#));
+}
