@@ -86,11 +86,10 @@ pub struct Args {
     #[arg(long = "trusted-proxy", value_name = "CIDR", value_parser = parse_cidr)]
     trusted_proxy: Vec<String>,
 
-    /// IPv6 clients are grouped by this many leading bits (128: each
-    /// address on its own).
-    #[arg(long, value_name = "BITS", default_value_t = DEFAULT_IPV6_PREFIX,
-          value_parser = clap::value_parser!(u8).range(0..=128))]
-    ipv6_prefix: u8,
+    /// IPv6 clients are grouped by this many leading bits, 56 by default
+    /// (128: each address on its own).
+    #[arg(long, value_name = "BITS", value_parser = clap::value_parser!(u8).range(0..=128))]
+    ipv6_prefix: Option<u8>,
 
     /// The policy's name in the RateLimit and RateLimit-Policy headers.
     #[arg(long, value_name = "NAME", default_value = "default")]
@@ -273,10 +272,9 @@ fn rule(args: &Args) -> Result<Rule, String> {
             RuleProblem::Unit(unit) => format!(
                 "--window {window:?}: unknown unit {unit:?} (the units are ns, us, ms, s, m, h, d)"
             ),
-            RuleProblem::Config(config) => format!(
-                "--limit {} --window {window}: {config}",
-                args.limit
-            ),
+            RuleProblem::Config(config) => {
+                format!("--limit {} --window {window}: {config}", args.limit)
+            }
             // The policy and limit were parsed by clap, so their text is
             // the rule's: anything else is about the window.
             _ => format!("--window {window:?}: {error}"),
@@ -293,18 +291,18 @@ fn rule(args: &Args) -> Result<Rule, String> {
 
 /// The extractor the flags give.
 fn extractor(args: &Args) -> Result<Extract, String> {
-    let ipv6_prefix_given = args.ipv6_prefix != DEFAULT_IPV6_PREFIX;
+    let ipv6_prefix = args.ipv6_prefix.unwrap_or(DEFAULT_IPV6_PREFIX);
     match &args.key {
         KeyKind::Ip if args.trusted_proxy.is_empty() => {
-            Ok(Extract::Peer(PeerIp::new().ipv6_prefix(args.ipv6_prefix)))
+            Ok(Extract::Peer(PeerIp::new().ipv6_prefix(ipv6_prefix)))
         }
         KeyKind::Ip => ForwardedIp::trusting(&args.trusted_proxy)
-            .map(|forwarded| Extract::Forwarded(forwarded.ipv6_prefix(args.ipv6_prefix)))
+            .map(|forwarded| Extract::Forwarded(forwarded.ipv6_prefix(ipv6_prefix)))
             .map_err(|e| format!("--trusted-proxy: {e}")),
         _ if !args.trusted_proxy.is_empty() => {
             Err("--trusted-proxy goes with --key ip only".to_owned())
         }
-        _ if ipv6_prefix_given => Err("--ipv6-prefix goes with --key ip only".to_owned()),
+        _ if args.ipv6_prefix.is_some() => Err("--ipv6-prefix goes with --key ip only".to_owned()),
         KeyKind::Global => Ok(Extract::Global(Global::new())),
         KeyKind::Header(name) => Ok(Extract::Header(Header::from_name(name.clone()))),
     }
@@ -355,7 +353,12 @@ async fn store(args: &Args, rule: Rule) -> Result<Store, ExitCode> {
     Builder::from_rule(rule)
         .build::<Client>()
         .map(Store::Memory)
-        .map_err(|e| usage(format!("--limit {} --window {}: {e}", args.limit, args.window)))
+        .map_err(|e| {
+            usage(format!(
+                "--limit {} --window {}: {e}",
+                args.limit, args.window
+            ))
+        })
 }
 
 async fn serve(args: Args, rule: Rule, extractor: Extract) -> ExitCode {
@@ -404,8 +407,12 @@ async fn serve(args: Args, rule: Rule, extractor: Extract) -> ExitCode {
         let _ = writeln!(out, "listening on http://{local}");
         let _ = out.flush();
     }
+    #[cfg(feature = "redis")]
+    let held = args.backend.as_deref().unwrap_or("memory");
+    #[cfg(not(feature = "redis"))]
+    let held = "memory";
     eprintln!(
-        "floodgate proxy: {rule} per client ({}) to {}",
+        "floodgate proxy: {rule} per client ({}) in {held}, to {}",
         describe_key(&args),
         args.upstream
     );
@@ -474,7 +481,8 @@ fn describe_key(args: &Args) -> String {
 /// last upstream failure if there was one.
 async fn print_stats(stats: Arc<Stats>, forward: Forward) {
     let mut printed = [0; 4];
-    let mut ticks = tokio::time::interval(STATS_EVERY);
+    let start = tokio::time::Instant::now() + STATS_EVERY;
+    let mut ticks = tokio::time::interval_at(start, STATS_EVERY);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;

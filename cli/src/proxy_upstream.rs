@@ -122,7 +122,10 @@ impl Forward {
 
     fn failed(&self, error: String) -> Response<Body> {
         self.stats.failed();
-        let message = format!("Bad Gateway: the upstream {} failed: {error}\n", self.upstream);
+        let message = format!(
+            "Bad Gateway: the upstream {} failed: {error}\n",
+            self.upstream
+        );
         *self
             .last_error
             .lock()
@@ -242,11 +245,16 @@ mod tests {
     #[test]
     fn upstream_urls() {
         let upstream = parse_upstream("http://127.0.0.1:8080").unwrap();
-        assert_eq!(upstream.uri("/a?b=1").unwrap(), "http://127.0.0.1:8080/a?b=1");
+        assert_eq!(
+            upstream.uri("/a?b=1").unwrap(),
+            "http://127.0.0.1:8080/a?b=1"
+        );
         let upstream = parse_upstream("http://backend:8080/api/").unwrap();
         assert_eq!(upstream.to_string(), "http://backend:8080/api");
         assert_eq!(upstream.uri("/v1").unwrap(), "http://backend:8080/api/v1");
-        assert!(parse_upstream("https://backend").unwrap_err().contains("\"https\""));
+        assert!(parse_upstream("https://backend")
+            .unwrap_err()
+            .contains("\"https\""));
         assert!(parse_upstream("backend:8080").is_err());
         assert!(parse_upstream("http://backend/?q").is_err());
     }
@@ -254,10 +262,16 @@ mod tests {
     #[test]
     fn hop_by_hop_headers_stay_behind() {
         let mut headers = HeaderMap::new();
-        headers.insert(header::CONNECTION, HeaderValue::from_static("keep-alive, x-hop"));
+        headers.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, x-hop"),
+        );
         headers.insert("x-hop", HeaderValue::from_static("1"));
         headers.insert("keep-alive", HeaderValue::from_static("timeout=5"));
-        headers.insert(header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
+        headers.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
         headers.insert("x-end", HeaderValue::from_static("1"));
         strip_hop_by_hop(&mut headers);
         assert_eq!(headers.keys().collect::<Vec<_>>(), ["x-end"]);
