@@ -1,8 +1,11 @@
 //! `floodgate`: replay a trace through any policy, compare the engines'
-//! speed, or watch the limiter protect a simulated payments API.
+//! speed, watch the limiter protect a simulated payments API, or put it in
+//! front of an HTTP service.
 
 mod bench;
 mod demo;
+#[cfg(feature = "proxy")]
+mod proxy;
 
 use std::process::ExitCode;
 
@@ -13,7 +16,7 @@ use floodgate_cli::replay;
 #[command(
     name = "floodgate",
     version,
-    about = "Per-client rate limiting: replay, bench, demo"
+    about = "Per-client rate limiting: replay, bench, demo, proxy"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -28,6 +31,9 @@ enum Command {
     Bench(bench::Args),
     /// A payments API, 1,000 good apps and one buggy one, through every policy.
     Demo(demo::Args),
+    /// A rate-limiting reverse proxy in front of one HTTP service.
+    #[cfg(feature = "proxy")]
+    Proxy(proxy::Args),
 }
 
 fn main() -> ExitCode {
@@ -35,5 +41,7 @@ fn main() -> ExitCode {
         Command::Replay(args) => replay::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Demo(args) => demo::run(args),
+        #[cfg(feature = "proxy")]
+        Command::Proxy(args) => proxy::run(args),
     }
 }

@@ -1,0 +1,533 @@
+//! `floodgate proxy`: a rate-limiting reverse proxy, the `floodgate::http`
+//! layer in front of one upstream, served and forwarded by hyper.
+//!
+//! Each request is keyed (the TCP peer by default), decided once by the
+//! limiter — in memory, or in Redis with `--backend` — and either answered
+//! `429` by the layer or forwarded to the upstream. Admitted and rejected
+//! answers carry the IETF `RateLimit` and `RateLimit-Policy` headers;
+//! rejections `Retry-After`. Bodies are streamed both ways, frame by frame,
+//! so a large upload or download costs a few buffers, not its size. An
+//! upstream that cannot be reached is a `502` for that request only.
+//!
+//! When it listens it prints `listening on http://IP:PORT` on standard
+//! output; every few seconds in which something happened it prints the
+//! counts so far on standard error, and once more when it stops. SIGINT or
+//! SIGTERM stops it: it stops accepting, lets the requests in flight finish
+//! (a connection kept alive is closed after its current response) and exits
+//! 0. A second signal stops it at once, with status 1.
+
+use std::net::{IpAddr, SocketAddr};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use floodgate::http::{
+    AsyncLimiter, ForwardedIp, Global, Header, Key, KeyExtractor, MissingKey, Parts, PeerIp,
+    RateLimitLayer, DEFAULT_IPV6_PREFIX,
+};
+use floodgate::{Builder, Decision, PolicyKind, RateLimiter, Rule, RuleProblem, RuledDecision};
+use hyper::header::HeaderName;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tower::{Layer, ServiceExt};
+
+#[path = "proxy_upstream.rs"]
+mod upstream;
+
+use upstream::{parse_upstream, Forward, Upstream};
+
+/// How often the counts are printed (when they changed).
+const STATS_EVERY: Duration = Duration::from_secs(5);
+
+/// Exit status of a usage error (clap's own use the same).
+const USAGE: u8 = 2;
+
+/// Options of `floodgate proxy`.
+#[derive(clap::Args, Debug)]
+#[command(after_help = AFTER_HELP)]
+pub struct Args {
+    /// The address to listen on, IP:PORT (port 0: any free port, printed).
+    #[arg(long, value_name = "ADDR")]
+    listen: SocketAddr,
+
+    /// The service to protect: http://HOST:PORT[/PATH]. A request's path
+    /// is appended to the upstream's.
+    #[arg(long, value_name = "URL", value_parser = parse_upstream)]
+    upstream: Upstream,
+
+    /// The policy: token-bucket, leaky-bucket, fixed-window,
+    /// sliding-window, sliding-window-counter or gcra. leaky-bucket delays
+    /// requests within its tolerance instead of rejecting them.
+    #[arg(long, value_name = "NAME")]
+    policy: PolicyKind,
+
+    /// Requests admitted per window, per client.
+    #[arg(long, value_name = "N")]
+    limit: u64,
+
+    /// The window: a whole number and a unit, as 500ms, 1s, 1m, 1h
+    /// (units ns, us, ms, s, m, h, d).
+    #[arg(long, value_name = "DURATION")]
+    window: String,
+
+    /// What a client is: its address (behind --trusted-proxy, the
+    /// forwarded one), one global limit, or the value of a header (an API
+    /// key; a request without it is answered 400).
+    #[arg(long, value_name = "ip|global|header:NAME", default_value = "ip", value_parser = parse_key)]
+    key: KeyKind,
+
+    /// A reverse proxy in front of this one, as a CIDR or an address:
+    /// from it, the client is read from Forwarded, X-Forwarded-For or
+    /// X-Real-IP (the rightmost address that is not a trusted proxy).
+    /// Repeat for several. From any other peer those headers are ignored.
+    #[arg(long = "trusted-proxy", value_name = "CIDR", value_parser = parse_cidr)]
+    trusted_proxy: Vec<String>,
+
+    /// IPv6 clients are grouped by this many leading bits, 56 by default
+    /// (128: each address on its own).
+    #[arg(long, value_name = "BITS", value_parser = clap::value_parser!(u8).range(0..=128))]
+    ipv6_prefix: Option<u8>,
+
+    /// The policy's name in the RateLimit and RateLimit-Policy headers.
+    #[arg(long, value_name = "NAME", default_value = "default")]
+    policy_name: String,
+
+    /// Keep the limits in Redis, shared by every proxy that uses it:
+    /// redis://HOST:PORT[/DB]. Decisions use Redis's clock; when Redis
+    /// does not answer within 100 ms the request is rejected.
+    #[cfg(feature = "redis")]
+    #[arg(long = "backend", value_name = "redis://HOST:PORT")]
+    backend: Option<String>,
+
+    /// Also send X-RateLimit-Limit, X-RateLimit-Remaining and
+    /// X-RateLimit-Reset.
+    #[arg(long)]
+    legacy_headers: bool,
+}
+
+const AFTER_HELP: &str = "\
+Prints `listening on http://IP:PORT` on standard output when it is ready,
+the admitted / shaped / rejected counts on standard error every few seconds,
+and exits 0 on SIGINT or SIGTERM once the requests in flight are answered.
+
+Example:
+  floodgate proxy --listen 127.0.0.1:8080 --upstream http://127.0.0.1:3000 \\
+                  --policy gcra --limit 100 --window 1m";
+
+/// What `--key` names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum KeyKind {
+    Ip,
+    Global,
+    Header(HeaderName),
+}
+
+fn parse_key(text: &str) -> Result<KeyKind, String> {
+    match text {
+        "ip" => Ok(KeyKind::Ip),
+        "global" => Ok(KeyKind::Global),
+        _ => match text.strip_prefix("header:") {
+            Some(name) => HeaderName::from_bytes(name.as_bytes())
+                .map(KeyKind::Header)
+                .map_err(|_| format!("{name:?} is not a header name")),
+            None => Err("expected ip, global or header:NAME".to_owned()),
+        },
+    }
+}
+
+fn parse_cidr(text: &str) -> Result<String, String> {
+    ForwardedIp::trusting([text])
+        .map(|_| text.to_owned())
+        .map_err(|e| e.to_string())
+}
+
+/// A client as the proxy keys it: an address, or text (a header's value,
+/// the global key). One type for every `--key`, so one limiter type and
+/// one server serve them all.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Client {
+    /// An address (its IPv6 prefix).
+    Ip(IpAddr),
+    /// A header's value, or the global key.
+    Text(String),
+}
+
+impl Key for Client {
+    type Query = Client;
+
+    fn query(&self) -> &Client {
+        self
+    }
+}
+
+/// The extractor `--key` and `--trusted-proxy` ask for.
+enum Extract {
+    Peer(PeerIp),
+    Forwarded(ForwardedIp),
+    Header(Header),
+    Global(Global),
+}
+
+impl KeyExtractor for Extract {
+    type Key = Client;
+
+    fn extract(&self, parts: &Parts) -> Result<Client, MissingKey> {
+        match self {
+            Extract::Peer(peer) => peer.extract(parts).map(Client::Ip),
+            Extract::Forwarded(forwarded) => forwarded.extract(parts).map(Client::Ip),
+            Extract::Header(header) => header.extract(parts).map(Client::Text),
+            Extract::Global(global) => global
+                .extract(parts)
+                .map(|key| Client::Text(key.to_owned())),
+        }
+    }
+}
+
+/// What the proxy counts, for the statistics line. Relaxed: each is a
+/// counter on its own, read only to be printed.
+#[derive(Debug, Default)]
+pub struct Stats {
+    admitted: AtomicU64,
+    shaped: AtomicU64,
+    rejected: AtomicU64,
+    failed: AtomicU64,
+}
+
+impl Stats {
+    fn count(&self, decision: &Decision) {
+        let counter = match (decision.allowed, decision.delay > 0) {
+            (false, _) => &self.rejected,
+            (true, false) => &self.admitted,
+            (true, true) => &self.shaped,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// One request the upstream did not answer.
+    fn failed(&self) {
+        self.failed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn snapshot(&self) -> [u64; 4] {
+        [&self.admitted, &self.shaped, &self.rejected, &self.failed]
+            .map(|counter| counter.load(Ordering::Relaxed))
+    }
+}
+
+fn stats_line(counts: [u64; 4]) -> String {
+    let [admitted, shaped, rejected, failed] = counts;
+    format!(
+        "floodgate proxy: admitted {admitted}, shaped {shaped}, rejected {rejected}, \
+         upstream errors {failed}"
+    )
+}
+
+/// Where the limits live.
+enum Store {
+    Memory(Box<dyn RateLimiter<Client>>),
+    #[cfg(feature = "redis")]
+    Redis(floodgate::redis::AsyncRedisLimiter),
+}
+
+/// The store, counting its decisions.
+struct Counted {
+    store: Store,
+    stats: Arc<Stats>,
+}
+
+impl AsyncLimiter<Client> for Counted {
+    async fn check_ruled(&self, key: &Client) -> RuledDecision<'_> {
+        let ruled = match &self.store {
+            Store::Memory(limiter) => limiter.check_ruled_at(key, limiter.now()),
+            #[cfg(feature = "redis")]
+            Store::Redis(redis) => match key {
+                Client::Ip(ip) => AsyncLimiter::<IpAddr>::check_ruled(redis, ip).await,
+                Client::Text(text) => AsyncLimiter::<str>::check_ruled(redis, text).await,
+            },
+        };
+        self.stats.count(&ruled.decision);
+        ruled
+    }
+}
+
+/// A usage error: the message on standard error, exit status 2.
+fn usage(message: impl std::fmt::Display) -> ExitCode {
+    eprintln!("floodgate proxy: {message}");
+    ExitCode::from(USAGE)
+}
+
+/// The rule the flags give, through the library's own rule text, so the
+/// window is read as every rule is.
+fn rule(args: &Args) -> Result<Rule, String> {
+    let text = format!("{}:{}/{}", args.policy, args.limit, args.window);
+    let rule: Rule = text.parse().map_err(|error: floodgate::RuleError| {
+        let window = &args.window;
+        match error.problem {
+            RuleProblem::Count(_) | RuleProblem::MissingSlash => format!(
+                "--window {window:?}: expected a whole number and a unit, as 500ms, 1s, 1m, 1h"
+            ),
+            RuleProblem::Unit(unit) => format!(
+                "--window {window:?}: unknown unit {unit:?} (the units are ns, us, ms, s, m, h, d)"
+            ),
+            RuleProblem::Config(config) => {
+                format!("--limit {} --window {window}: {config}", args.limit)
+            }
+            // The policy and limit were parsed by clap, so their text is
+            // the rule's: anything else is about the window.
+            _ => format!("--window {window:?}: {error}"),
+        }
+    })?;
+    if rule.config().span().is_none() {
+        return Err(format!(
+            "--window {:?}: give a duration, as 500ms, 1s, 1m, 1h",
+            args.window
+        ));
+    }
+    Ok(rule)
+}
+
+/// The extractor the flags give.
+fn extractor(args: &Args) -> Result<Extract, String> {
+    let ipv6_prefix = args.ipv6_prefix.unwrap_or(DEFAULT_IPV6_PREFIX);
+    match &args.key {
+        KeyKind::Ip if args.trusted_proxy.is_empty() => {
+            Ok(Extract::Peer(PeerIp::new().ipv6_prefix(ipv6_prefix)))
+        }
+        KeyKind::Ip => ForwardedIp::trusting(&args.trusted_proxy)
+            .map(|forwarded| Extract::Forwarded(forwarded.ipv6_prefix(ipv6_prefix)))
+            .map_err(|e| format!("--trusted-proxy: {e}")),
+        _ if !args.trusted_proxy.is_empty() => {
+            Err("--trusted-proxy goes with --key ip only".to_owned())
+        }
+        _ if args.ipv6_prefix.is_some() => Err("--ipv6-prefix goes with --key ip only".to_owned()),
+        KeyKind::Global => Ok(Extract::Global(Global::new())),
+        KeyKind::Header(name) => Ok(Extract::Header(Header::from_name(name.clone()))),
+    }
+}
+
+/// Runs `floodgate proxy`.
+pub fn run(args: Args) -> ExitCode {
+    let rule = match rule(&args) {
+        Ok(rule) => rule,
+        Err(message) => return usage(message),
+    };
+    let extractor = match extractor(&args) {
+        Ok(extractor) => extractor,
+        Err(message) => return usage(message),
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("floodgate proxy: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(serve(args, rule, extractor))
+}
+
+async fn store(args: &Args, rule: Rule) -> Result<Store, ExitCode> {
+    #[cfg(feature = "redis")]
+    if let Some(url) = &args.backend {
+        use floodgate::redis::{AsyncRedisLimiter, RedisOptions};
+        let redis = AsyncRedisLimiter::new(url, rule.policy(), rule.config(), RedisOptions::new())
+            .await
+            .map_err(|e| usage(format!("--backend {url}: {e}")))?;
+        // Redis need not be up yet: the limiter reconnects by itself, and
+        // until then rejects. Say so at once rather than at the first 429.
+        if let Err(error) = redis.try_peek_at("floodgate-proxy-probe", 0).await {
+            eprintln!(
+                "floodgate proxy: warning: Redis at {url} does not answer yet ({error}); \
+                 requests are rejected until it does"
+            );
+        }
+        return Ok(Store::Redis(redis));
+    }
+    #[cfg(not(feature = "redis"))]
+    let _ = args;
+    Builder::from_rule(rule)
+        .build::<Client>()
+        .map(Store::Memory)
+        .map_err(|e| {
+            usage(format!(
+                "--limit {} --window {}: {e}",
+                args.limit, args.window
+            ))
+        })
+}
+
+async fn serve(args: Args, rule: Rule, extractor: Extract) -> ExitCode {
+    let store = match store(&args, rule).await {
+        Ok(store) => store,
+        Err(code) => return code,
+    };
+    let stats = Arc::new(Stats::default());
+    let limiter = Counted {
+        store,
+        stats: Arc::clone(&stats),
+    };
+    let mut layer = RateLimitLayer::new(limiter, extractor).policy_name(&args.policy_name);
+    if args.legacy_headers {
+        layer = layer.legacy_headers();
+    }
+    let forward = Forward::new(args.upstream.clone(), Arc::clone(&stats));
+    let service = layer.layer(forward.clone());
+
+    let mut signals = match Signals::new() {
+        Ok(signals) => signals,
+        Err(error) => {
+            eprintln!("floodgate proxy: cannot catch SIGINT and SIGTERM: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let listener = match TcpListener::bind(args.listen).await {
+        Ok(listener) => listener,
+        Err(error) => {
+            eprintln!("floodgate proxy: cannot listen on {}: {error}", args.listen);
+            return ExitCode::FAILURE;
+        }
+    };
+    let local = match listener.local_addr() {
+        Ok(local) => local,
+        Err(error) => {
+            eprintln!("floodgate proxy: cannot read the listening address: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    // `println!` flushes at its newline only on a terminal: a test or a
+    // supervisor reading a pipe waits for this line.
+    {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "listening on http://{local}");
+        let _ = out.flush();
+    }
+    #[cfg(feature = "redis")]
+    let held = args.backend.as_deref().unwrap_or("memory");
+    #[cfg(not(feature = "redis"))]
+    let held = "memory";
+    eprintln!(
+        "floodgate proxy: {rule} per client ({}) in {held}, to {}",
+        describe_key(&args),
+        args.upstream
+    );
+
+    let printer = tokio::spawn(print_stats(Arc::clone(&stats), forward.clone()));
+    let graceful = GracefulShutdown::new();
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new());
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    // Out of file descriptors, most likely: wait for some
+                    // connections to close rather than spin.
+                    eprintln!("floodgate proxy: accept failed: {error}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = signals.recv() => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let service = service.clone();
+        // The layer's `PeerIp` and `ForwardedIp` read the peer here.
+        let service = TowerToHyperService::new(service.map_request(
+            move |mut request: hyper::Request<hyper::body::Incoming>| {
+                request.extensions_mut().insert(peer);
+                request
+            },
+        ));
+        let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+        tokio::spawn(async move {
+            // A client that goes away mid-request is its own business.
+            let _ = connection.await;
+        });
+    }
+    drop(listener);
+    eprintln!("floodgate proxy: stopping; finishing the requests in flight");
+    tokio::select! {
+        () = graceful.shutdown() => {}
+        () = signals.recv() => {
+            eprintln!("floodgate proxy: second signal, stopping now");
+            eprintln!("{}", stats_line(stats.snapshot()));
+            return ExitCode::FAILURE;
+        }
+    }
+    printer.abort();
+    eprintln!("{}", stats_line(stats.snapshot()));
+    ExitCode::SUCCESS
+}
+
+fn describe_key(args: &Args) -> String {
+    match &args.key {
+        KeyKind::Ip if args.trusted_proxy.is_empty() => "by peer address".to_owned(),
+        KeyKind::Ip => format!(
+            "by forwarded address behind {}",
+            args.trusted_proxy.join(", ")
+        ),
+        KeyKind::Global => "one global limit".to_owned(),
+        KeyKind::Header(name) => format!("by header {name}"),
+    }
+}
+
+/// Prints the counts every [`STATS_EVERY`] in which they changed, with the
+/// last upstream failure if there was one.
+async fn print_stats(stats: Arc<Stats>, forward: Forward) {
+    let mut printed = [0; 4];
+    let start = tokio::time::Instant::now() + STATS_EVERY;
+    let mut ticks = tokio::time::interval_at(start, STATS_EVERY);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let counts = stats.snapshot();
+        if counts != printed {
+            eprintln!("{}", stats_line(counts));
+            printed = counts;
+        }
+        if let Some(error) = forward.take_error() {
+            eprintln!("floodgate proxy: last upstream error: {error}");
+        }
+    }
+}
+
+/// SIGINT and SIGTERM, registered before the proxy says it listens, so
+/// that a signal sent as soon as it does is already caught.
+struct Signals {
+    #[cfg(unix)]
+    interrupt: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> std::io::Result<Self> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Ok(Self {
+                interrupt: signal(SignalKind::interrupt())?,
+                terminate: signal(SignalKind::terminate())?,
+            })
+        }
+        #[cfg(not(unix))]
+        Ok(Self {})
+    }
+
+    /// The next SIGINT or SIGTERM.
+    async fn recv(&mut self) {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = self.interrupt.recv() => {}
+            _ = self.terminate.recv() => {}
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

@@ -1,0 +1,700 @@
+//! `floodgate proxy` end to end: the binary between a hyper client and a
+//! hyper upstream of the test's own, over 127.0.0.1 only.
+//!
+//! Nothing here depends on timing. Limits are per hour, so a run never
+//! sees a window end; what must happen before what is made to happen by
+//! waiting for it (the upstream says a request arrived, the proxy says it
+//! is stopping). Every wait is bounded by [`PATIENCE`] so that a broken
+//! proxy fails the test instead of hanging it.
+
+use std::convert::Infallible;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{mpsc, Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Body, Bytes, Frame, Incoming};
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc as async_mpsc, oneshot};
+
+/// How long any one step may take before the test gives up.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+async fn patiently<F: std::future::Future>(what: &str, future: F) -> F::Output {
+    tokio::time::timeout(PATIENCE, future)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: no progress in {PATIENCE:?}"))
+}
+
+// ---------------------------------------------------------------- upstream
+
+/// What the test upstream shares with the test.
+#[derive(Default)]
+struct Hold {
+    /// Told when a request for `/hold` arrives.
+    arrived: Option<async_mpsc::UnboundedSender<()>>,
+    /// Released to answer it.
+    release: Option<oneshot::Receiver<()>>,
+}
+
+/// The upstream: `/echo` streams the request's body back as it arrives,
+/// `/hold` answers when the test releases it, anything else says `hello`
+/// and what `X-Forwarded-For` it was sent.
+struct Upstream {
+    address: SocketAddr,
+    hold: Arc<Mutex<Hold>>,
+}
+
+type UpstreamBody = http_body_util::combinators::BoxBody<Bytes, hyper::Error>;
+
+impl Upstream {
+    async fn start() -> Upstream {
+        Self::on(TcpListener::bind("127.0.0.1:0").await.unwrap())
+    }
+
+    fn on(listener: TcpListener) -> Upstream {
+        let address = listener.local_addr().unwrap();
+        let hold = Arc::new(Mutex::new(Hold::default()));
+        let shared = Arc::clone(&hold);
+        tokio::spawn(async move {
+            loop {
+                let (stream, _) = listener.accept().await.unwrap();
+                let hold = Arc::clone(&shared);
+                let service = service_fn(move |request| answer(request, Arc::clone(&hold)));
+                tokio::spawn(async move {
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Upstream { address, hold }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.address)
+    }
+}
+
+async fn answer(
+    request: Request<Incoming>,
+    hold: Arc<Mutex<Hold>>,
+) -> Result<Response<UpstreamBody>, Infallible> {
+    match request.uri().path() {
+        "/echo" => Ok(Response::new(request.into_body().boxed())),
+        "/hold" => {
+            let (arrived, release) = {
+                let mut hold = hold.lock().unwrap();
+                (hold.arrived.take(), hold.release.take())
+            };
+            arrived.expect("one /hold at a time").send(()).unwrap();
+            release.unwrap().await.unwrap();
+            Ok(Response::new(full("held")))
+        }
+        _ => {
+            let forwarded = request
+                .headers()
+                .get("x-forwarded-for")
+                .map(|value| value.to_str().unwrap().to_owned());
+            let mut response = Response::new(full("hello"));
+            if let Some(forwarded) = forwarded {
+                response
+                    .headers_mut()
+                    .insert("x-seen-forwarded-for", forwarded.parse().unwrap());
+            }
+            Ok(response)
+        }
+    }
+}
+
+fn full(text: &'static str) -> UpstreamBody {
+    Full::new(Bytes::from_static(text.as_bytes()))
+        .map_err(|never| match never {})
+        .boxed()
+}
+
+// ------------------------------------------------------------------- proxy
+
+/// A running `floodgate proxy`, killed if the test ends without stopping it.
+struct Proxy {
+    child: Child,
+    address: SocketAddr,
+    stderr: mpsc::Receiver<String>,
+}
+
+impl Proxy {
+    /// `floodgate proxy --listen 127.0.0.1:0 ARGS…`, once it says where it
+    /// listens.
+    fn start(args: &[&str]) -> Proxy {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_floodgate"))
+            .args(["proxy", "--listen", "127.0.0.1:0"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run floodgate");
+        let stdout = child.stdout.take().unwrap();
+        let (line_tx, line_rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = line_tx.send(line);
+        });
+        let (stderr_tx, stderr) = mpsc::channel();
+        let child_stderr = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(child_stderr).lines() {
+                let Ok(line) = line else { break };
+                if stderr_tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let line = line_rx
+            .recv_timeout(PATIENCE)
+            .expect("the proxy says where it listens");
+        let address = line
+            .trim_end()
+            .strip_prefix("listening on http://")
+            .unwrap_or_else(|| panic!("not a listening line: {line:?}"))
+            .parse()
+            .unwrap();
+        Proxy {
+            child,
+            address,
+            stderr,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.address)
+    }
+
+    /// Sends SIGTERM.
+    fn terminate(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// The next line on standard error that contains `needle`.
+    fn stderr_line(&self, needle: &str) -> String {
+        loop {
+            let line = self
+                .stderr
+                .recv_timeout(PATIENCE)
+                .unwrap_or_else(|_| panic!("no line with {needle:?} on standard error"));
+            if line.contains(needle) {
+                return line;
+            }
+        }
+    }
+
+    /// Stops it with SIGTERM: its exit status and its last counts.
+    fn stop(mut self) -> (ExitStatus, String) {
+        self.terminate();
+        let status = wait(&mut self.child);
+        // The last counts are the final ones, printed as it exits: read to
+        // the end of its standard error.
+        let counts = self
+            .stderr
+            .iter()
+            .filter(|line| line.contains("admitted "))
+            .last()
+            .expect("the proxy prints its counts as it exits");
+        (status, counts)
+    }
+}
+
+fn wait(child: &mut Child) -> ExitStatus {
+    for _ in 0..PATIENCE.as_millis() / 10 {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("the proxy did not exit within {PATIENCE:?}");
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+// ------------------------------------------------------------------ client
+
+/// A request on a connection of its own: the status, the headers, and the
+/// response's body (whose frames are read by the caller).
+async fn send<B>(request: Request<B>) -> Response<Incoming>
+where
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let authority = request.uri().authority().unwrap().as_str().to_owned();
+    let stream = patiently("connect", TcpStream::connect(&authority))
+        .await
+        .unwrap();
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    patiently("the response's head", sender.send_request(request))
+        .await
+        .unwrap()
+}
+
+/// A GET with `headers`: the response and its whole body as text.
+async fn get(url: &str, headers: &[(&str, &str)]) -> (Response<()>, String) {
+    let mut request = Request::get(url);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = send(request.body(Full::new(Bytes::new())).unwrap()).await;
+    let (parts, body) = response.into_parts();
+    let body = patiently("the response's body", body.collect())
+        .await
+        .unwrap()
+        .to_bytes();
+    (
+        Response::from_parts(parts, ()),
+        String::from_utf8(body.to_vec()).unwrap(),
+    )
+}
+
+fn header<'a>(response: &'a Response<()>, name: &str) -> &'a str {
+    response
+        .headers()
+        .get(name)
+        .unwrap_or_else(|| panic!("no {name} header"))
+        .to_str()
+        .unwrap()
+}
+
+/// A request body the test feeds chunk by chunk.
+struct Chunks(async_mpsc::Receiver<Bytes>);
+
+impl Body for Chunks {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|chunk| chunk.map(|data| Ok(Frame::data(data))))
+    }
+}
+
+// ------------------------------------------------------------------- tests
+
+#[tokio::test]
+async fn a_fixed_window_admits_exactly_its_limit_with_the_headers() {
+    let upstream = Upstream::start().await;
+    let proxy = Proxy::start(&[
+        "--upstream",
+        &upstream.url(),
+        "--policy",
+        "fixed-window",
+        "--limit",
+        "3",
+        "--window",
+        "1h",
+        "--legacy-headers",
+    ]);
+    for remaining in [2, 1, 0] {
+        let (response, body) = get(&proxy.url("/"), &[]).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(body, "hello");
+        assert_eq!(
+            header(&response, "ratelimit-policy"),
+            "\"default\";q=3;w=3600"
+        );
+        // Once none remain, `t` bounds the wait: a fixed window's length.
+        let t = if remaining > 0 { 0 } else { 3600 };
+        assert_eq!(
+            header(&response, "ratelimit"),
+            format!("\"default\";r={remaining};t={t}")
+        );
+        assert_eq!(header(&response, "x-ratelimit-limit"), "3");
+        assert_eq!(
+            header(&response, "x-ratelimit-remaining"),
+            remaining.to_string()
+        );
+        assert!(response.headers().get("retry-after").is_none());
+    }
+    for _ in 0..2 {
+        let (response, body) = get(&proxy.url("/"), &[]).await;
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_ne!(body, "hello", "a rejection never reaches the upstream");
+        let retry: u64 = header(&response, "retry-after").parse().unwrap();
+        // The window ends within the hour, rounded up to whole seconds.
+        assert!((1..=3600).contains(&retry), "Retry-After: {retry}");
+        assert_eq!(
+            header(&response, "ratelimit"),
+            format!("\"default\";r=0;t={retry}")
+        );
+        assert_eq!(
+            header(&response, "ratelimit-policy"),
+            "\"default\";q=3;w=3600"
+        );
+        assert_eq!(header(&response, "x-ratelimit-remaining"), "0");
+        assert_eq!(header(&response, "x-ratelimit-reset"), retry.to_string());
+    }
+    let (status, counts) = proxy.stop();
+    assert!(status.success(), "{status}");
+    assert!(
+        counts.ends_with("admitted 3, shaped 0, rejected 2, upstream errors 0"),
+        "{counts}"
+    );
+}
+
+#[tokio::test]
+async fn header_keys_each_get_a_limit_and_a_request_without_one_is_400() {
+    let upstream = Upstream::start().await;
+    let proxy = Proxy::start(&[
+        "--upstream",
+        &upstream.url(),
+        "--policy",
+        "gcra",
+        "--limit",
+        "1",
+        "--window",
+        "1h",
+        "--key",
+        "header:X-Api-Key",
+        "--policy-name",
+        "per-key",
+    ]);
+    let status = |key| {
+        let url = proxy.url("/");
+        async move { get(&url, &[("x-api-key", key)]).await.0 }
+    };
+    let first = status("alpha").await;
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(header(&first, "ratelimit-policy"), "\"per-key\";q=1;w=3600");
+    assert_eq!(
+        status("alpha").await.status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(status("beta").await.status(), StatusCode::OK);
+    let (response, body) = get(&proxy.url("/"), &[]).await;
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    assert!(body.contains("x-api-key"), "{body}");
+    let (status, counts) = proxy.stop();
+    assert!(status.success(), "{status}");
+    assert!(counts.ends_with("admitted 2, shaped 0, rejected 1, upstream errors 0"));
+}
+
+#[tokio::test]
+async fn a_global_key_is_one_limit_for_everyone() {
+    let upstream = Upstream::start().await;
+    let proxy = Proxy::start(&[
+        "--upstream",
+        &upstream.url(),
+        "--policy",
+        "sliding-window",
+        "--limit",
+        "2",
+        "--window",
+        "1h",
+        "--key",
+        "global",
+    ]);
+    let mut statuses = Vec::new();
+    for key in ["a", "b", "c"] {
+        statuses.push(get(&proxy.url("/"), &[("x-api-key", key)]).await.0.status());
+    }
+    assert_eq!(
+        statuses,
+        [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS
+        ]
+    );
+}
+
+#[tokio::test]
+async fn forwarded_clients_are_read_only_from_trusted_proxies() {
+    let upstream = Upstream::start().await;
+    let rule = [
+        "--upstream",
+        &upstream.url(),
+        "--policy",
+        "token-bucket",
+        "--limit",
+        "1",
+        "--window",
+        "1h",
+    ];
+    let spoofed = |ip: &'static str| [("x-forwarded-for", ip)];
+
+    // The test's own address, 127.0.0.1, is not trusted: a client that
+    // names another client shares its own limit.
+    let proxy = Proxy::start(&rule);
+    let (response, _) = get(&proxy.url("/"), &spoofed("192.0.2.1")).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    // The upstream learns the peer after what the client claimed.
+    assert_eq!(
+        header(&response, "x-seen-forwarded-for"),
+        "192.0.2.1, 127.0.0.1"
+    );
+    let (response, _) = get(&proxy.url("/"), &spoofed("192.0.2.2")).await;
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    drop(proxy);
+
+    // Trusted, the forwarded client is the key.
+    let mut trusted = rule.to_vec();
+    trusted.extend(["--trusted-proxy", "127.0.0.0/8", "--trusted-proxy", "::1"]);
+    let proxy = Proxy::start(&trusted);
+    let mut statuses = Vec::new();
+    for ip in ["192.0.2.1", "192.0.2.2", "192.0.2.1"] {
+        statuses.push(get(&proxy.url("/"), &spoofed(ip)).await.0.status());
+    }
+    assert_eq!(
+        statuses,
+        [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS
+        ]
+    );
+    // With no forwarding header the trusted peer is its own client.
+    assert_eq!(get(&proxy.url("/"), &[]).await.0.status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn large_bodies_stream_through_both_ways() {
+    const CHUNK: usize = 256 * 1024;
+    const CHUNKS: usize = 32; // 8 MiB each way
+    let upstream = Upstream::start().await;
+    let proxy = Proxy::start(&[
+        "--upstream",
+        &upstream.url(),
+        "--policy",
+        "gcra",
+        "--limit",
+        "10",
+        "--window",
+        "1m",
+    ]);
+    let (chunks, body) = async_mpsc::channel(1);
+    let request = Request::post(proxy.url("/echo"))
+        .body(Chunks(body))
+        .unwrap();
+    // Sending one chunk, then reading it back before sending the next, is
+    // possible only if neither the request nor the response is buffered
+    // whole anywhere on the way: a proxy that waited for either body's end
+    // would never answer the first chunk.
+    let chunk = |i: usize| Bytes::from(vec![(i % 251) as u8; CHUNK]);
+    chunks.send(chunk(0)).await.unwrap();
+    let response = send(request).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut body = response.into_body();
+    let mut received = 0;
+    for i in 0..CHUNKS {
+        let mut got = 0;
+        while got < CHUNK {
+            let frame = patiently("an echoed chunk", body.frame())
+                .await
+                .expect("the body goes on")
+                .unwrap();
+            let data = frame.into_data().unwrap();
+            assert!(data.iter().all(|&b| b == (i % 251) as u8), "chunk {i}");
+            got += data.len();
+        }
+        assert_eq!(got, CHUNK, "chunk {i} came back whole and alone");
+        received += got;
+        if i + 1 < CHUNKS {
+            chunks.send(chunk(i + 1)).await.unwrap();
+        }
+    }
+    drop(chunks);
+    assert!(patiently("the body's end", body.frame()).await.is_none());
+    assert_eq!(received, CHUNK * CHUNKS);
+}
+
+#[tokio::test]
+async fn a_dead_upstream_is_a_502_and_the_proxy_keeps_serving() {
+    // A port nobody listens on, until the upstream starts on it below.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    drop(listener);
+    let proxy = Proxy::start(&[
+        "--upstream",
+        &format!("http://{address}"),
+        "--policy",
+        "gcra",
+        "--limit",
+        "100",
+        "--window",
+        "1h",
+    ]);
+    for _ in 0..2 {
+        let (response, body) = get(&proxy.url("/"), &[]).await;
+        assert_eq!(response.status(), StatusCode::BAD_GATEWAY);
+        assert!(body.contains(&address.to_string()), "{body}");
+        // It was admitted, and says so.
+        assert!(header(&response, "ratelimit").starts_with("\"default\";r="));
+    }
+    let _upstream = Upstream::on(TcpListener::bind(address).await.unwrap());
+    let (response, body) = get(&proxy.url("/"), &[]).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(body, "hello");
+    let (status, counts) = proxy.stop();
+    assert!(status.success(), "{status}");
+    assert!(counts.ends_with("admitted 3, shaped 0, rejected 0, upstream errors 2"));
+}
+
+#[tokio::test]
+async fn sigterm_finishes_the_request_in_flight_then_exits_0() {
+    let upstream = Upstream::start().await;
+    let (arrived_tx, mut arrived) = async_mpsc::unbounded_channel();
+    let (release, release_rx) = oneshot::channel();
+    *upstream.hold.lock().unwrap() = Hold {
+        arrived: Some(arrived_tx),
+        release: Some(release_rx),
+    };
+    let mut proxy = Proxy::start(&[
+        "--upstream",
+        &upstream.url(),
+        "--policy",
+        "gcra",
+        "--limit",
+        "10",
+        "--window",
+        "1h",
+    ]);
+    let url = proxy.url("/hold");
+    let in_flight = tokio::spawn(async move { get(&url, &[]).await });
+    patiently("the request reaches the upstream", arrived.recv())
+        .await
+        .unwrap();
+
+    proxy.terminate();
+    // Once it says so, it no longer listens...
+    let stopping = proxy.stderr_line("stopping");
+    assert!(stopping.contains("in flight"), "{stopping}");
+    assert!(TcpStream::connect(proxy.address).await.is_err());
+    // ...but the request it holds is still answered, in full.
+    release.send(()).unwrap();
+    let (response, body) = patiently("the answer in flight", in_flight).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(body, "held");
+    let status = wait(&mut proxy.child);
+    assert_eq!(status.code(), Some(0), "{status}");
+}
+
+#[test]
+fn bad_flags_are_refused_by_name_with_status_2() {
+    let good = [
+        ("--upstream", "http://127.0.0.1:9"),
+        ("--policy", "gcra"),
+        ("--limit", "10"),
+        ("--window", "1s"),
+    ];
+    let cases: [(&[(&str, &str)], &str); 11] = [
+        (&[("--window", "1fortnight")], "--window"),
+        (&[("--window", "10ticks")], "--window"),
+        (&[("--window", "soon")], "--window"),
+        (&[("--limit", "0")], "--limit"),
+        (&[("--policy", "fastest")], "--policy"),
+        (&[("--upstream", "https://127.0.0.1:9")], "--upstream"),
+        (&[("--key", "cookie")], "--key"),
+        (&[("--trusted-proxy", "10.0.0.0/33")], "--trusted-proxy"),
+        (&[("--ipv6-prefix", "129")], "--ipv6-prefix"),
+        (
+            &[("--key", "global"), ("--trusted-proxy", "10.0.0.1")],
+            "--trusted-proxy",
+        ),
+        (
+            &[("--key", "global"), ("--ipv6-prefix", "56")],
+            "--ipv6-prefix",
+        ),
+    ];
+    for (bad, flag) in cases {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_floodgate"));
+        command.args(["proxy", "--listen", "127.0.0.1:0"]);
+        for (name, value) in good {
+            if !bad.iter().any(|(bad, _)| *bad == name) {
+                command.args([name, value]);
+            }
+        }
+        for (name, value) in bad {
+            command.args([name, value]);
+        }
+        let output = command.output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{bad:?}: {stderr}");
+        assert!(stderr.contains(flag), "{bad:?} names {flag}: {stderr}");
+        assert!(output.stdout.is_empty(), "{bad:?} never listens");
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs a Redis server: FLOODGATE_REDIS_URL and --include-ignored"]
+async fn the_redis_backend_limits_behind_the_layer() {
+    let url = std::env::var("FLOODGATE_REDIS_URL")
+        .ok()
+        .filter(|url| !url.is_empty())
+        .expect("FLOODGATE_REDIS_URL is not set (.ci/run starts a server and sets it)");
+    let upstream = Upstream::start().await;
+    let proxy = Proxy::start(&[
+        "--upstream",
+        &upstream.url(),
+        "--policy",
+        "fixed-window",
+        "--limit",
+        "2",
+        "--window",
+        "1h",
+        "--key",
+        "header:x-api-key",
+        "--backend",
+        &url,
+    ]);
+    // A client of this run's own: the keys of an earlier run live an hour.
+    let client = format!(
+        "proxy-test-{}-{:?}",
+        std::process::id(),
+        std::time::SystemTime::now()
+    );
+    let mut statuses = Vec::new();
+    for _ in 0..3 {
+        let (response, _) = get(&proxy.url("/"), &[("x-api-key", &client)]).await;
+        assert_eq!(
+            header(&response, "ratelimit-policy"),
+            "\"default\";q=2;w=3600"
+        );
+        statuses.push(response.status());
+        if response.status() == StatusCode::TOO_MANY_REQUESTS {
+            let retry: u64 = header(&response, "retry-after").parse().unwrap();
+            assert!((1..=3600).contains(&retry), "Retry-After: {retry}");
+        }
+    }
+    assert_eq!(
+        statuses,
+        [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS
+        ]
+    );
+    let (status, counts) = proxy.stop();
+    assert!(status.success(), "{status}");
+    assert!(counts.ends_with("admitted 2, shaped 0, rejected 1, upstream errors 0"));
+}
