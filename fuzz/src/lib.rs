@@ -594,11 +594,18 @@ fn check_time_backwards_on(input: &Input, kind: Kind, subject: &Subject) {
         };
         // Past the horizon stored times saturate and the rule is not
         // promised; the calls must still not panic.
-        // Probes shifted by `slack` must not saturate either.
+        // Probes shifted by `slack` must stay inside it too: past it the
+        // schedule's clock stops (2^62 − 1 ticks past the origin), and a
+        // shift there moves nothing.
         let shifted_past_the_end = slack > 0
-            && m.checked_add(slack)
+            && (m
+                .checked_add(slack)
                 .and_then(|m| m.checked_add(input.window.checked_mul(2)?))
-                .is_none();
+                .is_none()
+                || u128::from(m.saturating_sub(origin))
+                    + u128::from(slack)
+                    + 2 * u128::from(input.window)
+                    >= 1 << 62);
         if c.now >= m || !within_horizon(m - origin, input.window) || shifted_past_the_end {
             if let Answer::Decision(decision) = call(limiter, c) {
                 // A tier registry judges every later check of the client no
