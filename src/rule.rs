@@ -243,7 +243,7 @@ pub(crate) fn write_duration(f: &mut fmt::Formatter<'_>, span: Duration) -> fmt:
     let nanos = span.as_nanos();
     let (unit, per) = UNITS
         .into_iter()
-        .find(|&(_, per)| nanos % per == 0 && nanos > 0)
+        .find(|&(_, per)| nanos.is_multiple_of(per) && nanos > 0)
         .unwrap_or(("ns", 1));
     write!(f, "{}{unit}", nanos / per)
 }

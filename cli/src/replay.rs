@@ -17,8 +17,8 @@ use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
 use std::process::ExitCode;
 
 use floodgate::{
-    build_bounded, Bounds, Config, Engine, ManualClock, Overflow, PolicyKind, RateLimiter,
-    Tick, MAX_LIMIT,
+    build_bounded, Bounds, Config, Engine, ManualClock, Overflow, PolicyKind, RateLimiter, Tick,
+    MAX_LIMIT,
 };
 
 #[cfg(feature = "redis")]

@@ -135,7 +135,8 @@ impl<P: Policy> Subject for Keyed<P> {
         let policy = P::new(config).expect("the model's config is valid for its policy");
         // The clock is never read: every call passes its `now`.
         Self {
-            limiter: Limiter::with_clock(policy, ManualClock::new(0)).expect("a clock of nanoseconds"),
+            limiter: Limiter::with_clock(policy, ManualClock::new(0))
+                .expect("a clock of nanoseconds"),
         }
     }
 

@@ -30,10 +30,8 @@ fn one_tier(spec: TierSpec) -> Tiers<u64, fn(&u64) -> &'static str, ManualClock>
 fn sweep_races_check<P: Policy>() {
     loom::model(|| {
         let policy = P::new(Config::per_ticks(1, 100).unwrap()).unwrap();
-        let limiter = Arc::new(Limiter::<u64, P, _>::with_clock(
-            policy,
-            ManualClock::new(0),
-        ).unwrap());
+        let limiter =
+            Arc::new(Limiter::<u64, P, _>::with_clock(policy, ManualClock::new(0)).unwrap());
         assert!(limiter.check_at(&KEY, 0).allowed);
         let sweeper = {
             let limiter = Arc::clone(&limiter);
@@ -66,10 +64,8 @@ fn sweep_races_check<P: Policy>() {
 fn sweep_races_an_older_check<P: Policy>() {
     loom::model(|| {
         let policy = P::new(Config::per_ticks(1, 100).unwrap()).unwrap();
-        let limiter = Arc::new(Limiter::<u64, P, _>::with_clock(
-            policy,
-            ManualClock::new(0),
-        ).unwrap());
+        let limiter =
+            Arc::new(Limiter::<u64, P, _>::with_clock(policy, ManualClock::new(0)).unwrap());
         assert!(limiter.check_at(&KEY, 0).allowed);
         let sweeper = {
             let limiter = Arc::clone(&limiter);
@@ -94,10 +90,8 @@ fn sweep_races_an_older_check<P: Policy>() {
 fn sweep_never_removes_a_busy_client<P: Policy>() {
     loom::model(|| {
         let policy = P::new(Config::per_ticks(2, 100).unwrap()).unwrap();
-        let limiter = Arc::new(Limiter::<u64, P, _>::with_clock(
-            policy,
-            ManualClock::new(0),
-        ).unwrap());
+        let limiter =
+            Arc::new(Limiter::<u64, P, _>::with_clock(policy, ManualClock::new(0)).unwrap());
         assert!(limiter.check_at(&KEY, 50).allowed);
         let sweeper = {
             let limiter = Arc::clone(&limiter);

@@ -24,10 +24,9 @@ const KEY: u64 = 7;
 fn a_stale_call_never_meets_a_client_younger_than_its_sweep() {
     loom::model(|| {
         let policy = SlidingWindow::new(Config::per_ticks(1, 100).unwrap()).unwrap();
-        let limiter = Arc::new(Limiter::<u64, SlidingWindow, _>::with_clock(
-            policy,
-            ManualClock::new(0),
-        ).unwrap());
+        let limiter = Arc::new(
+            Limiter::<u64, SlidingWindow, _>::with_clock(policy, ManualClock::new(0)).unwrap(),
+        );
         assert!(limiter.check_at(&KEY, 0).allowed);
         let sweeper = {
             let limiter = Arc::clone(&limiter);
@@ -57,10 +56,8 @@ fn a_stale_call_never_meets_a_client_younger_than_its_sweep() {
 fn forget_races_check<P: Policy>() {
     loom::model(|| {
         let policy = P::new(Config::per_ticks(2, 100).unwrap()).unwrap();
-        let limiter = Arc::new(Limiter::<u64, P, _>::with_clock(
-            policy,
-            ManualClock::new(0),
-        ).unwrap());
+        let limiter =
+            Arc::new(Limiter::<u64, P, _>::with_clock(policy, ManualClock::new(0)).unwrap());
         assert!(limiter.check_at(&KEY, 0).allowed);
         let forgetter = {
             let limiter = Arc::clone(&limiter);
@@ -110,12 +107,15 @@ fn a_stale_carry_over_lands_in_the_latest_window() {
                 Config::per_ticks(limit, 100).unwrap(),
             )
         };
-        let tiers = Arc::new(Tiers::with_clock(
-            "free",
-            spec(2).unwrap(),
-            |_: &u64| "free",
-            ManualClock::new(0),
-        ).unwrap());
+        let tiers = Arc::new(
+            Tiers::with_clock(
+                "free",
+                spec(2).unwrap(),
+                |_: &u64| "free",
+                ManualClock::new(0),
+            )
+            .unwrap(),
+        );
         assert!(tiers.check_at(&KEY, 0).allowed); // the origin: windows from 0
         assert!(tiers.check_at(&KEY, 100).allowed);
         assert!(tiers.check_at(&KEY, 100).allowed);
