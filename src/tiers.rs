@@ -501,9 +501,11 @@ where
         Ok((default, tier, Some(name)))
     }
 
-    /// `check_at` on tier `tier`'s state of `key`, whatever the resolver
-    /// says: for a tier known from the request itself.
-    fn check_on<Q>(&self, tier: &Tier<K>, key: &Q, now: u64) -> Decision
+    /// `check_n_at` on tier `tier`'s state of `key`, whatever the resolver
+    /// says: for a tier known from the request itself. The cost is in units
+    /// of the client's current rule; what a carry-over keeps is counted in
+    /// units too (`limit − remaining`).
+    fn check_on<Q>(&self, tier: &Tier<K>, key: &Q, now: u64, cost: u64) -> Decision
     where
         Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
         K: Borrow<Q>,
@@ -512,16 +514,29 @@ where
             key,
             now,
             |generation, origin, state, now| match now.checked_sub(origin) {
-                Some(since) => generation.check(state, since),
+                Some(since) => generation.check_n(state, since, cost),
                 // A call racing with the one that created the client, with
                 // an earlier time: judged at the origin (as `Limiter`).
-                None => generation
-                    .check(state, 0)
-                    .map(|decision| generation.measured_from_earlier(decision, origin - now)),
+                None => generation.check_n(state, 0, cost).map(|decision| {
+                    if cost == 0 {
+                        decision
+                    } else {
+                        generation.measured_from_earlier(decision, origin - now)
+                    }
+                }),
             },
-            |generation, rule| match rule {
-                Overflow::Admit => Decision::admit(generation.spec.config().limit() - 1),
-                _ => Decision::reject(0, generation.forgets_after()),
+            |generation, rule| {
+                let limit = generation.spec.config().limit();
+                let remaining = if rule == Overflow::Admit { limit } else { 0 };
+                if cost == 0 {
+                    Decision::admit(remaining)
+                } else if cost > limit {
+                    Decision::reject(remaining, u64::MAX)
+                } else if rule == Overflow::Admit {
+                    Decision::admit(limit - cost)
+                } else {
+                    Decision::reject(0, generation.forgets_after())
+                }
             },
         )
         .in_ticks(self.tick)
@@ -545,7 +560,7 @@ where
         K: Borrow<Q>,
     {
         let found = self.tiers.get(tier).ok_or_else(|| self.unknown(tier))?;
-        Ok(self.check_on(found, key, now))
+        Ok(self.check_on(found, key, now, 1))
     }
 
     /// [`check_in_at`](Self::check_in_at) now, by the registry's clock.
@@ -576,7 +591,7 @@ where
                 // in between shows the older one.
                 let rule = tier.spec();
                 TieredDecision {
-                    decision: self.check_on(tier, key, now),
+                    decision: self.check_on(tier, key, now, 1),
                     tier: name,
                     rule,
                     unknown,
@@ -624,10 +639,34 @@ where
 {
     #[inline]
     fn check_at(&self, key: &Q, now: u64) -> Decision {
+        self.check_n_at(key, now, 1)
+    }
+
+    #[inline]
+    fn check_n_at(&self, key: &Q, now: u64, cost: u64) -> Decision {
         match self.tier_of(key) {
-            Ok((_, tier, _)) => self.check_on(tier, key, now),
+            Ok((_, tier, _)) => self.check_on(tier, key, now, cost),
             Err(_) => self.refused(),
         }
+    }
+
+    /// Against the limit of the client's own tier (a client of an unknown
+    /// tier that is refused gets its refusal, not this error).
+    fn try_check_n_at(
+        &self,
+        key: &Q,
+        now: u64,
+        cost: u64,
+    ) -> Result<Decision, crate::InsufficientCapacity> {
+        let Ok((_, tier, _)) = self.tier_of(key) else {
+            return Ok(self.refused());
+        };
+        let decision = self.check_on(tier, key, now, cost);
+        let limit = tier.spec().config().limit();
+        if cost > limit {
+            return Err(crate::InsufficientCapacity { cost, limit });
+        }
+        Ok(decision)
     }
 
     #[inline]
@@ -1013,8 +1052,8 @@ impl Generation {
     }
 
     #[inline]
-    fn check(&self, state: &AnyState, now: u64) -> Result<Decision, Retired> {
-        with_pair!(&self.policy, state, |p, s| p.check(s, now))
+    fn check_n(&self, state: &AnyState, now: u64, cost: u64) -> Result<Decision, Retired> {
+        with_pair!(&self.policy, state, |p, s| p.check_n(s, now, cost))
     }
 
     #[inline]

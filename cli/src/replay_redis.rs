@@ -153,6 +153,12 @@ impl RateLimiter<str> for Strict {
             .unwrap_or_else(|e| self.fail(e))
     }
 
+    fn check_n_at(&self, key: &str, now: u64, cost: u64) -> Decision {
+        self.limiter
+            .try_check_n_at(key, now, cost)
+            .unwrap_or_else(|e| self.fail(e))
+    }
+
     fn remaining_at(&self, key: &str, now: u64) -> u64 {
         self.limiter
             .try_remaining_at(key, now)

@@ -91,6 +91,22 @@ impl AsyncRedisLimiter {
             .decision(self.call(key, Op::Check, Some(now)).await?)
     }
 
+    /// Decides one request of cost `cost` of `key` at `now`, all or nothing:
+    /// one script call, with the cost as an argument.
+    ///
+    /// # Errors
+    ///
+    /// As [`RedisLimiter::try_check_at`](super::RedisLimiter::try_check_at).
+    pub async fn try_check_n_at(
+        &self,
+        key: &str,
+        now: u64,
+        cost: u64,
+    ) -> Result<Decision, RedisError> {
+        let reply = self.call(key, self.core.weighed(cost), Some(now)).await?;
+        self.core.weighed_decision(reply, cost)
+    }
+
     /// Decides one request of `key` now (by Redis's clock with
     /// [`TimeSource::Server`]).
     ///
