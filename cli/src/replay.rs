@@ -79,7 +79,8 @@ pub struct Args {
     #[arg(long, value_name = "NAME")]
     policy: PolicyKind,
 
-    /// At most L requests per window (1 to 1048575).
+    /// At most L requests per window (1 to 4294967295; 1 to 1048575 for
+    /// sliding-window).
     #[arg(long, value_name = "L", value_parser = parse_limit)]
     limit: u64,
 

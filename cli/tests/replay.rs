@@ -523,12 +523,23 @@ fn invalid_options_are_refused_before_any_answer() {
         ),
         (
             &["--policy", "gcra", "--limit", "0", "--window-ms", "1"],
-            "between 1 and 1048575",
+            "between 1 and 4294967295",
         ),
         (
             &[
                 "--policy",
                 "fixed-window",
+                "--limit",
+                "4294967296",
+                "--window-ms",
+                "1",
+            ],
+            "between 1 and 4294967295",
+        ),
+        (
+            &[
+                "--policy",
+                "sliding-window",
                 "--limit",
                 "1048576",
                 "--window-ms",
@@ -538,11 +549,11 @@ fn invalid_options_are_refused_before_any_answer() {
         ),
         (
             &["--policy", "gcra", "--limit", "ten", "--window-ms", "1"],
-            "between 1 and 1048575",
+            "between 1 and 4294967295",
         ),
         (
             &["--policy", "gcra", "--limit", "+1", "--window-ms", "1"],
-            "between 1 and 1048575",
+            "between 1 and 4294967295",
         ),
         (
             &[
