@@ -385,13 +385,29 @@ where
     C: Clock,
 {
     fn check_at(&self, key: &Q, now: u64) -> Decision {
+        self.check_n_at(key, now, 1)
+    }
+
+    fn check_n_at(&self, key: &Q, now: u64, cost: u64) -> Decision {
+        let limit = self.rules.limit;
         self.decide_for(
             key,
             now,
-            |client| client.check(&self.rules, now),
-            |rule| match rule {
-                Overflow::Admit => Decision::admit(self.rules.limit - 1),
-                _ => Decision::reject(0, self.rules.idle_within()),
+            |client| client.check(&self.rules, now, cost),
+            // No room: the overflow rule answers as for a new client's
+            // first call, with the contract's answers for a cost of 0 and
+            // for one above the limit.
+            |rule| {
+                let untracked_remaining = match rule {
+                    Overflow::Admit => limit,
+                    _ => 0,
+                };
+                match rule {
+                    _ if cost == 0 => Decision::admit(untracked_remaining),
+                    _ if cost > limit => Decision::reject(untracked_remaining, u64::MAX),
+                    Overflow::Admit => Decision::admit(limit - cost),
+                    _ => Decision::reject(0, self.rules.idle_within()),
+                }
             },
         )
         .in_ticks(self.tick)
@@ -536,16 +552,19 @@ impl Client {
         }
     }
 
-    /// Decides one request at `now` (absolute, not since the origin).
-    fn check(&mut self, rules: &Rules, now: u64) -> Decision {
+    /// Decides one request of cost `cost` at `now` (absolute, not since the
+    /// origin).
+    fn check(&mut self, rules: &Rules, now: u64, cost: u64) -> Decision {
         match now.checked_sub(self.origin) {
-            Some(since) => self.state.check(rules, since),
+            Some(since) => self.state.check(rules, since, cost),
             // A call that raced with the one creating the client, carrying an
             // earlier time: judged at the origin, it waits that much longer.
             None => {
                 let lag = self.origin - now;
-                let mut decision = self.state.check(rules, 0);
-                if !decision.allowed {
+                let mut decision = self.state.check(rules, 0, cost);
+                if cost == 0 {
+                    // Changes nothing, so it waits for nothing either.
+                } else if !decision.allowed {
                     decision.retry_after = decision.retry_after.saturating_add(lag);
                 } else if rules.policy == PolicyKind::LeakyBucket {
                     decision.delay = decision.delay.saturating_add(lag);
@@ -614,19 +633,28 @@ impl State {
         }
     }
 
-    /// Decides one request at `now` ticks past the origin, recording it if
-    /// admitted.
-    fn check(&mut self, rules: &Rules, now: u64) -> Decision {
+    /// Decides one request of cost `cost` at `now` ticks past the origin,
+    /// recording it if admitted. The contract's "Weighted requests": a cost
+    /// of 0 is admitted and changes nothing, a cost above `L` is never
+    /// admitted, and any other is the last of `cost` single requests at
+    /// `now`, admitted only if they all would be.
+    fn check(&mut self, rules: &Rules, now: u64, cost: u64) -> Decision {
+        if cost == 0 {
+            return Decision::admit(self.remaining(rules, now));
+        }
+        if cost > rules.limit {
+            return Decision::reject(self.remaining(rules, now), u64::MAX);
+        }
         match self {
-            State::Log(times) => sliding_window_check(times, rules, now),
-            State::Bucket { tokens, drips } => token_bucket_check(tokens, drips, rules, now),
-            State::Fixed { index, count } => fixed_window_check(index, count, rules, now),
+            State::Log(times) => sliding_window_check(times, rules, now, cost),
+            State::Bucket { tokens, drips } => token_bucket_check(tokens, drips, rules, now, cost),
+            State::Fixed { index, count } => fixed_window_check(index, count, rules, now, cost),
             State::Counter {
                 index,
                 previous,
                 current,
-            } => counter_check(index, previous, current, rules, now),
-            State::Tat(tat) => gcra_check(tat, rules, now),
+            } => counter_check(index, previous, current, rules, now, cost),
+            State::Tat(tat) => gcra_check(tat, rules, now, cost),
         }
     }
 
@@ -705,23 +733,30 @@ fn in_window(times: &VecDeque<u64>, window: u64, now: u64) -> u64 {
     (times.len() - gone) as u64
 }
 
-fn sliding_window_check(times: &mut VecDeque<u64>, rules: &Rules, now: u64) -> Decision {
+/// `cost` admissions at once: one time per unit, as `cost` single requests
+/// would leave them.
+fn sliding_window_check(times: &mut VecDeque<u64>, rules: &Rules, now: u64, cost: u64) -> Decision {
     // Judged no earlier than the newest admission, so that `times` stays
     // sorted and an early `now` cannot see a window with fewer admissions.
     let at = now.max(times.back().copied().unwrap_or(0));
     let used = in_window(times, rules.window, at);
-    if used < rules.limit {
-        if times.len() as u64 == rules.limit {
-            times.pop_front();
+    if used + cost <= rules.limit {
+        for _ in 0..cost {
+            if times.len() as u64 == rules.limit {
+                times.pop_front();
+            }
+            times.push_back(at);
         }
-        times.push_back(at);
-        Decision::admit(rules.limit - used - 1)
+        Decision::admit(rules.limit - used - cost)
     } else {
-        // All L kept times are in the window; the oldest leaves first, at
-        // `oldest + W` (the window then ends there and excludes it).
-        let oldest = times.front().copied().unwrap_or(0);
-        let leaves = u128::from(oldest) + u128::from(rules.window);
-        Decision::reject(0, saturate(leaves - u128::from(now)))
+        // With the `used` times inside the window in order, the k-th oldest
+        // (k = used + cost − L) leaving makes room for all `cost`, at
+        // `t + W` (the window then ends there and excludes it).
+        let k = used + cost - rules.limit;
+        let first_inside = times.len() - used as usize;
+        let leaving = times[first_inside + k as usize - 1];
+        let leaves = u128::from(leaving) + u128::from(rules.window);
+        Decision::reject(rules.limit - used, saturate(leaves - u128::from(now)))
     }
 }
 
@@ -741,21 +776,36 @@ fn drip(tokens: u64, drips: u64, rules: &Rules, now: u64) -> (u64, u64) {
     }
 }
 
-fn token_bucket_check(tokens: &mut u64, drips: &mut u64, rules: &Rules, now: u64) -> Decision {
+fn token_bucket_check(
+    tokens: &mut u64,
+    drips: &mut u64,
+    rules: &Rules,
+    now: u64,
+    cost: u64,
+) -> Decision {
     let (available, counted) = drip(*tokens, *drips, rules, now);
-    if available > 0 {
-        *tokens = available - 1;
+    if available >= cost {
+        *tokens = available - cost;
         *drips = counted;
-        Decision::admit(available - 1)
+        Decision::admit(available - cost)
     } else {
-        let next_drip = (u128::from(counted) + 1) * u128::from(rules.interval);
-        Decision::reject(0, saturate(next_drip - u128::from(now)))
+        // The (cost − available)-th drip after the last one counted fills
+        // the bucket to `cost` (never past L: cost <= L).
+        let filling = u128::from(counted) + u128::from(cost - available);
+        let at = filling * u128::from(rules.interval);
+        Decision::reject(available, saturate(at - u128::from(now)))
     }
 }
 
 // fixed-window ------------------------------------------------------------
 
-fn fixed_window_check(index: &mut u64, count: &mut u64, rules: &Rules, now: u64) -> Decision {
+fn fixed_window_check(
+    index: &mut u64,
+    count: &mut u64,
+    rules: &Rules,
+    now: u64,
+    cost: u64,
+) -> Decision {
     // A `now` in an earlier window than the stored one is judged in the
     // stored one: it is full at least as often.
     let current = now / rules.window;
@@ -764,13 +814,13 @@ fn fixed_window_check(index: &mut u64, count: &mut u64, rules: &Rules, now: u64)
     } else {
         (*index, *count)
     };
-    if used < rules.limit {
+    if used + cost <= rules.limit {
         *index = window;
-        *count = used + 1;
-        Decision::admit(rules.limit - used - 1)
+        *count = used + cost;
+        Decision::admit(rules.limit - used - cost)
     } else {
         let end = (u128::from(window) + 1) * u128::from(rules.window);
-        Decision::reject(0, saturate(end - u128::from(now)))
+        Decision::reject(rules.limit - used, saturate(end - u128::from(now)))
     }
 }
 
@@ -815,8 +865,9 @@ fn counter_at(index: u64, previous: u64, current: u64, rules: &Rules, now: u64) 
     }
 }
 
-/// `p·(W − e) + c·W < L·W`, the spec's admission rule (at most 2^20 · 2^64,
-/// so exact in `u128`).
+/// `p·(W − e) + c·W < L·W`, the spec's admission rule (at most 2^33 · 2^64,
+/// so exact in `u128`). For a request of cost `n`, `current` is `c + n − 1`:
+/// the last of `n` single requests.
 fn counter_admits(previous: u64, current: u64, elapsed: u64, rules: &Rules) -> bool {
     let w = u128::from(rules.window);
     let weighted = u128::from(previous) * (w - u128::from(elapsed)) + u128::from(current) * w;
@@ -843,58 +894,66 @@ fn counter_check(
     current: &mut u64,
     rules: &Rules,
     now: u64,
+    cost: u64,
 ) -> Decision {
     let at = counter_at(*index, *previous, *current, rules, now);
-    if counter_admits(at.previous, at.current, at.elapsed, rules) {
+    if counter_admits(at.previous, at.current + cost - 1, at.elapsed, rules) {
         *index = at.index;
         *previous = at.previous;
-        *current = at.current + 1;
+        *current = at.current + cost;
         Decision::admit(counter_remaining(
             at.previous,
-            at.current + 1,
+            at.current + cost,
             at.elapsed,
             rules,
         ))
     } else {
         let remaining = counter_remaining(at.previous, at.current, at.elapsed, rules);
-        Decision::reject(remaining, counter_retry_after(at, rules, now))
+        Decision::reject(remaining, counter_retry_after(at, rules, now, cost))
     }
 }
 
-/// The first instant after `now` at which a request rejected at `at` would be
-/// admitted, as ticks from `now`.
+/// The first instant after `now` at which a request of cost `n` rejected at
+/// `at` would be admitted, as ticks from `now`.
 ///
 /// Nothing else happens in between, so the counts change only when a window
-/// ends. Within window `index` (`p`, `c` fixed) the rule admits at offset `f`
-/// iff `p·(W − f) + c·W < L·W`, i.e. `p·f > (p + c − L)·W`; being rejected at
-/// `e` means `p·e ≤ (p + c − L)·W`, so the first such `f` is
-/// `⌊(p + c − L)·W / p⌋ + 1 > e` (none if `p = 0`). In window `index + 1` the
-/// counts are `(c, 0)`: admitted at `f` iff `c·(W − f) < L·W`, so at `f = 0`
-/// if `c < L` and at `f = 1` if `c = L` (admissions keep `c ≤ L`). That needs
-/// `W ≥ 2`; with `W = 1` the window after has counts `(0, 0)` and admits at
-/// its start.
-fn counter_retry_after(at: CounterAt, rules: &Rules, now: u64) -> u64 {
-    // i128 throughout: `(p + c − L)·W` is at most 2^21 · 2^64 in size, and
-    // the start of a window plus two windows at most 3 · 2^64.
+/// ends. Write `m = n − 1` (the requests before the last of the `n`). Within
+/// window `index` (`p`, `c` fixed) the rule admits at offset `f` iff
+/// `p·(W − f) + (c + m)·W < L·W`, i.e. `p·f > (p + c + m − L)·W`; being
+/// rejected at `e` means `p·e ≤ (p + c + m − L)·W`, so the first such `f` is
+/// `⌊(p + c + m − L)·W / p⌋ + 1 > e` (none if `p = 0`, or if it is not
+/// below `W`). In window `index + 1` the counts are `(c, 0)`: admitted at `f`
+/// iff `c·f > (c + m − L)·W`, so at `f = 0` if `c + m < L`, else at
+/// `⌊(c + m − L)·W / c⌋ + 1` if that is below `W` (here `c ≥ 1`, as
+/// `m < L`). Otherwise the window after has counts `(0, 0)` and admits any
+/// `n ≤ L` at its start.
+fn counter_retry_after(at: CounterAt, rules: &Rules, now: u64, cost: u64) -> u64 {
+    // i128 throughout: `(p + c + m − L)·W` is at most 2^34 · 2^64 in size,
+    // and the start of a window plus two windows at most 3 · 2^64.
     let w = i128::from(rules.window);
     let start = i128::from(at.index) * w;
-    let (p, c, l) = (
+    let (p, c, m, l) = (
         i128::from(at.previous),
         i128::from(at.current),
+        i128::from(cost - 1),
         i128::from(rules.limit),
     );
     let in_this_window = if p > 0 {
-        let need = (p + c - l) * w;
-        debug_assert!(need >= 0, "a rejection implies p·e ≤ (p + c − L)·W");
+        let need = (p + c + m - l) * w;
+        debug_assert!(need >= 0, "a rejection implies p·e ≤ (p + c + m − L)·W");
         Some(need / p + 1).filter(|&f| f < w)
     } else {
         None
     };
-    let first = match in_this_window {
-        Some(f) => start + f,
-        None if c < l => start + w,
-        None if w >= 2 => start + w + 1,
-        None => start + 2 * w,
+    let in_next_window = if c + m < l {
+        Some(0)
+    } else {
+        Some((c + m - l) * w / c + 1).filter(|&f| f < w)
+    };
+    let first = match (in_this_window, in_next_window) {
+        (Some(f), _) => start + f,
+        (None, Some(f)) => start + w + f,
+        (None, None) => start + 2 * w,
     };
     u64::try_from(first - i128::from(now)).unwrap_or(u64::MAX)
 }
@@ -921,12 +980,15 @@ fn gcra_remaining(tat: u128, rules: &Rules, now: u64) -> u64 {
     }
 }
 
-fn gcra_check(tat: &mut u128, rules: &Rules, now: u64) -> Decision {
+/// `cost` requests at once: the last of them is at `t + (cost − 1)·I`, and
+/// each moves the TAT on by `I`.
+fn gcra_check(tat: &mut u128, rules: &Rules, now: u64, cost: u64) -> Decision {
     let tau = tolerance(rules);
     let now_wide = u128::from(now);
     let t = (*tat).max(now_wide);
-    if t - now_wide <= tau {
-        *tat = t + u128::from(rules.interval);
+    let last = t + u128::from(cost - 1) * u128::from(rules.interval);
+    if last - now_wide <= tau {
+        *tat = t + u128::from(cost) * u128::from(rules.interval);
         let mut decision = Decision::admit(gcra_remaining(*tat, rules, now));
         if rules.policy == PolicyKind::LeakyBucket {
             // `t − now ≤ τ ≤ W`, so it fits.
@@ -934,7 +996,10 @@ fn gcra_check(tat: &mut u128, rules: &Rules, now: u64) -> Decision {
         }
         decision
     } else {
-        Decision::reject(0, saturate(t - tau - now_wide))
+        Decision::reject(
+            gcra_remaining(*tat, rules, now),
+            saturate(last - tau - now_wide),
+        )
     }
 }
 
@@ -957,14 +1022,14 @@ mod tests {
     /// The smallest `d ≥ 1` at which the same request is admitted, found by
     /// trying each `d` on a copy of the state.
     fn brute_retry_after(state: &State, rules: &Rules, now: u64, give_up: u64) -> Option<u64> {
-        (1..=give_up).find(|d| state.clone().check(rules, now + d).allowed)
+        (1..=give_up).find(|d| state.clone().check(rules, now + d, 1).allowed)
     }
 
     /// How many requests in a row a copy of the state admits at `now`.
     fn brute_remaining(state: &State, rules: &Rules, now: u64) -> u64 {
         let mut copy = state.clone();
         let mut admitted = 0;
-        while copy.check(rules, now).allowed {
+        while copy.check(rules, now, 1).allowed {
             admitted += 1;
         }
         admitted
@@ -998,7 +1063,7 @@ mod tests {
                                 current,
                             };
                             let now = window + elapsed;
-                            let decision = state.clone().check(&rules, now);
+                            let decision = state.clone().check(&rules, now, 1);
                             if decision.allowed {
                                 continue;
                             }
@@ -1033,7 +1098,7 @@ mod tests {
                             "{policy} L={limit} W={window} at {now}: {state:?}"
                         );
                         let before = state.clone();
-                        let decision = state.check(&rules, now);
+                        let decision = state.check(&rules, now, 1);
                         assert_eq!(decision.allowed, remaining > 0, "{policy} at {now}");
                         assert_eq!(
                             decision.remaining,
@@ -1056,14 +1121,73 @@ mod tests {
         }
     }
 
+    /// The contract's "Weighted requests", read literally: a cost `n` is
+    /// admitted iff `n` single requests at that instant all are, and then
+    /// leaves their state; its `retry_after` is the first `d` at which the
+    /// same cost is admitted; 0 and costs above `L` change nothing.
+    #[test]
+    fn a_weighted_request_is_its_single_requests_all_or_nothing() {
+        let mut random = Xorshift(0x5851_f42d_4c95_7f2d);
+        for policy in PolicyKind::ALL {
+            for limit in 1..=5 {
+                for window in limit..=11 {
+                    let rules = rules(policy, limit, window);
+                    let mut state = State::new(&rules);
+                    let mut now = 0;
+                    for _ in 0..120 {
+                        now += [0, 0, 1, 2, window / 2, window][random.below(6) as usize];
+                        let cost = [0, 1, random.below(limit + 1), limit, limit + 1, u64::MAX]
+                            [random.below(6) as usize];
+                        let remaining = state.remaining(&rules, now);
+                        let before = state.clone();
+                        let decision = state.check(&rules, now, cost);
+                        let context = format!("{policy} L={limit} W={window} n={cost} at {now}");
+                        assert_eq!(
+                            decision.allowed,
+                            cost <= remaining && cost <= limit,
+                            "{context}"
+                        );
+                        if cost == 0 || !decision.allowed {
+                            assert_eq!(state, before, "{context}");
+                            assert_eq!(decision.remaining, remaining, "{context}");
+                            assert_eq!(decision.delay, 0, "{context}");
+                        }
+                        if cost == 0 {
+                            assert_eq!(decision, Decision::admit(remaining), "{context}");
+                        } else if cost > limit {
+                            assert_eq!(decision.retry_after, u64::MAX, "{context}");
+                        } else if decision.allowed {
+                            let mut singles = before.clone();
+                            let first = singles.check(&rules, now, 1);
+                            for _ in 1..cost {
+                                assert!(singles.check(&rules, now, 1).allowed, "{context}");
+                            }
+                            assert_eq!(state, singles, "{context}");
+                            assert_eq!(decision.delay, first.delay, "{context}");
+                            assert_eq!(
+                                decision.remaining,
+                                state.remaining(&rules, now),
+                                "{context}"
+                            );
+                        } else {
+                            let retry = (1..=3 * window)
+                                .find(|d| before.clone().check(&rules, now + d, cost).allowed);
+                            assert_eq!(Some(decision.retry_after), retry, "{context}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn leaky_bucket_delays_a_burst_by_one_interval_each() {
         // L = 4, W = 10: I = 2, τ = 6.
         let rules = rules(PolicyKind::LeakyBucket, 4, 10);
         let mut state = State::new(&rules);
-        let delays: Vec<u64> = (0..4).map(|_| state.check(&rules, 5).delay).collect();
+        let delays: Vec<u64> = (0..4).map(|_| state.check(&rules, 5, 1).delay).collect();
         assert_eq!(delays, [0, 2, 4, 6]);
-        let fifth = state.check(&rules, 5);
+        let fifth = state.check(&rules, 5, 1);
         assert_eq!(
             (fifth.allowed, fifth.delay, fifth.retry_after),
             (false, 0, 2)
@@ -1086,8 +1210,8 @@ mod tests {
                     } else {
                         latest + random.below(2 * window)
                     };
-                    let at_latest = state.clone().check(&rules, latest.max(now));
-                    let decision = state.check(&rules, now);
+                    let at_latest = state.clone().check(&rules, latest.max(now), 1);
+                    let decision = state.check(&rules, now, 1);
                     assert!(
                         !decision.allowed || at_latest.allowed,
                         "{policy} admitted at {now} but not at {latest}"
@@ -1113,7 +1237,7 @@ mod tests {
                     let rules = rules(policy, limit, window);
                     let mut state = State::new(&rules);
                     for now in [0, u64::MAX, 5, u64::MAX - 1, 0] {
-                        let decision = state.check(&rules, now);
+                        let decision = state.check(&rules, now, 1);
                         assert!(decision.remaining <= limit);
                         assert!(state.remaining(&rules, now) <= limit);
                     }

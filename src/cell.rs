@@ -27,33 +27,51 @@
 //! * `fixed-window` and `sliding-window-counter`: one `u128`, [`WindowWord`]:
 //!
 //!   ```text
-//!    127                      64 63 62         40 39           20 19            0
-//!   +---------------------------+--+-------------+---------------+---------------+
-//!   |  window index  (64 bits)  |R | zero (23)   | previous (20) |  current (20) |
-//!   +---------------------------+--+-------------+---------------+---------------+
+//!    127 126                    64 63                  32 31                   0
+//!   +--+--------------------------+---------------------+---------------------+
+//!   |R | window index  (63 bits)  |  previous (32 bits) |  current (32 bits)  |
+//!   +--+--------------------------+---------------------+---------------------+
 //!   ```
 //!
-//!   The window index is `(now − origin) / W`: it fits 64 bits for every
-//!   `now` a `u64` holds, so it never wraps and a client idle for any number
-//!   of windows is never mistaken for a recent one (a 64-bit word with a
-//!   44-bit index would alias after 2^44 windows). The counts are at most
-//!   `L <= 2^20 − 1`, so 20 bits hold them exactly. `fixed-window` leaves
+//!   The counts are at most `L <= 2^32 − 1` ([`MAX_LIMIT`](crate::MAX_LIMIT)):
+//!   an admission of cost `n` stores `c + n` only when `c + n <= L`, and a
+//!   carried-over spend is capped at `L`, so 32 bits hold them exactly and
+//!   `c + n` (computed in `u64`) cannot overflow. This layout replaced one
+//!   with a 64-bit index, a zero gap holding `R` and two 20-bit counts, when
+//!   the limit was raised from 2^20 − 1: two 32-bit counts leave 64 bits, of
+//!   which `R` takes the top. The window index is
+//!   `min((now − origin) / W, 2^63 − 1)`: it is exact for every `W >= 2`
+//!   (then the quotient of a `u64` is below 2^63), so a client idle for
+//!   any number of windows is never mistaken for a recent one. Only a
+//!   window of one tick stops telling windows apart, 2^63 ticks past the
+//!   origin (292 years of nanoseconds): from there on every call is judged
+//!   in that last window, which can only be stricter. `fixed-window` leaves
 //!   `previous` at 0.
-//! * `sliding-window`: a ring of `L` `u128` slots, [`LogSlot`]:
+//! * `sliding-window`: a ring of `L` `u128` slots, [`LogSlot`], one per
+//!   admission (an admission of cost `n` is one entry that counts `n`):
 //!
 //!   ```text
-//!    127 126                  64 63                                            0
-//!   +--+------------------------+-----------------------------------------------+
-//!   |R | sequence  (63 bits)    |  admission time (64 bits)                     |
-//!   +--+------------------------+-----------------------------------------------+
+//!    127 126            84 83             64 63                               0
+//!   +--+----------------+-----------------+-----------------------------------+
+//!   |R | sequence (43)  |  units (20)     |  admission time (64 bits)         |
+//!   +--+----------------+-----------------+-----------------------------------+
 //!   ```
 //!
-//!   Slot `i` holds admission number `m` (`m ≡ i mod L`) with sequence
-//!   `m + L`; a slot that never held an admission has sequence `i`, as if
-//!   admission `i − L` had been there. One admission per sequence number
-//!   cannot reach 2^63 in practice (9 × 10^18 admissions), so the top bit
-//!   is free for `R`. Only the slot of the next admission (the ring's
-//!   frontier) is ever marked.
+//!   Slot `i` holds entry `m` (`m ≡ i mod L`) with sequence `m + L`, taken
+//!   mod 2^43; a slot that never held an entry has sequence `i`, as if entry
+//!   `i − L` had been there. `units` is the running total of units admitted
+//!   through this entry, mod 2^20. The log only ever subtracts two totals
+//!   of entries that are both in the ring and whose difference is a count
+//!   of units inside one window, at most `L <= 2^20 − 1`
+//!   ([`MAX_LOG_LIMIT`](crate::MAX_LOG_LIMIT)), so the difference mod 2^20
+//!   is exact. The sequence only has to tell apart entries less than 2^43
+//!   apart: a slot is compared with the entry a reader expects, and a
+//!   wrong match needs the ring to have moved on by a multiple of 2^43
+//!   entries (8.8 × 10^12) between a reader's two loads. A slot can never
+//!   hold the same word twice (an ABA on the frontier's CAS): its times
+//!   only rise, and one instant holds at most `L` entries, far fewer than
+//!   2^43. Only the slot of the next entry (the ring's frontier) is ever
+//!   marked.
 //!
 //! # Retirement
 //!
@@ -176,9 +194,9 @@ impl AtomicWord for AtomicU64 {
 
 impl AtomicWord for AtomicU128 {
     type Word = u128;
-    // Bit 63: the top of the zero gap in `WindowWord` (the only `u128` word
-    // that goes through these loops; the sliding log marks its own slots).
-    const RETIRED: u128 = 1 << 63;
+    // Bit 127, above `WindowWord`'s 63-bit index (the only `u128` word that
+    // goes through these loops; the sliding log marks its own slots).
+    const RETIRED: u128 = 1 << 127;
 
     #[inline]
     fn is_retired(word: u128) -> bool {
@@ -289,35 +307,42 @@ pub(crate) fn retire<A: AtomicWord>(cell: &A) -> (A::Word, bool) {
 /// The `u128` word of the window policies (layout in the module docs).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct WindowWord {
-    /// `(now − origin) / W` of the window the counts belong to.
+    /// `(now − origin) / W` of the window the counts belong to, at most
+    /// [`WindowWord::LAST`].
     pub(crate) window: u64,
-    /// Admissions in window `window − 1`.
+    /// Admissions (units) in window `window − 1`.
     pub(crate) previous: u32,
-    /// Admissions in window `window`.
+    /// Admissions (units) in window `window`.
     pub(crate) current: u32,
 }
 
-const COUNT_BITS: u32 = 20;
-const COUNT_MASK: u128 = (1 << COUNT_BITS) - 1;
-
 impl WindowWord {
+    /// The largest window index the word holds (63 bits).
+    pub(crate) const LAST: u64 = (1 << 63) - 1;
+
+    /// The index of the window that holds `now` (ticks past the origin),
+    /// stopped at [`LAST`](Self::LAST) (module docs).
+    #[inline]
+    pub(crate) fn index(now: u64, window: u64) -> u64 {
+        (now / window).min(Self::LAST)
+    }
+
     #[inline]
     pub(crate) fn pack(self) -> u128 {
-        debug_assert!(u128::from(self.previous) <= COUNT_MASK);
-        debug_assert!(u128::from(self.current) <= COUNT_MASK);
+        debug_assert!(self.window <= Self::LAST);
         (u128::from(self.window) << 64)
-            | (u128::from(self.previous) << COUNT_BITS)
+            | (u128::from(self.previous) << 32)
             | u128::from(self.current)
     }
 
     #[inline]
     pub(crate) fn unpack(word: u128) -> Self {
-        // The casts keep exactly the documented fields: 64 bits of window,
-        // 20 bits of each count.
+        // The casts keep exactly the documented fields: 63 bits of window
+        // (the mark masked off), 32 bits of each count.
         Self {
-            window: (word >> 64) as u64,
-            previous: ((word >> COUNT_BITS) & COUNT_MASK) as u32,
-            current: (word & COUNT_MASK) as u32,
+            window: ((word >> 64) as u64) & Self::LAST,
+            previous: (word >> 32) as u32,
+            current: word as u32,
         }
     }
 }
@@ -325,27 +350,44 @@ impl WindowWord {
 /// One slot of the sliding log's ring (layout in the module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct LogSlot {
+    /// The entry's sequence (its number + L), mod 2^43; with
+    /// [`RETIRED`](Self::RETIRED) set on a marked frontier.
     pub(crate) sequence: u64,
+    /// Units admitted through this entry, mod 2^20.
+    pub(crate) units: u32,
     pub(crate) time: u64,
 }
 
 impl LogSlot {
-    /// The retirement mark `R`, in the sequence (layout in the module docs).
-    pub(crate) const RETIRED: u64 = 1 << 63;
+    /// The retirement mark `R`, above the sequence (layout in the module
+    /// docs).
+    pub(crate) const RETIRED: u64 = 1 << SEQUENCE_BITS;
+    /// The sequence's mask: 43 bits.
+    pub(crate) const SEQUENCE: u64 = (1 << SEQUENCE_BITS) - 1;
+    /// The running total's mask: 20 bits.
+    pub(crate) const UNITS: u32 = (1 << UNIT_BITS) - 1;
 
     #[inline]
     pub(crate) fn pack(self) -> u128 {
-        (u128::from(self.sequence) << 64) | u128::from(self.time)
+        debug_assert!(self.sequence <= Self::SEQUENCE | Self::RETIRED);
+        debug_assert!(self.units <= Self::UNITS);
+        (u128::from(self.sequence) << (64 + UNIT_BITS))
+            | (u128::from(self.units) << 64)
+            | u128::from(self.time)
     }
 
     #[inline]
     pub(crate) fn unpack(word: u128) -> Self {
         Self {
-            sequence: (word >> 64) as u64,
+            sequence: (word >> (64 + UNIT_BITS)) as u64,
+            units: ((word >> 64) as u32) & Self::UNITS,
             time: word as u64,
         }
     }
 }
+
+const SEQUENCE_BITS: u32 = 43;
+const UNIT_BITS: u32 = 20;
 
 #[cfg(all(test, not(floodgate_loom)))]
 mod tests {
@@ -356,9 +398,9 @@ mod tests {
         for word in [
             WindowWord::default(),
             WindowWord {
-                window: u64::MAX,
-                previous: (1 << 20) - 1,
-                current: (1 << 20) - 1,
+                window: WindowWord::LAST,
+                previous: u32::MAX,
+                current: u32::MAX,
             },
             WindowWord {
                 window: 1 << 44,
@@ -368,15 +410,26 @@ mod tests {
         ] {
             assert_eq!(WindowWord::unpack(word.pack()), word);
         }
+        assert_eq!(WindowWord::index(u64::MAX, 1), WindowWord::LAST);
+        assert_eq!(WindowWord::index(u64::MAX, 2), u64::MAX / 2);
     }
 
     #[test]
     fn log_slot_round_trips() {
-        let slot = LogSlot {
-            sequence: u64::MAX - 3,
-            time: 2_000_000_000_000,
-        };
-        assert_eq!(LogSlot::unpack(slot.pack()), slot);
+        for slot in [
+            LogSlot {
+                sequence: LogSlot::SEQUENCE,
+                units: LogSlot::UNITS,
+                time: u64::MAX,
+            },
+            LogSlot {
+                sequence: 7 | LogSlot::RETIRED,
+                units: 0,
+                time: 2_000_000_000_000,
+            },
+        ] {
+            assert_eq!(LogSlot::unpack(slot.pack()), slot);
+        }
     }
 
     #[test]
@@ -420,11 +473,11 @@ mod retirement_tests {
     }
 
     #[test]
-    fn the_window_mark_sits_in_the_zero_gap() {
+    fn the_window_mark_sits_above_the_index() {
         let word = WindowWord {
-            window: u64::MAX,
-            previous: (1 << 20) - 1,
-            current: (1 << 20) - 1,
+            window: WindowWord::LAST,
+            previous: u32::MAX,
+            current: u32::MAX,
         }
         .pack();
         assert!(!AtomicU128::is_retired(word));

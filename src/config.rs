@@ -7,9 +7,16 @@ use std::time::Duration;
 
 use crate::Tick;
 
-/// The largest limit any policy accepts (2^20 − 1): request counts are packed
-/// into 20-bit fields of the per-client state words.
-pub const MAX_LIMIT: u64 = (1 << 20) - 1;
+/// The largest limit any policy accepts (2^32 − 1), as the contract sets it:
+/// limits in bytes need that much, and the window policies' state words hold
+/// two counts of 32 bits (layouts in the state words' docs).
+/// `sliding-window` takes at most [`MAX_LOG_LIMIT`]: its state is O(L).
+pub const MAX_LIMIT: u64 = (1 << 32) - 1;
+
+/// The largest limit `sliding-window` accepts (2^20 − 1): each client keeps a
+/// log of up to `L` admissions, 16 bytes each, so a client of this limit
+/// already takes 16 MiB. [`Config::check_for`] checks it.
+pub const MAX_LOG_LIMIT: u64 = (1 << 20) - 1;
 
 /// The longest window `gcra` and `leaky-bucket` accept: 2^62 ticks (146
 /// years of nanoseconds). Their state is one `u64`, the theoretical arrival
@@ -123,6 +130,16 @@ pub enum ConfigError {
         /// The limit that was given.
         limit: u64,
     },
+    /// The limit is above what this policy takes: `sliding-window` takes at
+    /// most [`MAX_LOG_LIMIT`].
+    LimitTooLargeFor {
+        /// The policy.
+        policy: PolicyKind,
+        /// The limit that was given.
+        limit: u64,
+        /// The largest limit the policy takes.
+        max: u64,
+    },
     /// The window is 0 ticks.
     ZeroWindow,
     /// A policy that releases one request per `window / limit` ticks was
@@ -169,6 +186,10 @@ impl fmt::Display for ConfigError {
             ConfigError::LimitOutOfRange { limit } => write!(
                 f,
                 "limit {limit} is out of range: it must be between 1 and {MAX_LIMIT}"
+            ),
+            ConfigError::LimitTooLargeFor { policy, limit, max } => write!(
+                f,
+                "limit {limit} is out of range for {policy}: it must be between 1 and {max}"
             ),
             ConfigError::ZeroWindow => {
                 f.write_str("window 0 is invalid: it must be at least 1 tick")
@@ -363,6 +384,8 @@ impl Config {
     ///
     /// # Errors
     ///
+    /// [`ConfigError::LimitTooLargeFor`] for `sliding-window` with
+    /// `limit >` [`MAX_LOG_LIMIT`];
     /// [`ConfigError::WindowShorterThanLimit`] for a drip policy with
     /// `window < limit`; [`ConfigError::WindowTooLong`] for `gcra` or
     /// `leaky-bucket` with `window >` [`MAX_SCHEDULE_WINDOW`];
@@ -391,6 +414,13 @@ impl Config {
     }
 
     const fn check_ranges_for(self, policy: PolicyKind) -> Result<Self, ConfigError> {
+        if matches!(policy, PolicyKind::SlidingWindow) && self.limit > MAX_LOG_LIMIT {
+            return Err(ConfigError::LimitTooLargeFor {
+                policy,
+                limit: self.limit,
+                max: MAX_LOG_LIMIT,
+            });
+        }
         if matches!(policy, PolicyKind::Gcra | PolicyKind::LeakyBucket)
             && self.window > MAX_SCHEDULE_WINDOW
         {
@@ -460,6 +490,25 @@ mod tests {
             })
         );
         assert!(Config::per_ticks(MAX_LIMIT, 1).is_ok());
+        for kind in PolicyKind::ALL {
+            let largest = Config::per_ticks(MAX_LIMIT, MAX_LIMIT).unwrap();
+            let log = kind == PolicyKind::SlidingWindow;
+            assert_eq!(
+                largest.check_for(kind),
+                if log {
+                    Err(ConfigError::LimitTooLargeFor {
+                        policy: kind,
+                        limit: MAX_LIMIT,
+                        max: MAX_LOG_LIMIT,
+                    })
+                } else {
+                    Ok(largest)
+                },
+                "{kind}"
+            );
+            let within = Config::per_ticks(MAX_LOG_LIMIT, MAX_LOG_LIMIT).unwrap();
+            assert_eq!(within.check_for(kind), Ok(within), "{kind}");
+        }
         assert_eq!(Config::per_ticks(1, 0), Err(ConfigError::ZeroWindow));
         let short = Config::per_ticks(10, 9).unwrap();
         for kind in PolicyKind::ALL {

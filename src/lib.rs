@@ -121,10 +121,12 @@ pub use baseline::MutexLimiter;
 pub use bounds::{Bounds, Overflow, UnknownOverflow};
 pub use cell::wide_cas_is_lock_free;
 pub use clock::{Clock, ManualClock, QuantaClock, Tick};
-pub use config::{Config, ConfigError, PolicyKind, UnknownPolicy, MAX_LIMIT, MAX_SCHEDULE_WINDOW};
+pub use config::{
+    Config, ConfigError, PolicyKind, UnknownPolicy, MAX_LIMIT, MAX_LOG_LIMIT, MAX_SCHEDULE_WINDOW,
+};
 pub use decision::Decision;
 pub use factory::{build, build_bounded, build_with, Builder, Engine, UnknownEngine};
-pub use limiter::{Limiter, RateLimiter, RuledDecision};
+pub use limiter::{InsufficientCapacity, Limiter, RateLimiter, RuledDecision};
 pub use rule::{Rule, RuleError, RuleProblem};
 
 /// The README's examples, compiled and run as doctests.

@@ -65,6 +65,27 @@ macro_rules! forward_rate_limiter {
         fn check_ruled_at(&self, key: &Q, now: u64) -> RuledDecision<'_> {
             (**self).check_ruled_at(key, now)
         }
+        fn check_ruled_n_at(&self, key: &Q, now: u64, cost: u64) -> RuledDecision<'_> {
+            (**self).check_ruled_n_at(key, now, cost)
+        }
+        #[inline]
+        fn check_n_at(&self, key: &Q, now: u64, cost: u64) -> Decision {
+            (**self).check_n_at(key, now, cost)
+        }
+        fn try_check_n_at(
+            &self,
+            key: &Q,
+            now: u64,
+            cost: u64,
+        ) -> Result<Decision, InsufficientCapacity> {
+            (**self).try_check_n_at(key, now, cost)
+        }
+        fn check_n(&self, key: &Q, cost: u64) -> Decision {
+            (**self).check_n(key, cost)
+        }
+        fn try_check_n(&self, key: &Q, cost: u64) -> Result<Decision, InsufficientCapacity> {
+            (**self).try_check_n(key, cost)
+        }
     };
 }
 
@@ -95,6 +116,55 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
     /// The first call for a client, this or [`remaining_at`](Self::remaining_at),
     /// creates its state with `now` as its origin.
     fn check_at(&self, key: &Q, now: u64) -> Decision;
+
+    /// Decides one request of cost `cost` (bytes, tokens, rows: units of the
+    /// limit) of client `key` at `now`, all or nothing: admitted iff `cost`
+    /// single requests arriving one after another at `now` would all be,
+    /// and then it leaves the state those `cost` would. On the lock-free
+    /// engine that is one atomic step on every policy, so racing threads
+    /// never see part of it.
+    ///
+    /// A cost of 0 is admitted and changes nothing but creates the client,
+    /// like [`remaining_at`](Self::remaining_at). A cost above the limit is
+    /// never admitted: `allowed` false, `remaining` as `remaining_at`,
+    /// `retry_after == u64::MAX`, `delay` 0 (the contract's "Weighted
+    /// requests"); [`try_check_n_at`](Self::try_check_n_at) answers it as
+    /// an error instead.
+    ///
+    /// ```
+    /// use floodgate::{build, Config, PolicyKind, RateLimiter};
+    ///
+    /// let limiter = build::<str>(PolicyKind::TokenBucket, Config::per_ticks(3, 3_000)?)?;
+    /// assert!(!limiter.check_n_at("app", 0, 4).allowed); // never: more than the bucket
+    /// assert_eq!(limiter.check_n_at("app", 0, 2).remaining, 1);
+    /// let refused = limiter.check_n_at("app", 0, 2); // all or nothing
+    /// assert_eq!((refused.allowed, refused.remaining), (false, 1));
+    /// assert_eq!(refused.retry_after, 1_000); // the next drip
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
+    fn check_n_at(&self, key: &Q, now: u64, cost: u64) -> Decision;
+
+    /// [`check_n_at`](Self::check_n_at), with a cost above the limit
+    /// answered as an error (as `governor`'s `check_key_n` does) rather than
+    /// as a decision; such a call still creates the client.
+    ///
+    /// # Errors
+    ///
+    /// [`InsufficientCapacity`] if `cost` exceeds the limit that applies to
+    /// `key`: no wait would ever admit it.
+    fn try_check_n_at(
+        &self,
+        key: &Q,
+        now: u64,
+        cost: u64,
+    ) -> Result<Decision, InsufficientCapacity> {
+        let decision = self.check_n_at(key, now, cost);
+        let limit = self.config().limit();
+        if cost > limit {
+            return Err(InsufficientCapacity { cost, limit });
+        }
+        Ok(decision)
+    }
 
     /// How many requests of `key` would be admitted if they arrived one after
     /// another at `now`. Changes nothing, except that it creates the client
@@ -152,6 +222,22 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
         self.check_at(key, self.now())
     }
 
+    /// [`check_n_at`](Self::check_n_at) now, by the limiter's clock.
+    #[inline]
+    fn check_n(&self, key: &Q, cost: u64) -> Decision {
+        self.check_n_at(key, self.now(), cost)
+    }
+
+    /// [`try_check_n_at`](Self::try_check_n_at) now, by the limiter's clock.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_check_n_at`](Self::try_check_n_at).
+    #[inline]
+    fn try_check_n(&self, key: &Q, cost: u64) -> Result<Decision, InsufficientCapacity> {
+        self.try_check_n_at(key, self.now(), cost)
+    }
+
     /// [`remaining_at`](Self::remaining_at) now, by the limiter's clock.
     #[inline]
     fn remaining(&self, key: &Q) -> u64 {
@@ -178,6 +264,17 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
     fn check_ruled_at(&self, key: &Q, now: u64) -> RuledDecision<'_> {
         RuledDecision {
             decision: self.check_at(key, now),
+            tier: None,
+            policy: self.policy(),
+            config: self.config(),
+        }
+    }
+
+    /// [`check_ruled_at`](Self::check_ruled_at) for a request of cost
+    /// `cost` ([`check_n_at`](Self::check_n_at)).
+    fn check_ruled_n_at(&self, key: &Q, now: u64, cost: u64) -> RuledDecision<'_> {
+        RuledDecision {
+            decision: self.check_n_at(key, now, cost),
             tier: None,
             policy: self.policy(),
             config: self.config(),
@@ -212,6 +309,29 @@ impl<Q: ?Sized, L: RateLimiter<Q> + ?Sized> RateLimiter<Q> for Box<L> {
 impl<Q: ?Sized, L: RateLimiter<Q> + ?Sized> RateLimiter<Q> for std::sync::Arc<L> {
     forward_rate_limiter!();
 }
+
+/// A request whose cost exceeds the limit: no wait would ever admit it.
+/// The answer of [`RateLimiter::try_check_n_at`] (`governor`'s
+/// `InsufficientCapacity`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct InsufficientCapacity {
+    /// The cost asked for.
+    pub cost: u64,
+    /// The limit that applies to the client.
+    pub limit: u64,
+}
+
+impl fmt::Display for InsufficientCapacity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "a cost of {} can never be admitted under a limit of {}",
+            self.cost, self.limit
+        )
+    }
+}
+
+impl std::error::Error for InsufficientCapacity {}
 
 /// The lock-free limiter: one policy, per-client state in a concurrent map,
 /// and a clock. Generic over the policy, so each check compiles to that
@@ -345,28 +465,45 @@ where
         Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
         K: Borrow<Q>,
     {
+        self.check_n_at(key, now, 1)
+    }
+
+    /// Decides one request of cost `cost` of `key` at `now`, in one atomic
+    /// step (see [`RateLimiter::check_n_at`]).
+    #[inline]
+    pub fn check_n_at<Q>(&self, key: &Q, now: u64, cost: u64) -> Decision
+    where
+        Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
+        K: Borrow<Q>,
+    {
         // The hot path, a known client: one look-up, one step.
-        match self.clients.peek(key, |client| self.decide(client, now)) {
+        match self
+            .clients
+            .peek(key, |client| self.decide(client, now, cost))
+        {
             Some(Ok(decision)) => decision.in_ticks(self.tick),
-            _ => self.check_cold(key, now).in_ticks(self.tick),
+            _ => self.check_cold(key, now, cost).in_ticks(self.tick),
         }
     }
 
     /// A check of a new client, or of one whose state was retired under it.
     #[cold]
     #[inline(never)]
-    fn check_cold<Q>(&self, key: &Q, now: u64) -> Decision
+    fn check_cold<Q>(&self, key: &Q, now: u64, cost: u64) -> Decision
     where
         Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
         K: Borrow<Q>,
     {
         loop {
-            let answer = match self.clients.peek(key, |client| self.decide(client, now)) {
+            let answer = match self
+                .clients
+                .peek(key, |client| self.decide(client, now, cost))
+            {
                 Some(answer) => answer,
                 None => match self.arrive(key, now) {
-                    Arrival::Created(client) => self.decide(&client, now),
+                    Arrival::Created(client) => self.decide(&client, now, cost),
                     Arrival::Raced => continue,
-                    Arrival::Full => return self.overflow_check(now),
+                    Arrival::Full => return self.overflow_check(now, cost),
                 },
             };
             match answer {
@@ -463,18 +600,28 @@ where
     /// the hot path, and as a call it costs a fifth of a known client's
     /// check (measured in instructions).
     #[inline(always)]
-    fn decide(&self, client: &Client<P::State>, now: u64) -> Result<Decision, Retired> {
-        match now.checked_sub(client.origin) {
-            Some(since) => self.policy.check(&client.state, since),
-            // Raced with the thread that created the client at a slightly
-            // later time: judge at the origin.
-            None => {
-                let decision = self.policy.check(&client.state, 0)?;
-                Ok(self
-                    .policy
-                    .measured_from_earlier(decision, client.origin - now))
-            }
+    fn decide(&self, client: &Client<P::State>, now: u64, cost: u64) -> Result<Decision, Retired> {
+        // A call with a time before the client's origin (it raced with the
+        // thread that created the client at a slightly later time) is
+        // judged at the origin, `lag` ticks later.
+        let (since, lag) = match now.checked_sub(client.origin) {
+            Some(since) => (since, 0),
+            None => (0, client.origin - now),
+        };
+        // One call site of the step, with no closure around it, so that the
+        // whole step inlines into the hot path. A single request (the
+        // constant 1 of `check_at`, once inlined) skips `check_n`'s tests
+        // for 0 and for a cost above the limit.
+        let decision = if cost == 1 {
+            self.policy.check(&client.state, since)?
+        } else {
+            self.policy.check_n(&client.state, since, cost)?
+        };
+        // A cost of 0 changes nothing, so it waits for nothing either.
+        if lag == 0 || cost == 0 {
+            return Ok(decision);
         }
+        Ok(self.policy.measured_from_earlier(decision, lag))
     }
 
     #[inline(always)]
@@ -516,16 +663,27 @@ where
             .remove_retired(key, |state| self.policy.is_retired(state));
     }
 
-    /// A check of a client that found no room at the cap.
+    /// A check of a client that found no room at the cap: [`Overflow`]'s
+    /// answer, with the contract's for a cost of 0 (admitted, changing
+    /// nothing) and above the limit (never admitted).
     #[cold]
-    fn overflow_check(&self, now: u64) -> Decision {
+    fn overflow_check(&self, now: u64, cost: u64) -> Decision {
         let limit = self.policy.config().limit();
-        match self.bounds().overflow() {
-            Overflow::Reject => Decision::reject(0, self.policy.forgets_after()),
-            Overflow::Admit => Decision::admit(limit - 1),
-            Overflow::Shared => self
-                .decide(self.shared(now), now)
-                .expect("the overflow state is never retired"),
+        let overflow = self.bounds().overflow();
+        if overflow == Overflow::Shared {
+            return self
+                .decide(self.shared(now), now, cost)
+                .expect("the overflow state is never retired");
+        }
+        let remaining = self.overflow_remaining(now);
+        if cost == 0 {
+            Decision::admit(remaining)
+        } else if cost > limit {
+            Decision::reject(remaining, u64::MAX)
+        } else if overflow == Overflow::Admit {
+            Decision::admit(limit - cost)
+        } else {
+            Decision::reject(0, self.policy.forgets_after())
         }
     }
 
@@ -555,6 +713,17 @@ where
         K: Borrow<Q>,
     {
         self.check_at(key, self.clock.now())
+    }
+
+    /// Decides one request of cost `cost` of `key` now, by the limiter's
+    /// clock (see [`RateLimiter::check_n_at`]).
+    #[inline]
+    pub fn check_n<Q>(&self, key: &Q, cost: u64) -> Decision
+    where
+        Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
+        K: Borrow<Q>,
+    {
+        self.check_n_at(key, self.clock.now(), cost)
     }
 
     /// How many requests of `key` would be admitted now, by the limiter's
@@ -611,6 +780,11 @@ where
     #[inline]
     fn check_at(&self, key: &Q, now: u64) -> Decision {
         Limiter::check_at(self, key, now)
+    }
+
+    #[inline]
+    fn check_n_at(&self, key: &Q, now: u64, cost: u64) -> Decision {
+        Limiter::check_n_at(self, key, now, cost)
     }
 
     #[inline]

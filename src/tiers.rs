@@ -507,9 +507,11 @@ where
         Ok((default, tier, Some(name)))
     }
 
-    /// `check_at` on tier `tier`'s state of `key`, whatever the resolver
-    /// says: for a tier known from the request itself.
-    fn check_on<Q>(&self, tier: &Tier<K>, key: &Q, now: u64) -> Decision
+    /// `check_n_at` on tier `tier`'s state of `key`, whatever the resolver
+    /// says: for a tier known from the request itself. The cost is in units
+    /// of the client's current rule; what a carry-over keeps is counted in
+    /// units too (`limit − remaining`).
+    fn check_on<Q>(&self, tier: &Tier<K>, key: &Q, now: u64, cost: u64) -> Decision
     where
         Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
         K: Borrow<Q>,
@@ -521,19 +523,33 @@ where
                 // Judged no earlier than the latest time a check presented
                 // or a carry-over was made at, nor than the origin (a call
                 // racing the one that created the client); waits measured
-                // from the call's own `now`.
-                let before = latest.map_or(0, |latest| latest.fetch_max(now, Ordering::Relaxed));
+                // from the call's own `now`. A cost of 0 asks nothing and
+                // raises nothing.
+                let before = match latest {
+                    Some(latest) if cost > 0 => latest.fetch_max(now, Ordering::Relaxed),
+                    Some(latest) => latest.load(Ordering::Relaxed),
+                    None => 0,
+                };
                 let judged = now.max(before).max(origin);
-                let decision = generation.check(state, judged - origin)?;
-                Ok(if judged > now {
+                let decision = generation.check_n(state, judged - origin, cost)?;
+                Ok(if judged > now && cost > 0 {
                     generation.measured_from_earlier(decision, judged - now)
                 } else {
                     decision
                 })
             },
-            |generation, rule| match rule {
-                Overflow::Admit => Decision::admit(generation.spec.config().limit() - 1),
-                _ => Decision::reject(0, generation.forgets_after()),
+            |generation, rule| {
+                let limit = generation.spec.config().limit();
+                let remaining = if rule == Overflow::Admit { limit } else { 0 };
+                if cost == 0 {
+                    Decision::admit(remaining)
+                } else if cost > limit {
+                    Decision::reject(remaining, u64::MAX)
+                } else if rule == Overflow::Admit {
+                    Decision::admit(limit - cost)
+                } else {
+                    Decision::reject(0, generation.forgets_after())
+                }
             },
         )
         .in_ticks(self.tick)
@@ -557,7 +573,7 @@ where
         K: Borrow<Q>,
     {
         let found = self.tiers.get(tier).ok_or_else(|| self.unknown(tier))?;
-        Ok(self.check_on(found, key, now))
+        Ok(self.check_on(found, key, now, 1))
     }
 
     /// [`check_in_at`](Self::check_in_at) now, by the registry's clock.
@@ -582,13 +598,24 @@ where
         K: Borrow<Q>,
         R: Resolver<Q>,
     {
+        self.check_tiered_n_at(key, now, 1)
+    }
+
+    /// [`check_tiered_at`](Self::check_tiered_at) for a request of cost
+    /// `cost`.
+    pub fn check_tiered_n_at<Q>(&self, key: &Q, now: u64, cost: u64) -> TieredDecision<'_>
+    where
+        Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
+        K: Borrow<Q>,
+        R: Resolver<Q>,
+    {
         match self.tier_of(key) {
             Ok((name, tier, unknown)) => {
                 // The rule the call meets: read before the call, so a reload
                 // in between shows the older one.
                 let rule = tier.spec();
                 TieredDecision {
-                    decision: self.check_on(tier, key, now),
+                    decision: self.check_on(tier, key, now, cost),
                     tier: name,
                     rule,
                     unknown,
@@ -636,10 +663,34 @@ where
 {
     #[inline]
     fn check_at(&self, key: &Q, now: u64) -> Decision {
+        self.check_n_at(key, now, 1)
+    }
+
+    #[inline]
+    fn check_n_at(&self, key: &Q, now: u64, cost: u64) -> Decision {
         match self.tier_of(key) {
-            Ok((_, tier, _)) => self.check_on(tier, key, now),
+            Ok((_, tier, _)) => self.check_on(tier, key, now, cost),
             Err(_) => self.refused(),
         }
+    }
+
+    /// Against the limit of the client's own tier (a client of an unknown
+    /// tier that is refused gets its refusal, not this error).
+    fn try_check_n_at(
+        &self,
+        key: &Q,
+        now: u64,
+        cost: u64,
+    ) -> Result<Decision, crate::InsufficientCapacity> {
+        let Ok((_, tier, _)) = self.tier_of(key) else {
+            return Ok(self.refused());
+        };
+        let decision = self.check_on(tier, key, now, cost);
+        let limit = tier.spec().config().limit();
+        if cost > limit {
+            return Err(crate::InsufficientCapacity { cost, limit });
+        }
+        Ok(decision)
     }
 
     #[inline]
@@ -698,7 +749,11 @@ where
     /// The client's tier and its rule, as [`Tiers::check_tiered_at`] finds
     /// them.
     fn check_ruled_at(&self, key: &Q, now: u64) -> RuledDecision<'_> {
-        let tiered = self.check_tiered_at(key, now);
+        self.check_ruled_n_at(key, now, 1)
+    }
+
+    fn check_ruled_n_at(&self, key: &Q, now: u64, cost: u64) -> RuledDecision<'_> {
+        let tiered = self.check_tiered_n_at(key, now, cost);
         RuledDecision {
             decision: tiered.decision,
             tier: Some(tiered.tier),
@@ -1083,8 +1138,8 @@ impl Generation {
     }
 
     #[inline]
-    fn check(&self, state: &AnyState, now: u64) -> Result<Decision, Retired> {
-        with_pair!(&self.policy, state, |p, s| p.check(s, now))
+    fn check_n(&self, state: &AnyState, now: u64, cost: u64) -> Result<Decision, Retired> {
+        with_pair!(&self.policy, state, |p, s| p.check_n(s, now, cost))
     }
 
     #[inline]

@@ -81,7 +81,40 @@ where
     Q: ?Sized,
     L: RateLimiter<Q> + ?Sized,
 {
-    wait(limiter, key, Duration::ZERO).await
+    wait(limiter, key, 1, Duration::ZERO).await
+}
+
+/// As [`until_ready`] for one request of cost `cost` (the contract's
+/// "Weighted requests"): waits until all of it is admitted at once, never
+/// part of it. A cost of 0 is admitted at once.
+///
+/// # Errors
+///
+/// [`NeverAdmitted`] at once for a cost above the limit — no wait could
+/// admit it, so none is tried — and for any other request no wait could
+/// admit.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use floodgate::{wait, Builder, PolicyKind};
+/// use std::time::Duration;
+///
+/// let limiter =
+///     Builder::new(PolicyKind::TokenBucket, 4, Duration::from_millis(40)).build::<str>()?;
+/// assert_eq!(wait::until_ready_n(&*limiter, "job", 3).await?.remaining, 1);
+/// assert!(wait::until_ready_n(&*limiter, "job", 5).await.is_err()); // more than the bucket
+/// # Ok(())
+/// # }
+/// ```
+pub async fn until_ready_n<Q, L>(limiter: &L, key: &Q, cost: u64) -> Result<Decision, NeverAdmitted>
+where
+    Q: ?Sized,
+    L: RateLimiter<Q> + ?Sized,
+{
+    wait(limiter, key, cost, Duration::ZERO).await
 }
 
 /// As [`until_ready`], adding to each wait for a rejection a random extra
@@ -100,7 +133,7 @@ where
     Q: ?Sized,
     L: RateLimiter<Q> + ?Sized,
 {
-    wait(limiter, key, jitter).await
+    wait(limiter, key, 1, jitter).await
 }
 
 /// One check; if it is admitted with a `delay` (the leaky bucket), sleeps
@@ -118,13 +151,20 @@ where
     decision
 }
 
-async fn wait<Q, L>(limiter: &L, key: &Q, jitter: Duration) -> Result<Decision, NeverAdmitted>
+async fn wait<Q, L>(
+    limiter: &L,
+    key: &Q,
+    cost: u64,
+    jitter: Duration,
+) -> Result<Decision, NeverAdmitted>
 where
     Q: ?Sized,
     L: RateLimiter<Q> + ?Sized,
 {
     loop {
-        let decision = limiter.check(key);
+        // A cost above the limit is refused with `retry_after == u64::MAX`
+        // (the contract), so it ends below without a sleep.
+        let decision = limiter.check_n(key, cost);
         if decision.allowed {
             if decision.delay > 0 {
                 tokio::time::sleep(decision.delay_duration()).await;
@@ -217,6 +257,23 @@ mod tests {
         assert!(gave_up.is_err());
         tokio::time::sleep(Duration::from_millis(900)).await;
         assert_eq!(limiter.remaining("a"), 2, "the dropped wait took nothing");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn until_ready_n_waits_for_the_whole_cost_and_refuses_more_than_the_limit() {
+        // Token bucket, L = 2 per second: a token every 500 ms.
+        let limiter = limiter(PolicyKind::TokenBucket);
+        let start = Instant::now();
+        assert_eq!(until_ready_n(&*limiter, "a", 2).await.unwrap().remaining, 0);
+        // Two tokens short: both drips, at 500 and 1000 ms, and no
+        // admission of the first one alone.
+        assert_eq!(until_ready_n(&*limiter, "a", 2).await.unwrap().remaining, 0);
+        assert_eq!(start.elapsed(), Duration::from_millis(1_000));
+        let never = until_ready_n(&*limiter, "a", 3).await.unwrap_err();
+        assert_eq!(never.decision.retry_after, u64::MAX);
+        assert_eq!(start.elapsed(), Duration::from_millis(1_000), "no wait");
+        assert!(until_ready_n(&*limiter, "a", 0).await.unwrap().allowed);
+        assert_eq!(limiter.remaining("a"), 0);
     }
 
     #[tokio::test(start_paused = true)]

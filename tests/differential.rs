@@ -4,7 +4,9 @@
 //! Times never decrease per client here (the spec's exact setting); they
 //! range up to the contract's 2 × 10^12 ticks past the origin, with jumps of
 //! 2^k windows for k up to 40. A last property lets time go backwards and
-//! checks the one thing the spec asks then: never more lenient.
+//! checks the one thing the spec asks then: never more lenient. Requests
+//! carry costs (the contract's "Weighted requests"): 0, 1, anything up to
+//! `L`, `L` itself, `L + 1` and 2^64 − 1.
 
 mod support;
 
@@ -80,13 +82,31 @@ fn advance(window: u64, interval: u64) -> impl Strategy<Value = u64> {
     ]
 }
 
+/// A call: a single check, a weighted one (every cost the contract singles
+/// out, and any up to `L`), or `remaining`.
+fn op(limit: u64) -> impl Strategy<Value = Op> {
+    let cost = prop_oneof![
+        2 => Just(0u64),
+        6 => 1..=limit,
+        2 => Just(limit),
+        1 => Just(limit + 1),
+        1 => Just(u64::MAX),
+        2 => 1..=limit.min(4),
+    ];
+    prop_oneof![
+        3 => Just(Op::Allow),
+        3 => cost.prop_map(Op::AllowN),
+        1 => Just(Op::Remaining),
+    ]
+}
+
 /// One step of a trace before it is laid out in time: which client, which
 /// call, how far time moves first, and how many times the call is repeated
 /// at that instant (bursts reach the limit quickly).
-fn step(window: u64, interval: u64) -> impl Strategy<Value = (u64, Op, u64, usize)> {
+fn step(limit: u64, window: u64, interval: u64) -> impl Strategy<Value = (u64, Op, u64, usize)> {
     (
         0..3u64,
-        prop_oneof![3 => Just(Op::Allow), 1 => Just(Op::Remaining)],
+        op(limit),
         advance(window, interval),
         prop_oneof![4 => Just(1usize), 1 => 2..=12usize],
     )
@@ -103,7 +123,7 @@ fn case(policy: PolicyKind) -> impl Strategy<Value = (u64, u64, Vec<Call>)> {
                 Just(limit),
                 Just(window),
                 prop_oneof![Just(0u64), 0..=HORIZON],
-                prop::collection::vec(step(window, interval), 1..40),
+                prop::collection::vec(step(limit, window, interval), 1..40),
             )
         })
         .prop_map(|(limit, window, start, steps)| {
@@ -195,11 +215,7 @@ fn shaky_case() -> impl Strategy<Value = (PolicyKind, u64, u64, Vec<Call>)> {
             (policy, limit, window)
         })
         .prop_flat_map(|(policy, limit, window)| {
-            let step = (
-                0..2u64,
-                prop_oneof![3 => Just(Op::Allow), 1 => Just(Op::Remaining)],
-                -2 * window as i64..=2 * window as i64,
-            );
+            let step = (0..2u64, op(limit), -2 * window as i64..=2 * window as i64);
             (
                 Just(policy),
                 Just(limit),

@@ -77,3 +77,32 @@ proptest! {
         checks::check_time_backwards(&data);
     }
 }
+
+/// A first byte of 128 or more gives each `allow` a cost, and only when
+/// time never decreases; the kept weighted inputs reach every policy and the
+/// contract's edges: 0, 1, `L`, `L + 1` and `u64::MAX`.
+#[test]
+fn weighted_inputs_decode_with_costs_at_the_edges() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions/differential");
+    let mut policies = Vec::new();
+    for k in 0..6 {
+        let data = fs::read(dir.join(format!("weighted-costs-at-the-edges-{k}"))).unwrap();
+        let input = checks::Input::decode(&data, false);
+        let costs: Vec<u64> = input.calls.iter().map(|c| c.cost).collect();
+        for edge in [0, 1, input.limit, input.limit + 1, u64::MAX] {
+            assert!(costs.contains(&edge), "{edge} in {input:?}");
+        }
+        let remaining: Vec<_> = input
+            .calls
+            .iter()
+            .filter(|c| c.verb == checks::Verb::Remaining)
+            .collect();
+        assert!(!remaining.is_empty() && remaining.iter().all(|c| c.cost == 1));
+        let backwards = checks::Input::decode(&data, true);
+        assert!(backwards.calls.iter().all(|c| c.cost == 1), "{backwards:?}");
+        policies.push(input.policy);
+    }
+    policies.sort_by_key(|p| p.name());
+    policies.dedup();
+    assert_eq!(policies.len(), 6, "{policies:?}");
+}

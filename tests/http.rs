@@ -615,3 +615,52 @@ async fn the_redis_store_behind_the_layer() {
     let keyed = get_with(address, "/", &[("x-api-key", "k")]).await;
     assert_eq!(keyed.header("ratelimit"), Some(r#""default";r=2;t=0"#));
 }
+
+/// A cost per request, all or nothing: the token bucket holds 10 units; a
+/// request of 4 leaves 6, one of 7 is refused whole (nothing is spent), one
+/// of 6 takes the rest. Costs in bytes say so in `RateLimit-Policy`.
+#[tokio::test]
+async fn weighted_requests_spend_their_cost_at_once() {
+    let clock = ManualClock::new(0);
+    let limiter = Builder::new(PolicyKind::TokenBucket, 10, Duration::from_secs(3_600))
+        .clock(clock.clone())
+        .build::<IpAddr>()
+        .unwrap();
+    let layer = RateLimitLayer::new(limiter, PeerIp::new()).cost(|parts| {
+        parts
+            .headers
+            .get("x-units")
+            .and_then(|units| units.to_str().ok()?.parse().ok())
+            .unwrap_or(1)
+    });
+    let address = serve(app(layer)).await;
+    let first = get_with(address, "/decision", &[("x-units", "4")]).await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert_eq!(first.header("ratelimit"), Some(r#""default";r=6;t=0"#));
+    let refused = get_with(address, "/decision", &[("x-units", "7")]).await;
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        refused
+            .header("ratelimit")
+            .map(|h| h.starts_with(r#""default";r=6;"#)),
+        Some(true)
+    );
+    let rest = get_with(address, "/decision", &[("x-units", "6")]).await;
+    assert_eq!(rest.status, StatusCode::OK);
+    assert_eq!(rest.body, "remaining=0 delay=0");
+
+    let bytes = Builder::new(PolicyKind::TokenBucket, 1_000_000, Duration::from_secs(1))
+        .clock(clock)
+        .build::<IpAddr>()
+        .unwrap();
+    let address = serve(app(
+        RateLimitLayer::new(bytes, PeerIp::new()).cost_in_content_bytes()
+    ))
+    .await;
+    let answer = get(address, "/").await;
+    assert_eq!(answer.status, StatusCode::OK);
+    assert_eq!(
+        answer.header("ratelimit-policy"),
+        Some(r#""default";q=1000000;qu="content-bytes";w=1"#)
+    );
+}

@@ -5,7 +5,7 @@
 
 mod support;
 
-use floodgate::{Decision, PolicyKind, MAX_LIMIT};
+use floodgate::{Decision, PolicyKind, MAX_LIMIT, MAX_LOG_LIMIT};
 use support::{admitted, delayed, on_both, rejected};
 
 use PolicyKind::{
@@ -16,7 +16,26 @@ use PolicyKind::{
 #[derive(Clone, Copy, Debug)]
 enum Step {
     Check(&'static str, u64, Decision),
+    CheckN(&'static str, u64, u64, Decision),
     Remaining(&'static str, u64, u64),
+}
+
+fn check_n(client: &'static str, at: u64, cost: u64, answer: Decision) -> Step {
+    Step::CheckN(client, at, cost, answer)
+}
+
+/// A refused request with `remaining` left (a weighted request can be
+/// refused with some left).
+const fn refused(remaining: u64, retry_after: u64) -> Decision {
+    Decision {
+        remaining,
+        ..rejected(retry_after)
+    }
+}
+
+/// A request whose cost exceeds the limit: never admitted.
+const fn never(remaining: u64) -> Decision {
+    refused(remaining, u64::MAX)
 }
 
 fn check(client: &'static str, at: u64, answer: Decision) -> Step {
@@ -35,6 +54,9 @@ fn session(policy: PolicyKind, limit: u64, window: u64, steps: &[Step]) {
             match *step {
                 Step::Check(client, at, answer) => {
                     assert_eq!(limiter.check_at(client, at), answer, "{context}");
+                }
+                Step::CheckN(client, at, cost, answer) => {
+                    assert_eq!(limiter.check_n_at(client, at, cost), answer, "{context}");
                 }
                 Step::Remaining(client, at, answer) => {
                     assert_eq!(limiter.remaining_at(client, at), answer, "{context}");
@@ -130,16 +152,21 @@ fn sliding_window_retry_after_waits_for_the_oldest_of_the_last_l() {
 
 #[test]
 fn sliding_window_at_the_largest_limit_counts_every_admission() {
+    const L: u64 = MAX_LOG_LIMIT;
     session(
         SlidingWindow,
-        MAX_LIMIT,
+        L,
         10,
         &[
-            remaining("k", 3, MAX_LIMIT),
-            check("k", 3, admitted(MAX_LIMIT - 1)),
-            check("k", 12, admitted(MAX_LIMIT - 2)),
-            remaining("k", 13, MAX_LIMIT - 1), // 3 left at 13
-            remaining("k", 22, MAX_LIMIT),
+            remaining("k", 3, L),
+            check("k", 3, admitted(L - 1)),
+            check("k", 12, admitted(L - 2)),
+            remaining("k", 13, L - 1), // 3 left at 13
+            remaining("k", 22, L),
+            check_n("k", 22, L - 1, admitted(1)),
+            // k = (L − 1) + 2 − L = 1: the entry at 22 leaves at 32.
+            check_n("k", 23, 2, refused(1, 9)),
+            remaining("k", 32, L),
         ],
     );
 }
@@ -539,6 +566,175 @@ fn a_call_before_the_origin_is_judged_at_the_origin_and_waits_the_difference() {
             check("k", 100, delayed(1, 0)),
             check("k", 90, delayed(0, 15)),
             check("k", 90, rejected(15)), // TAT 110: 110 − 5 − 100, + 10
+        ],
+    );
+}
+
+// Weighted requests (SPEC "Weighted requests") -----------------------------------
+
+#[test]
+fn sliding_window_admits_a_cost_iff_that_many_fit_in_the_window() {
+    session(
+        SlidingWindow,
+        5,
+        100,
+        &[
+            check_n("a", 0, 3, admitted(2)), // 0, 0, 0
+            // k = 3 + 3 − 5 = 1: the oldest inside, 0, leaves at 100.
+            check_n("a", 10, 3, refused(2, 90)),
+            check_n("a", 10, 2, admitted(0)), // 0, 0, 0, 10, 10
+            check_n("a", 50, 0, admitted(0)),
+            check_n("a", 50, 6, never(0)),
+            // At 100 the zeros are out: c = 2, k = 2 + 4 − 5 = 1 → 10 + 100.
+            check_n("a", 100, 4, refused(3, 10)),
+            check_n("a", 100, 3, admitted(0)),
+            remaining("a", 110, 2),
+            // k = 3 + 5 − 5 = 3: the third of 100, 100, 100.
+            check_n("a", 110, 5, refused(2, 90)),
+        ],
+    );
+}
+
+#[test]
+fn token_bucket_takes_a_cost_in_tokens_and_waits_for_its_drips() {
+    session(
+        TokenBucket,
+        4,
+        400, // I = 100
+        &[
+            check_n("a", 0, 3, admitted(1)),
+            // 1 token; the first drip after 50 (at 100) makes 2.
+            check_n("a", 50, 2, refused(1, 50)),
+            check_n("a", 100, 2, admitted(0)),
+            // Empty: the 4th drip after 150 is at 500.
+            check_n("a", 150, 4, refused(0, 350)),
+            check_n("a", 150, 5, never(0)),
+            check_n("a", 150, 0, admitted(0)),
+            remaining("a", 1_000, 4),
+        ],
+    );
+}
+
+#[test]
+fn fixed_window_adds_a_cost_to_the_window_count() {
+    session(
+        FixedWindow,
+        10,
+        100,
+        &[
+            check_n("a", 0, 7, admitted(3)),
+            check_n("a", 20, 4, refused(3, 80)),
+            check_n("a", 20, 3, admitted(0)),
+            check_n("a", 100, 10, admitted(0)),
+            check_n("a", 150, 0, admitted(0)),
+            check_n("a", 199, 11, never(0)),
+        ],
+    );
+}
+
+#[test]
+fn sliding_window_counter_weighs_the_last_of_the_cost() {
+    session(
+        SlidingWindowCounter,
+        4,
+        100,
+        &[
+            // (0 + 4 − 1)·100 < 400.
+            check_n("a", 0, 4, admitted(0)),
+            // e = 50: 4·50 + 2·100 = 400 is not < 400; remaining ⌈200/100⌉;
+            // 4·f > (4 + 0 + 2 − 4)·100 first at f = 51.
+            check_n("a", 150, 3, refused(2, 1)),
+            // e = 75: 4·25 + 2·100 = 300 < 400.
+            check_n("a", 175, 3, admitted(0)),
+            // Window 2, e = 0, p = 3: 300 + 100 is not < 400; first at f = 1.
+            check_n("a", 200, 2, refused(1, 1)),
+            check_n("a", 200, 5, never(1)),
+            check_n("a", 201, 2, admitted(0)),
+        ],
+    );
+}
+
+#[test]
+fn gcra_schedules_the_last_of_the_cost() {
+    session(
+        Gcra,
+        3,
+        300, // I = 100, τ = 200
+        &[
+            check_n("a", 0, 2, admitted(1)), // TAT 200
+            // t + I − now = 300 > 200: 100 to wait; one is left.
+            check_n("a", 0, 2, refused(1, 100)),
+            check("a", 0, admitted(0)), // TAT 300
+            check_n("a", 150, 3, refused(1, 150)),
+            check_n("a", 300, 3, admitted(0)), // TAT 600
+            check_n("a", 300, 4, never(0)),
+            check_n("a", 300, 0, admitted(0)),
+        ],
+    );
+}
+
+#[test]
+fn leaky_bucket_delays_a_cost_by_the_first_of_its_places() {
+    session(
+        LeakyBucket,
+        3,
+        300, // I = 100, τ = 200
+        &[
+            check_n("a", 0, 2, delayed(1, 0)),    // TAT 200
+            check_n("a", 0, 1, delayed(0, 200)),  // TAT 300
+            check_n("a", 250, 2, delayed(0, 50)), // 300 + 100 − 250 <= 200
+            check_n("a", 250, 0, admitted(0)),
+        ],
+    );
+}
+
+/// The raised limits: a cost of the whole limit and then one more, on every
+/// policy but the sliding log (above), at `L = 2^32 − 1`.
+#[test]
+fn a_cost_of_the_largest_limit_is_admitted_once() {
+    const L: u64 = MAX_LIMIT;
+    session(
+        Gcra,
+        L,
+        L, // I = 1, τ = L − 1
+        &[
+            check_n("a", 0, L, admitted(0)),
+            check("a", 0, rejected(1)),
+            check_n("a", 0, L + 1, never(0)),
+            remaining("a", L, L),
+        ],
+    );
+    session(
+        TokenBucket,
+        L,
+        2 * L, // I = 2
+        &[
+            check_n("a", 0, L, admitted(0)),
+            check("a", 1, rejected(1)),
+            // One token; the bucket is full again at drip L, at 2L.
+            check_n("a", 2, L, refused(1, 2 * L - 2)),
+        ],
+    );
+    session(
+        FixedWindow,
+        L,
+        10,
+        &[
+            check_n("a", 0, L, admitted(0)),
+            check("a", 3, rejected(7)),
+            check_n("a", 10, L, admitted(0)),
+        ],
+    );
+    session(
+        SlidingWindowCounter,
+        L,
+        10,
+        &[
+            check_n("a", 0, L, admitted(0)),
+            // Window 1, e = 0: L·10 is not < L·10; L·f > 0 first at f = 1.
+            check("a", 10, rejected(1)),
+            // Two windows on, everything is forgotten.
+            check_n("a", 20, L, admitted(0)),
         ],
     );
 }

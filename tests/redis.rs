@@ -148,25 +148,36 @@ fn the_spec_example_sessions_replay_exactly() {
 
 /// Seeded traces: a few clients, each one's time never decreasing, steps
 /// from 0 to many windows (up to the contract's 2 × 10^12), half `allow`
-/// and half `remaining`.
+/// and half `remaining`; an `allow` carries a cost (`costs`, aligned with
+/// `calls`): mostly 1, else 0, up to `L`, `L`, `L + 1` or 2^64 − 1.
 struct Trace {
     limit: u64,
     window: u64,
     calls: Vec<(bool, usize, u64)>,
+    costs: Vec<u64>,
 }
 
 fn trace(policy: PolicyKind, rng: &mut fastrand::Rng) -> Trace {
+    // The sliding log takes limits up to 2^20 − 1 (its state is O(L)).
+    let largest = match policy {
+        PolicyKind::SlidingWindow => floodgate::MAX_LOG_LIMIT,
+        _ => floodgate::MAX_LIMIT,
+    };
     let limit = match rng.u8(..20) {
         0 => rng.u64(9..=1_000),
-        1 => floodgate::MAX_LIMIT,
+        1 => largest,
         _ => rng.u64(1..=8),
     };
     let least = if policy.drips() { limit } else { 1 };
-    let window = match rng.u8(..10) {
-        0 => rng.u64(least..=1_000_000_000),
+    let mut window = match rng.u8(..10) {
+        0 => rng.u64(least..=least.max(1_000_000_000)),
         1 => (limit * rng.u64(1..=20) + rng.u64(0..limit)).max(least),
         _ => rng.u64(least..=least + 49),
     };
+    if policy == PolicyKind::SlidingWindowCounter {
+        // Its exactness guard: L × W at most 2^52.
+        window = window.min(floodgate::redis::MAX_COUNTER_PRODUCT / limit);
+    }
     let clients = rng.usize(1..=3);
     let mut times = vec![rng.u64(0..=1_000); clients];
     let mut calls = Vec::new();
@@ -183,10 +194,23 @@ fn trace(policy: PolicyKind, rng: &mut fastrand::Rng) -> Trace {
         times[client] = times[client].saturating_add(step).min(2_000_000_000_000);
         calls.push((rng.bool(), client, times[client]));
     }
+    let costs = calls
+        .iter()
+        .map(|_| match rng.u8(..12) {
+            0 => 0,
+            1 => rng.u64(1..=limit),
+            2 => limit,
+            3 => limit + 1,
+            4 => u64::MAX,
+            5 | 6 => rng.u64(1..=limit.min(4)),
+            _ => 1,
+        })
+        .collect();
     Trace {
         limit,
         window,
         calls,
+        costs,
     }
 }
 
@@ -208,9 +232,10 @@ fn differential(policy: PolicyKind, traces: usize) {
         let redis = RedisLimiter::new(&url, policy, config, exact_options(&prefix)).unwrap();
         for (index, &(allow, client, now)) in trace.calls.iter().enumerate() {
             let key = format!("t{number}c{client}");
+            let cost = trace.costs[index];
             let context = || {
                 format!(
-                    "{policy} L={} W={} trace {number} call {index}: {} {key} {now}\n{:?}",
+                    "{policy} L={} W={} trace {number} call {index}: {} {key} {now} {cost}\n{:?}",
                     trace.limit,
                     trace.window,
                     if allow { "allow" } else { "remaining" },
@@ -218,10 +243,15 @@ fn differential(policy: PolicyKind, traces: usize) {
                 )
             };
             if allow {
-                let expected = memory.check_at(&key, now);
-                let got = redis
-                    .try_check_at(&key, now)
-                    .unwrap_or_else(|e| panic!("{e}: {}", context()));
+                let (expected, got) = if cost == 1 {
+                    (memory.check_at(&key, now), redis.try_check_at(&key, now))
+                } else {
+                    (
+                        memory.check_n_at(&key, now, cost),
+                        redis.try_check_n_at(&key, now, cost),
+                    )
+                };
+                let got = got.unwrap_or_else(|e| panic!("{e}: {}", context()));
                 assert_eq!(got, expected, "{}", context());
             } else {
                 let expected = memory.remaining_at(&key, now);
@@ -304,10 +334,12 @@ fn backwards_trace(policy: PolicyKind, rng: &mut fastrand::Rng) -> Trace {
         };
         calls.push((rng.u8(..3) != 0, client, times[client]));
     }
+    let costs = vec![1; calls.len()];
     Trace {
         limit,
         window,
         calls,
+        costs,
     }
 }
 

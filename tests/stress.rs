@@ -4,7 +4,8 @@
 //! threads with tiny limits; these tests run the real engines — the real
 //! `scc` map, the real atomics, both engines — with eight threads and
 //! hundreds of requests, and check answers that leave no room for luck: at a
-//! frozen instant each client admits exactly `min(L, calls)` — also while
+//! frozen instant each client admits exactly `min(L, calls)` (requests of
+//! random costs exactly `L` units, each whole or not at all) — also while
 //! sweeps remove idle clients under the threads' feet, and while a flood of
 //! new clients meets the cap — and on a moving clock no span of `W` holds
 //! more than `L` sliding-window admissions.
@@ -98,15 +99,7 @@ fn one_hot_client_admits_exactly_the_limit() {
 
             let mut remaining: Vec<u64> = admitted.iter().map(|d| d.remaining).collect();
             remaining.sort_unstable();
-            if policy == PolicyKind::SlidingWindow && engine == Engine::LockFree {
-                // Its admissions read `remaining` after their CAS, so a
-                // report may already count a later admission: never more
-                // than the sequential answer, and the last one is 0.
-                assert!(remaining.iter().all(|&r| r < LIMIT), "{context}");
-                assert_eq!(remaining[0], 0, "{context}");
-            } else {
-                assert_eq!(remaining, (0..LIMIT).collect::<Vec<_>>(), "{context}");
-            }
+            assert_eq!(remaining, (0..LIMIT).collect::<Vec<_>>(), "{context}");
             let mut delays: Vec<u64> = admitted.iter().map(|d| d.delay).collect();
             delays.sort_unstable();
             let expected: Vec<u64> = if policy == PolicyKind::LeakyBucket {
@@ -116,6 +109,70 @@ fn one_hot_client_admits_exactly_the_limit() {
                 vec![0; LIMIT as usize]
             };
             assert_eq!(delays, expected, "{context}");
+        }
+    }
+}
+
+/// One hot client at one instant, every thread making requests of random
+/// costs (1 to 7, seeded per thread), then requests of cost 1 until one is
+/// refused: the admitted units total exactly `L` (the last refusal saw
+/// nothing left, and nothing comes back at a frozen instant), every refused
+/// request cost more than what was left when the threads were done, and the
+/// admissions chain like sequential ones — sorted by `remaining`, each one's
+/// `remaining + cost` is the previous one's `remaining`, from `L` down — so
+/// no request was admitted in parts or counted against a stale state. For
+/// leaky-bucket each admission's delay is that of its first unit.
+#[test]
+fn weighted_requests_on_one_hot_client_admit_exactly_the_limit() {
+    const LIMIT: u64 = 2_048; // divides LONG_WINDOW: I is exact
+    const CALLS: usize = 300; // per thread, before the cost-1 tail
+    for engine in ENGINES {
+        for policy in PolicyKind::ALL {
+            let limiter = frozen(policy, engine, LIMIT, LONG_WINDOW, 1_000);
+            let calls: Vec<Vec<(u64, Decision)>> = hammer(|me| {
+                let mut rng = fastrand::Rng::with_seed(me as u64);
+                let mut made: Vec<(u64, Decision)> = (0..CALLS)
+                    .map(|_| {
+                        let cost = rng.u64(1..=7);
+                        (cost, limiter.check_n(&42, cost))
+                    })
+                    .collect();
+                loop {
+                    let decision = limiter.check_n(&42, 1);
+                    made.push((1, decision));
+                    if !decision.allowed {
+                        break made;
+                    }
+                }
+            });
+            let context = format!("{policy} on {engine}");
+            let calls: Vec<(u64, Decision)> = calls.into_iter().flatten().collect();
+            let units: u64 = calls
+                .iter()
+                .filter(|(_, d)| d.allowed)
+                .map(|(cost, _)| cost)
+                .sum();
+            assert_eq!(units, LIMIT, "{context}");
+            assert_eq!(limiter.remaining(&42), 0, "{context}");
+            for (cost, decision) in calls.iter().filter(|(_, d)| !d.allowed) {
+                assert!(decision.remaining < *cost, "{context}: {cost} {decision:?}");
+                assert!(decision.retry_after > 0, "{context}: {decision:?}");
+            }
+            let mut admitted: Vec<(u64, Decision)> =
+                calls.into_iter().filter(|(_, d)| d.allowed).collect();
+            admitted.sort_unstable_by_key(|(_, d)| std::cmp::Reverse(d.remaining));
+            let mut left = LIMIT;
+            for (cost, decision) in admitted {
+                assert_eq!(decision.remaining + cost, left, "{context}: {decision:?}");
+                let delay = if policy == PolicyKind::LeakyBucket {
+                    (LIMIT - left) * (LONG_WINDOW / LIMIT)
+                } else {
+                    0
+                };
+                assert_eq!(decision.delay, delay, "{context}: {decision:?}");
+                left = decision.remaining;
+            }
+            assert_eq!(left, 0, "{context}");
         }
     }
 }

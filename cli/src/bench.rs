@@ -2,6 +2,8 @@
 //! engine, the mutex baseline and (for `gcra`) `governor`, on one hot
 //! client, 10,000 uniform clients and 100,000 Zipf-distributed clients, from
 //! 1, 2 and 4 threads — the criterion benches' grid in about thirty seconds.
+//! For `gcra` it adds weighted rows: requests of cost `--cost` through the
+//! lock-free and mutex engines' `check_n` and governor's `check_key_n`.
 //!
 //! # How it measures
 //!
@@ -63,6 +65,10 @@ const MAX_THREADS: usize = 256;
 const UNIFORM_CLIENTS: u64 = 10_000;
 const ZIPF_CLIENTS: u64 = 100_000;
 
+/// The default cost of the weighted rows: a tenth of the default limit, so
+/// that a client of the uniform grid stays under its limit there too.
+const COST: u32 = 10;
+
 /// Checks between two looks at the stop flag: often enough to stop within
 /// a microsecond or so, rarely enough to cost nothing measurable.
 const BATCH: usize = 64;
@@ -103,6 +109,12 @@ pub struct Args {
     /// one hot client; 100 admits every check even on one hot client.
     #[arg(long, value_name = "NS", default_value_t = WINDOW_NS)]
     window_ns: u64,
+
+    /// The cost of each request of the weighted `gcra` rows (1 to the
+    /// limit), measured beside governor's `check_key_n`.
+    #[arg(long, value_name = "N", default_value_t = COST,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    cost: u32,
 
     /// Measure through Redis instead: decisions per second and latency with
     /// --connections connections, beside redis-benchmark's INCR rate. The
@@ -214,6 +226,47 @@ impl Subject for DefaultKeyedRateLimiter<u64> {
     }
 }
 
+/// An engine's weighted check: one request of cost `cost`, all or nothing.
+trait WeightedCheck: Sync {
+    fn check_n(&self, key: u64, cost: NonZeroU32) -> bool;
+}
+
+impl WeightedCheck for Limiter<u64, Gcra, QuantaClock> {
+    #[inline]
+    fn check_n(&self, key: u64, cost: NonZeroU32) -> bool {
+        Limiter::check_n(self, &key, u64::from(cost.get())).allowed
+    }
+}
+
+impl WeightedCheck for MutexLimiter<u64, QuantaClock> {
+    #[inline]
+    fn check_n(&self, key: u64, cost: NonZeroU32) -> bool {
+        RateLimiter::<u64>::check_n(self, &key, u64::from(cost.get())).allowed
+    }
+}
+
+impl WeightedCheck for DefaultKeyedRateLimiter<u64> {
+    /// Admitted iff `Ok(Ok(()))`; `Err(InsufficientCapacity)` (a cost above
+    /// the burst) counts as a refusal, as our `retry_after == u64::MAX` does.
+    #[inline]
+    fn check_n(&self, key: u64, cost: NonZeroU32) -> bool {
+        matches!(self.check_key_n(&key, cost), Ok(Ok(())))
+    }
+}
+
+/// An engine whose every check costs `cost`.
+struct Weighted<E> {
+    engine: E,
+    cost: NonZeroU32,
+}
+
+impl<E: WeightedCheck> Subject for Weighted<E> {
+    #[inline]
+    fn check(&self, key: u64) -> bool {
+        self.engine.check_n(key, self.cost)
+    }
+}
+
 /// What one slice measured.
 #[derive(Clone, Copy, Debug, Default)]
 struct Slice {
@@ -280,32 +333,67 @@ impl<S: Subject> Runner for S {
     }
 }
 
+/// One engine to measure: its policy, name and the cost of each of its
+/// checks.
+type Entry = (PolicyKind, EngineName, u64, Box<dyn Runner>);
+
 /// Every engine for the chosen policies at one quota: lock-free, mutex
-/// and, for `gcra`, governor.
-fn engines(
-    policies: &[PolicyKind],
-    config: Config,
-) -> Vec<(PolicyKind, EngineName, Box<dyn Runner>)> {
-    fn lockfree<P: Policy>(config: Config) -> Box<dyn Runner> {
-        Box::new(Limiter::<u64, P>::new(P::new(config).expect("valid quota")))
+/// and, for `gcra`, governor; then, for `gcra`, the three again with every
+/// check of cost `cost`.
+fn engines(policies: &[PolicyKind], config: Config, cost: NonZeroU32) -> Vec<Entry> {
+    fn lockfree<P: Policy>(config: Config) -> Limiter<u64, P, QuantaClock> {
+        Limiter::<u64, P>::new(P::new(config).expect("valid quota"))
     }
-    let mut all: Vec<(PolicyKind, EngineName, Box<dyn Runner>)> = Vec::new();
+    let mut all: Vec<Entry> = Vec::new();
     for &kind in policies {
-        let fast = match kind {
-            PolicyKind::SlidingWindow => lockfree::<SlidingWindow>(config),
-            PolicyKind::TokenBucket => lockfree::<TokenBucket>(config),
-            PolicyKind::FixedWindow => lockfree::<FixedWindow>(config),
-            PolicyKind::SlidingWindowCounter => lockfree::<SlidingWindowCounter>(config),
-            PolicyKind::Gcra => lockfree::<Gcra>(config),
-            PolicyKind::LeakyBucket => lockfree::<LeakyBucket>(config),
+        let fast: Box<dyn Runner> = match kind {
+            PolicyKind::SlidingWindow => Box::new(lockfree::<SlidingWindow>(config)),
+            PolicyKind::TokenBucket => Box::new(lockfree::<TokenBucket>(config)),
+            PolicyKind::FixedWindow => Box::new(lockfree::<FixedWindow>(config)),
+            PolicyKind::SlidingWindowCounter => Box::new(lockfree::<SlidingWindowCounter>(config)),
+            PolicyKind::Gcra => Box::new(lockfree::<Gcra>(config)),
+            PolicyKind::LeakyBucket => Box::new(lockfree::<LeakyBucket>(config)),
         };
-        all.push((kind, EngineName::LockFree, fast));
+        all.push((kind, EngineName::LockFree, 1, fast));
         let mutex = MutexLimiter::<u64>::new(kind, config).expect("valid quota");
-        all.push((kind, EngineName::Mutex, Box::new(mutex)));
+        all.push((kind, EngineName::Mutex, 1, Box::new(mutex)));
         if kind == PolicyKind::Gcra {
             let governor = DefaultKeyedRateLimiter::<u64>::keyed(governor_quota(config));
-            all.push((kind, EngineName::Governor, Box::new(governor)));
+            all.push((kind, EngineName::Governor, 1, Box::new(governor)));
         }
+    }
+    if policies.contains(&PolicyKind::Gcra) {
+        let kind = PolicyKind::Gcra;
+        let weight = u64::from(cost.get());
+        let mutex = MutexLimiter::<u64>::new(kind, config).expect("valid quota");
+        let governor = DefaultKeyedRateLimiter::<u64>::keyed(governor_quota(config));
+        all.push((
+            kind,
+            EngineName::LockFree,
+            weight,
+            Box::new(Weighted {
+                engine: lockfree::<Gcra>(config),
+                cost,
+            }),
+        ));
+        all.push((
+            kind,
+            EngineName::Mutex,
+            weight,
+            Box::new(Weighted {
+                engine: mutex,
+                cost,
+            }),
+        ));
+        all.push((
+            kind,
+            EngineName::Governor,
+            weight,
+            Box::new(Weighted {
+                engine: governor,
+                cost,
+            }),
+        ));
     }
     all
 }
@@ -325,6 +413,8 @@ struct Row {
     limit: u64,
     window_ns: u64,
     engine: EngineName,
+    /// The cost of each check (1 but in the weighted rows).
+    cost: u64,
     threads: usize,
     keys: Keys,
     /// Median over the rounds.
@@ -384,6 +474,16 @@ pub fn run(args: Args) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let cost = match NonZeroU32::new(args.cost) {
+        Some(cost) if u64::from(cost.get()) <= config.limit() => cost,
+        _ => {
+            eprintln!(
+                "floodgate bench: --cost must be between 1 and the limit, {}",
+                config.limit()
+            );
+            return ExitCode::from(2);
+        }
+    };
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     if !args.json {
         println!(
@@ -403,8 +503,8 @@ pub fn run(args: Args) -> ExitCode {
     let mut rows = Vec::new();
     let mut capacities = Vec::new();
     for &keys in &args.keys {
-        let engines = engines(&policies, config);
-        for (_, _, engine) in &engines {
+        let engines = engines(&policies, config, cost);
+        for (_, _, _, engine) in &engines {
             engine.prefill(keys.clients());
         }
         let sequences: Vec<_> = args
@@ -425,7 +525,7 @@ pub fn run(args: Args) -> ExitCode {
             for offset in 0..cells.len() {
                 let cell = (round * engines.len() + offset) % cells.len();
                 let (t, e) = cells[cell];
-                let measured = engines[e].2.run(&sequences[t], args.threads[t], slice);
+                let measured = engines[e].3.run(&sequences[t], args.threads[t], slice);
                 samples[cell].push(measured.checks as f64 / measured.elapsed.as_secs_f64());
                 admitted[cell].0 += measured.admitted;
                 admitted[cell].1 += measured.checks;
@@ -434,12 +534,13 @@ pub fn run(args: Args) -> ExitCode {
         for (cell, &(t, e)) in cells.iter().enumerate() {
             let rates = &mut samples[cell];
             rates.sort_by(f64::total_cmp);
-            let (policy, engine, _) = &engines[e];
+            let (policy, engine, cost, _) = &engines[e];
             rows.push(Row {
                 policy: *policy,
                 limit: config.limit(),
                 window_ns: config.window(),
                 engine: *engine,
+                cost: *cost,
                 threads: args.threads[t],
                 keys,
                 ops_per_sec: rates[rates.len() / 2],
@@ -515,13 +616,14 @@ fn parallel_capacity(threads: usize, slice: Duration) -> f64 {
 }
 
 /// Fills each row's ratios to the mutex baseline and to governor measured
-/// at the same policy, thread count and keys.
+/// at the same policy, cost, thread count and keys.
 fn add_ratios(rows: &mut [Row]) {
     let rate_of = |rows: &[Row], row: &Row, engine: EngineName| {
         rows.iter()
             .find(|other| {
                 other.engine == engine
                     && other.policy == row.policy
+                    && other.cost == row.cost
                     && other.threads == row.threads
                     && other.keys == row.keys
             })
@@ -544,9 +646,10 @@ fn ratio(value: Option<f64>) -> String {
 fn table(rows: &[Row]) -> String {
     let mut out = String::new();
     let header = format!(
-        "{:<24} {:<9} {:>7} {:<8} {:>9} {:>8} {:>8} {:>8} {:>11}",
+        "{:<24} {:<9} {:>4} {:>7} {:<8} {:>9} {:>8} {:>8} {:>8} {:>11}",
         "policy",
         "engine",
+        "cost",
         "threads",
         "keys",
         "Mchecks/s",
@@ -565,9 +668,10 @@ fn table(rows: &[Row]) -> String {
         previous = Some((row.keys, row.threads));
         let _ = writeln!(
             out,
-            "{:<24} {:<9} {:>7} {:<8} {:>9.2} {:>8.1} {:>7.1}% {:>8} {:>11}",
+            "{:<24} {:<9} {:>4} {:>7} {:<8} {:>9.2} {:>8.1} {:>7.1}% {:>8} {:>11}",
             row.policy.name(),
             row.engine.name(),
+            row.cost,
             row.threads,
             row.keys.name(),
             row.ops_per_sec / 1e6,
@@ -577,7 +681,10 @@ fn table(rows: &[Row]) -> String {
             ratio(row.vs_governor),
         );
     }
-    out.push_str("\nns/check is 1 / throughput (wall time per check, all threads together).\n");
+    out.push_str(
+        "\nns/check is 1 / throughput (wall time per check, all threads together); \
+         a check of cost n decides one request of n units.\n",
+    );
     out
 }
 
@@ -587,6 +694,7 @@ fn targets(rows: &[Row], cores: usize) -> String {
         rows.iter().find(|row| {
             row.policy == policy
                 && row.engine == engine
+                && row.cost == 1
                 && row.threads == threads
                 && row.keys == keys
         })
@@ -610,6 +718,7 @@ fn targets(rows: &[Row], cores: usize) -> String {
             .iter()
             .filter(|row| {
                 row.engine == EngineName::LockFree
+                    && row.cost == 1
                     && row.keys == Keys::Hot
                     && row.threads == threads
             })
@@ -628,7 +737,10 @@ fn targets(rows: &[Row], cores: usize) -> String {
     let scaling = rows
         .iter()
         .filter(|row| {
-            row.engine == EngineName::LockFree && row.keys == Keys::Uniform && row.threads == 2
+            row.engine == EngineName::LockFree
+                && row.cost == 1
+                && row.keys == Keys::Uniform
+                && row.threads == 2
         })
         .filter_map(|two| {
             find(two.policy, EngineName::LockFree, 1, Keys::Uniform)
@@ -651,6 +763,7 @@ fn json(rows: &[Row]) -> String {
         serde_json::json!({
             "policy": row.policy.name(),
             "engine": row.engine.name(),
+            "cost": row.cost,
             "threads": row.threads,
             "keys": row.keys.name(),
             "ops_per_sec": row.ops_per_sec.round(),
@@ -745,6 +858,7 @@ mod tests {
             limit: LIMIT,
             window_ns: WINDOW_NS,
             engine,
+            cost: 1,
             threads,
             keys: Keys::Hot,
             ops_per_sec: rate,
@@ -760,15 +874,27 @@ mod tests {
             row(EngineName::Governor, 1, 20.0),
             row(EngineName::LockFree, 2, 60.0),
             row(EngineName::Mutex, 2, 6.0),
+            Row {
+                cost: 10,
+                ..row(EngineName::LockFree, 1, 12.0)
+            },
+            Row {
+                cost: 10,
+                ..row(EngineName::Governor, 1, 8.0)
+            },
         ];
         add_ratios(&mut rows);
         assert_eq!(rows[0].vs_mutex, Some(3.0));
         assert_eq!(rows[0].vs_governor, Some(1.5));
         assert_eq!(rows[3].vs_mutex, Some(10.0));
         assert_eq!(rows[3].vs_governor, None);
+        // Weighted rows compare with weighted rows only.
+        assert_eq!(rows[5].vs_governor, Some(1.5));
+        assert_eq!(rows[5].vs_mutex, None);
         let parsed = json(&rows);
         assert!(parsed.starts_with('[') && parsed.ends_with(']'));
         assert_eq!(parsed.matches("\"ops_per_sec\":").count(), rows.len());
         assert!(parsed.contains("\"engine\":\"governor\""));
+        assert_eq!(parsed.matches("\"cost\":10").count(), 2);
     }
 }

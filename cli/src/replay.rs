@@ -35,15 +35,18 @@ const WINDOW_RANGE: &str =
 /// The latest `NOW` a trace may carry, in milliseconds (the contract's bound).
 const MAX_NOW: u64 = 2_000_000_000_000;
 
+/// The largest `COST` a trace may carry (the contract's bound, 2^64 − 1).
+const MAX_COST: u64 = u64::MAX;
+
 /// Exit status of a usage error or a malformed trace (clap's own usage errors
 /// use the same status).
 const USAGE: u8 = 2;
 
 /// The longest line a trace may hold, in bytes before its `\n` (a trailing
-/// `\r` included). A line is two words and a number: this leaves a client
+/// `\r` included). A line is two words and at most two numbers: this leaves a client
 /// name of over 8,000 bytes, as long as the request lines and header fields
 /// HTTP servers accept (Apache's `LimitRequestLine` is 8190), so any key
-/// taken from a request fits, and it keeps the one line held in memory
+/// taken from a request fits beside the largest NOW and COST, and it keeps the one line held in memory
 /// smaller than the input buffer. A longer line is malformed as soon as its
 /// first `MAX_LINE + 1` bytes are read; the rest is never read.
 const MAX_LINE: usize = 8 * 1024;
@@ -56,9 +59,13 @@ const BUFFER: usize = 64 * 1024;
 const TRACE_HELP: &str = "\
 The trace on standard input has one call per line:
 
-  allow CLIENT NOW        answered true or false
-  remaining CLIENT NOW    answered with a count
+  allow CLIENT NOW [COST]   answered true or false
+  remaining CLIENT NOW      answered with a count
 
+COST is what the request spends of the limit (ASCII digits, at most
+18446744073709551615; 1 when absent), all of it or nothing: a request of
+cost n is admitted iff n requests at NOW would all be. A COST of 0 is
+always admitted and spends nothing; one above the limit never is.
 NOW is in milliseconds (ASCII digits, at most 2000000000000) and must not
 decrease for a client. With --evict-idle or --max-clients this is checked
 for the clients the limiter tracks: one it forgot, or never tracked, is new
@@ -79,7 +86,8 @@ pub struct Args {
     #[arg(long, value_name = "NAME")]
     policy: PolicyKind,
 
-    /// At most L requests per window (1 to 1048575).
+    /// At most L requests per window (1 to 4294967295; 1 to 1048575 for
+    /// sliding-window).
     #[arg(long, value_name = "L", value_parser = parse_limit)]
     limit: u64,
 
@@ -249,7 +257,7 @@ fn parse_digits(text: &str) -> Option<u64> {
 /// The two calls a trace can make.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Verb {
-    /// `allow CLIENT NOW`: decide one request.
+    /// `allow CLIENT NOW [COST]`: decide one request of cost `COST`.
     Allow,
     /// `remaining CLIENT NOW`: how many would be admitted at `NOW`.
     Remaining,
@@ -261,6 +269,9 @@ struct Call<'a> {
     verb: Verb,
     client: &'a str,
     now: u64,
+    /// The request's cost: 1 when the line gives none (always 1 for
+    /// `remaining`).
+    cost: u64,
 }
 
 /// What one line of a trace holds.
@@ -281,7 +292,8 @@ enum LineError {
     TooLong,
     /// The line is not UTF-8; `valid_up_to` bytes of it are.
     NotUtf8 { valid_up_to: usize },
-    /// A line that is neither blank nor a comment must have three fields.
+    /// A line that is neither blank nor a comment must have three fields
+    /// (four for an `allow` with a cost).
     FieldCount(usize),
     /// The first field is neither `allow` nor `remaining`.
     Verb(String),
@@ -289,6 +301,10 @@ enum LineError {
     NotANumber(String),
     /// `NOW` is digits but above [`MAX_NOW`].
     TooLate(String),
+    /// `COST` is not a run of ASCII digits, or is above [`MAX_COST`].
+    Cost(String),
+    /// A `remaining` line with a fourth field: only `allow` takes a cost.
+    CostOnRemaining(String),
     /// `NOW` is earlier than this client's previous call: the contract's
     /// answers assume a client's time never decreases in a trace.
     Backwards {
@@ -303,8 +319,8 @@ impl fmt::Display for LineError {
         match self {
             LineError::TooLong => write!(
                 f,
-                "longer than {MAX_LINE} bytes: a line is one call (allow|remaining CLIENT NOW) \
-                 of at most {MAX_LINE} bytes before its newline"
+                "longer than {MAX_LINE} bytes: a line is one call (allow CLIENT NOW [COST] or \
+                 remaining CLIENT NOW) of at most {MAX_LINE} bytes before its newline"
             ),
             LineError::NotUtf8 { valid_up_to } => write!(
                 f,
@@ -312,7 +328,8 @@ impl fmt::Display for LineError {
             ),
             LineError::FieldCount(found) => write!(
                 f,
-                "expected 3 fields (allow|remaining CLIENT NOW), found {found}"
+                "expected 3 or 4 fields (allow CLIENT NOW [COST]) or 3 (remaining CLIENT NOW), \
+                 found {found}"
             ),
             LineError::Verb(verb) => {
                 write!(f, "unknown call {verb:?}: expected allow or remaining")
@@ -327,6 +344,14 @@ impl fmt::Display for LineError {
                     "NOW {now:?} is too large: at most {MAX_NOW} milliseconds"
                 )
             }
+            LineError::Cost(cost) => write!(
+                f,
+                "COST {cost:?} is not a cost (ASCII digits, at most {MAX_COST})"
+            ),
+            LineError::CostOnRemaining(cost) => write!(
+                f,
+                "remaining takes no COST (found {cost:?}): remaining CLIENT NOW"
+            ),
             LineError::Backwards {
                 client,
                 now,
@@ -356,7 +381,9 @@ fn parse_line(bytes: &[u8]) -> Result<Line<'_>, LineError> {
     if first.starts_with('#') {
         return Ok(Line::Comment);
     }
-    let (Some(client), Some(now), None) = (fields.next(), fields.next(), fields.next()) else {
+    let (Some(client), Some(now), cost, None) =
+        (fields.next(), fields.next(), fields.next(), fields.next())
+    else {
         // Only reached for a wrong count, so counting again is off the
         // common path.
         return Err(LineError::FieldCount(
@@ -368,11 +395,24 @@ fn parse_line(bytes: &[u8]) -> Result<Line<'_>, LineError> {
         "remaining" => Verb::Remaining,
         _ => return Err(LineError::Verb(first.to_owned())),
     };
+    let now = parse_now(now)?;
+    let cost = match (verb, cost) {
+        (_, None) => 1,
+        (Verb::Allow, Some(cost)) => parse_cost(cost)?,
+        (Verb::Remaining, Some(cost)) => return Err(LineError::CostOnRemaining(cost.to_owned())),
+    };
     Ok(Line::Call(Call {
         verb,
         client,
-        now: parse_now(now)?,
+        now,
+        cost,
     }))
+}
+
+/// Parses `COST`: ASCII digits (leading zeros allowed), at most
+/// [`MAX_COST`], which is exactly what fits a `u64`.
+fn parse_cost(field: &str) -> Result<u64, LineError> {
+    parse_digits(field).ok_or_else(|| LineError::Cost(field.to_owned()))
 }
 
 /// Parses `NOW`: ASCII digits (leading zeros allowed), at most [`MAX_NOW`].
@@ -546,11 +586,11 @@ fn answer<W: Write>(
             writeln!(
                 output,
                 "{}",
-                limiter.check_at(call.client, call.now).allowed
+                limiter.check_n_at(call.client, call.now, call.cost).allowed
             )
         }
         (Verb::Allow, true) => {
-            let d = limiter.check_at(call.client, call.now);
+            let d = limiter.check_n_at(call.client, call.now, call.cost);
             writeln!(
                 output,
                 r#"{{"allowed":{},"remaining":{},"retry_after":{},"delay":{}}}"#,
@@ -574,7 +614,12 @@ mod tests {
     use floodgate::build_with;
 
     fn call(verb: Verb, client: &str, now: u64) -> Line<'_> {
-        Line::Call(Call { verb, client, now })
+        Line::Call(Call {
+            verb,
+            client,
+            now,
+            cost: 1,
+        })
     }
 
     #[test]
@@ -634,12 +679,57 @@ mod tests {
         assert_eq!(parse_line(b"allow"), Err(LineError::FieldCount(1)));
         assert_eq!(parse_line(b"allow rahul"), Err(LineError::FieldCount(2)));
         assert_eq!(
-            parse_line(b"allow rahul 1 2"),
-            Err(LineError::FieldCount(4))
+            parse_line(b"allow rahul 1 2 3"),
+            Err(LineError::FieldCount(5))
         );
         assert_eq!(
             parse_line(b"allow rahul 1 # trailing comments are not a thing"),
             Err(LineError::FieldCount(10))
+        );
+    }
+
+    #[test]
+    fn a_cost_is_digits_up_to_u64_max_and_only_on_allow() {
+        let weighted = |cost| {
+            Ok(Line::Call(Call {
+                verb: Verb::Allow,
+                client: "a",
+                now: 5,
+                cost,
+            }))
+        };
+        assert_eq!(parse_line(b"allow a 5 0"), weighted(0));
+        assert_eq!(parse_line(b"allow a 5\t007 \r"), weighted(7));
+        assert_eq!(
+            parse_line(b"allow a 5 18446744073709551615"),
+            weighted(u64::MAX)
+        );
+        assert_eq!(parse_line(b"allow a 5"), weighted(1));
+        for bad in [
+            "18446744073709551616",
+            "+1",
+            "-1",
+            "1.5",
+            "1e3",
+            "x",
+            "٣",
+            "0x1",
+        ] {
+            let line = format!("allow a 5 {bad}");
+            assert_eq!(
+                parse_line(line.as_bytes()),
+                Err(LineError::Cost(bad.into())),
+                "{line}"
+            );
+        }
+        assert_eq!(
+            parse_line(b"remaining a 5 1"),
+            Err(LineError::CostOnRemaining("1".into()))
+        );
+        // A bad NOW is reported before the cost.
+        assert_eq!(
+            parse_line(b"allow a x 1"),
+            Err(LineError::NotANumber("x".into()))
         );
     }
 

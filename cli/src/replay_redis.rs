@@ -153,6 +153,12 @@ impl RateLimiter<str> for Strict {
             .unwrap_or_else(|e| self.fail(e))
     }
 
+    fn check_n_at(&self, key: &str, now: u64, cost: u64) -> Decision {
+        self.limiter
+            .try_check_n_at(key, now, cost)
+            .unwrap_or_else(|e| self.fail(e))
+    }
+
     fn remaining_at(&self, key: &str, now: u64) -> u64 {
         self.limiter
             .try_remaining_at(key, now)
@@ -233,7 +239,9 @@ mod tests {
             .expect("FLOODGATE_REDIS_URL is not set (.ci/run starts a server and sets it)")
     }
 
-    /// A seeded trace: three clients, times never decreasing per client.
+    /// A seeded trace: three clients, times never decreasing per client,
+    /// `allow` lines with no cost, or a cost of 0, 1 to 5 (the tests' limit
+    /// is 4) or 2^64 − 1.
     fn trace(seed: u64, window: u64) -> String {
         let mut rng = fastrand::Rng::with_seed(seed);
         let mut now = [0u64; 3];
@@ -251,7 +259,16 @@ mod tests {
             } else {
                 "allow"
             };
-            text.push_str(&format!("{verb}\tclient#{client}  {}\r\n", now[client]));
+            let cost = match (verb, rng.u8(..6)) {
+                ("remaining", _) | (_, 0..=2) => String::new(),
+                (_, 3) => format!(" {}", rng.u64(0..=5)),
+                (_, 4) => format!(" {}", rng.u64(1..=2)),
+                _ => format!(" {}", u64::MAX),
+            };
+            text.push_str(&format!(
+                "{verb}\tclient#{client}  {}{cost}\r\n",
+                now[client]
+            ));
         }
         text
     }

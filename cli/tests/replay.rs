@@ -430,7 +430,8 @@ fn wrong_field_counts_stop_the_replay() {
     for (line, found) in [
         ("allow", "found 1"),
         ("allow a", "found 2"),
-        ("allow a 5 6", "found 4"),
+        ("allow a 5 6 7", "found 5"),
+        ("remaining a 5 6 7", "found 5"),
         ("allow a 5 # no trailing comments", "found 7"),
     ] {
         let trace = format!("{PREFIX}{line}\nallow b 0\n");
@@ -451,6 +452,99 @@ fn bad_numbers_stop_the_replay() {
     for now in ["12a", "-1", "+1", "1_000", "1.0", "1e3", "0x1", "5\r\r"] {
         let trace = format!("{PREFIX}allow a {now}\nallow b 0\n");
         assert_stops(trace, PREFIX_ANSWERS, 5, "is not a number of milliseconds");
+    }
+}
+
+#[test]
+fn bad_costs_stop_the_replay() {
+    for cost in [
+        "12a",
+        "-1",
+        "+1",
+        "1.0",
+        "1e3",
+        "0x1",
+        "18446744073709551616",
+        "5\r\r",
+    ] {
+        let trace = format!("{PREFIX}allow b 5 {cost}\nallow b 6\n");
+        assert_stops(trace, PREFIX_ANSWERS, 5, "is not a cost");
+    }
+    let trace = format!("{PREFIX}remaining a 5 1\nallow b 0\n");
+    assert_stops(trace, PREFIX_ANSWERS, 5, "remaining takes no COST");
+}
+
+/// The contract's weighted rules by hand, on every engine: all or nothing,
+/// a cost of 0 always admitted, one above the limit never (`retry_after`
+/// 2^64 − 1), and the per-policy `retry_after`.
+#[test]
+fn weighted_requests_by_hand() {
+    const NEVER: u64 = u64::MAX;
+    let cases: [(&str, u64, u64, &str, Vec<String>); 3] = [
+        // L = 3, W = 1000.
+        (
+            "sliding-window",
+            3,
+            1000,
+            "allow a 0 1\nallow a 100 2\n\
+             allow a 500\n\
+             allow a 1000 2\n\
+             allow a 1000 0\n\
+             allow a 1000 4\n\
+             allow a 1100 3\n\
+             remaining a 1100\n",
+            vec![
+                allow(true, 2, 0, 0),
+                allow(true, 0, 0, 0),
+                // k = 3 + 1 − 3 = 1: the oldest (0) leaves at 1000.
+                allow(false, 0, 500, 0),
+                // At 1000 the two units at 100 are inside: k = 2 + 2 − 3 = 1,
+                // the oldest of them (100) leaves at 1100.
+                allow(false, 1, 100, 0),
+                allow(true, 1, 0, 0),
+                allow(false, 1, NEVER, 0),
+                allow(true, 0, 0, 0),
+                remaining(0),
+            ],
+        ),
+        // L = 3, W = 3000: one token every 1000.
+        (
+            "token-bucket",
+            3,
+            3000,
+            "allow a 0 2\nallow a 0 2\nallow a 500 18446744073709551615\n\
+             allow a 1000 2\nremaining a 1000\n",
+            vec![
+                allow(true, 1, 0, 0),
+                // One token short: the first drip after 0, at 1000.
+                allow(false, 1, 1000, 0),
+                allow(false, 1, NEVER, 0),
+                allow(true, 0, 0, 0),
+                remaining(0),
+            ],
+        ),
+        // L = 3, W = 3000: I = 1000, τ = 2000.
+        (
+            "gcra",
+            3,
+            3000,
+            "allow a 0 3\nallow a 0 1\nallow a 1500 2\nallow a 2000 2\n",
+            vec![
+                // TAT 3000.
+                allow(true, 0, 0, 0),
+                // 3000 + 0 − 2000 − 0.
+                allow(false, 0, 1000, 0),
+                // 3000 + 1000 − 2000 − 1500.
+                allow(false, 1, 500, 0),
+                allow(true, 0, 0, 0),
+            ],
+        ),
+    ];
+    for (policy, limit, window, trace, expected) in cases {
+        for engine in ENGINES {
+            let run = replay(policy, limit, window, true, engine, trace);
+            assert_eq!(run.answers(), lines(&expected), "{policy} {engine}");
+        }
     }
 }
 
@@ -523,12 +617,23 @@ fn invalid_options_are_refused_before_any_answer() {
         ),
         (
             &["--policy", "gcra", "--limit", "0", "--window-ms", "1"],
-            "between 1 and 1048575",
+            "between 1 and 4294967295",
         ),
         (
             &[
                 "--policy",
                 "fixed-window",
+                "--limit",
+                "4294967296",
+                "--window-ms",
+                "1",
+            ],
+            "between 1 and 4294967295",
+        ),
+        (
+            &[
+                "--policy",
+                "sliding-window",
                 "--limit",
                 "1048576",
                 "--window-ms",
@@ -538,11 +643,11 @@ fn invalid_options_are_refused_before_any_answer() {
         ),
         (
             &["--policy", "gcra", "--limit", "ten", "--window-ms", "1"],
-            "between 1 and 1048575",
+            "between 1 and 4294967295",
         ),
         (
             &["--policy", "gcra", "--limit", "+1", "--window-ms", "1"],
-            "between 1 and 1048575",
+            "between 1 and 4294967295",
         ),
         (
             &[

@@ -11,7 +11,10 @@
 //! that find edges — the same instant, a few ticks, one window either side,
 //! `2^k` windows, the drip interval, any `u64`. When time may go back, a
 //! call may also be preceded by a sweep at its time and by a reload of the
-//! tier (for the limiters that have them, see [`check_time_backwards`]).
+//! tier (for the limiters that have them, see [`check_time_backwards`]). A
+//! first byte of 128 or more makes a weighted input (time never decreasing
+//! only): each `allow` then carries a cost too, from shapes that find the
+//! contract's edges — 0, 1 to `L`, `L`, `L + 1`, `u64::MAX`, any `u64`.
 #![forbid(unsafe_code)]
 
 use floodgate::tiers::{TierSpec, Tiers};
@@ -58,12 +61,27 @@ impl Bytes<'_> {
     fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
+
+    /// A cost for a limit of `limit`: one byte picks the shape (a 0, as
+    /// past the end, is the absent cost, 1), some shapes read more.
+    fn cost(&mut self, limit: u64) -> u64 {
+        let shape = self.u8();
+        match shape % 8 {
+            0 => 1,
+            1 => 0,
+            2 | 3 => 1 + u64::from(shape >> 3) % limit,
+            4 => limit,
+            5 => limit.saturating_add(1),
+            6 => u64::MAX,
+            _ => self.u64(),
+        }
+    }
 }
 
 /// `allow` or `remaining`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verb {
-    /// `check_at`: decide one request.
+    /// `check_n_at`: decide one request of the call's cost.
     Allow,
     /// `remaining_at`.
     Remaining,
@@ -101,6 +119,9 @@ pub struct Call {
     /// Before the call (and after any reload), a sweep at `now` (by the
     /// checks that drive a limiter with idle eviction).
     pub sweep: bool,
+    /// The request's cost (1 unless the input is weighted; always 1 for
+    /// `remaining`).
+    pub cost: u64,
 }
 
 /// A decoded input: one limiter configuration and the calls made on it.
@@ -119,10 +140,14 @@ pub struct Input {
 
 impl Input {
     /// Decodes `data`. With `backwards`, a step of the clock may go back as
-    /// well as forward; without, time never decreases.
+    /// well as forward; without, time never decreases, and a first byte of
+    /// 128 or more gives every `allow` a cost (see [`Bytes::cost`]).
     pub fn decode(data: &[u8], backwards: bool) -> Self {
         let mut bytes = Bytes(data);
-        let policy = PolicyKind::ALL[usize::from(bytes.u8()) % PolicyKind::ALL.len()];
+        let first = bytes.u8();
+        // The policy is `first mod 6` either way; 128..=255 covers all six.
+        let weighted = !backwards && first >= 128;
+        let policy = PolicyKind::ALL[usize::from(first) % PolicyKind::ALL.len()];
         let limit = match bytes.u8() % 4 {
             0 | 1 => 1 + u64::from(bytes.u8() % 8),
             2 => 1 + u64::from(bytes.u16() % 256),
@@ -202,12 +227,18 @@ impl Input {
             } else {
                 now.saturating_add(step)
             };
+            let cost = if weighted && verb == Verb::Allow {
+                bytes.cost(limit)
+            } else {
+                1
+            };
             calls.push(Call {
                 verb,
                 client,
                 now,
                 reload,
                 sweep,
+                cost,
             });
         }
         Input {
@@ -228,7 +259,7 @@ enum Answer {
 
 fn call(limiter: &dyn RateLimiter<u64>, call: Call) -> Answer {
     match call.verb {
-        Verb::Allow => Answer::Decision(limiter.check_at(&call.client, call.now)),
+        Verb::Allow => Answer::Decision(limiter.check_n_at(&call.client, call.now, call.cost)),
         Verb::Remaining => Answer::Remaining(limiter.remaining_at(&call.client, call.now)),
     }
 }

@@ -6,9 +6,10 @@
 //! The check reads the trace with its own few lines of the contract's line
 //! rules (at most 8192 bytes before the `\n`, fields split on runs of spaces
 //! and tabs, a trailing `\r` ignored, blank and `#` lines skipped, three
-//! fields, `NOW` of ASCII digits up to 2 × 10^12, never earlier than the
-//! client's previous call; a trace is text, so a line that is not UTF-8 is
-//! malformed) and asks the library
+//! fields or, for `allow`, four, `NOW` of ASCII digits up to 2 × 10^12,
+//! never earlier than the client's previous call, `COST` of ASCII digits up
+//! to 2^64 − 1; a trace is text, so a line that is not UTF-8 is malformed)
+//! and asks the library
 //! directly for each answer. The replay must then print exactly those
 //! answers, stop at exactly the first malformed line with its number on the
 //! error stream and status 2, or, for options the contract refuses, print
@@ -119,6 +120,23 @@ struct Call<'a> {
     allow: bool,
     client: &'a str,
     now: u64,
+    /// 1 when the line gives none.
+    cost: u64,
+}
+
+/// `COST` as the contract reads it: ASCII digits, at most 2^64 − 1.
+fn read_cost(field: &str) -> Result<u64, ()> {
+    if field.is_empty() || !field.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(());
+    }
+    let digits = field.trim_start_matches('0');
+    if digits.is_empty() {
+        Ok(0)
+    } else if digits.len() > 20 {
+        Err(()) // past 2^64 − 1 whatever the digits
+    } else {
+        digits.parse::<u64>().map_err(drop)
+    }
 }
 
 /// Reads one line (without its `\n`) as the contract does: `Ok(None)` for a
@@ -136,10 +154,16 @@ fn read_line<'a>(
     match fields[..] {
         [] => Ok(None),
         [first, ..] if first.starts_with('#') => Ok(None),
-        [verb, client, now] => {
+        [verb, client, now, ref cost @ ..] if cost.len() <= 1 => {
             let allow = match verb {
                 "allow" => true,
                 "remaining" => false,
+                _ => return Err(()),
+            };
+            let cost = match (allow, cost) {
+                (_, []) => 1,
+                (true, [cost]) => read_cost(cost)?,
+                // `remaining` takes no cost.
                 _ => return Err(()),
             };
             if now.is_empty() || !now.bytes().all(|b| b.is_ascii_digit()) {
@@ -157,7 +181,12 @@ fn read_line<'a>(
                 return Err(());
             }
             latest.insert(client, now);
-            Ok(Some(Call { allow, client, now }))
+            Ok(Some(Call {
+                allow,
+                client,
+                now,
+                cost,
+            }))
         }
         _ => Err(()),
     }
@@ -241,9 +270,12 @@ pub fn check_replay(data: &[u8]) {
 /// The answer line the contract prescribes for `call`.
 fn answer(limiter: &dyn RateLimiter<str>, call: &Call<'_>, detail: bool) -> String {
     match (call.allow, detail) {
-        (true, false) => format!("{}\n", limiter.check_at(call.client, call.now).allowed),
+        (true, false) => format!(
+            "{}\n",
+            limiter.check_n_at(call.client, call.now, call.cost).allowed
+        ),
         (true, true) => {
-            let d = limiter.check_at(call.client, call.now);
+            let d = limiter.check_n_at(call.client, call.now, call.cost);
             format!(
                 "{{\"allowed\":{},\"remaining\":{},\"retry_after\":{},\"delay\":{}}}\n",
                 d.allowed, d.remaining, d.retry_after, d.delay

@@ -42,6 +42,9 @@ use loom::sync::atomic::{AtomicBool, Ordering};
 pub enum Call {
     /// `check(now)`: decide one request.
     Check(u64),
+    /// `check_n(now, cost)`: decide one request of cost `cost`, all of it
+    /// or none.
+    CheckN(u64, u64),
     /// `remaining(now)`.
     Remaining(u64),
     /// How many client states exist (1 for a bare state).
@@ -107,6 +110,11 @@ impl<P: Policy> Subject for Bare<P> {
                     .check(&self.state, now)
                     .expect("nothing retires a bare state"),
             ),
+            Call::CheckN(now, cost) => Answer::Check(
+                self.policy
+                    .check_n(&self.state, now, cost)
+                    .expect("nothing retires a bare state"),
+            ),
             Call::Remaining(now) => Answer::Remaining(
                 self.policy
                     .remaining(&self.state, now)
@@ -143,6 +151,7 @@ impl<P: Policy> Subject for Keyed<P> {
     fn call(&self, call: Call) -> Answer {
         match call {
             Call::Check(now) => Answer::Check(self.limiter.check_at(&KEY, now)),
+            Call::CheckN(now, cost) => Answer::Check(self.limiter.check_n_at(&KEY, now, cost)),
             Call::Remaining(now) => Answer::Remaining(self.limiter.remaining_at(&KEY, now)),
             Call::Clients => Answer::Clients(self.limiter.tracked_clients()),
         }
@@ -178,6 +187,21 @@ pub struct Run {
 }
 
 impl Run {
+    /// How many units the threads' admitted checks spent: `calls` are the
+    /// scenario's threads, in the same shape as `self.threads`.
+    pub fn admitted_units(&self, calls: &[Vec<Call>]) -> u64 {
+        self.threads
+            .iter()
+            .flatten()
+            .zip(calls.iter().flatten())
+            .filter(|(answer, _)| answer.admitted())
+            .map(|(_, call)| match *call {
+                Call::CheckN(_, cost) => cost,
+                _ => 1,
+            })
+            .sum()
+    }
+
     /// How many of the threads' checks were admitted.
     pub fn admitted(&self) -> usize {
         self.threads
@@ -240,10 +264,9 @@ where
         counted.fetch_add(1, StdOrdering::Relaxed);
         let run = run_concurrently::<S>(&scenario);
         let references = references.get().expect("worked out above");
-        let compared = masked::<S>(&run.0);
         let explained = references
             .iter()
-            .any(|reference| reference.run == compared && run.1.allows(&reference.order));
+            .any(|reference| reference.run == run.0 && run.1.allows(&reference.order));
         assert!(
             explained,
             "no sequential order gives these answers\n  scenario: {scenario:?}\n  \
@@ -385,7 +408,9 @@ fn sequential_references<S: Subject>(scenario: &Scenario) -> Vec<Reference> {
     let mut origins: Vec<Option<u64>> = vec![None];
     if S::CREATED_BY_FIRST_CALL && scenario.before.is_empty() {
         for calls in &scenario.threads {
-            if let Some(Call::Check(now) | Call::Remaining(now)) = calls.first() {
+            if let Some(Call::Check(now) | Call::CheckN(now, _) | Call::Remaining(now)) =
+                calls.first()
+            {
                 origins.push(Some(*now));
             }
         }
@@ -420,7 +445,7 @@ fn references_after<S: Subject>(scenario: &Scenario, origin: Option<u64>) -> Vec
             Reference {
                 origin,
                 order,
-                run: masked::<S>(&Run { threads, probes }),
+                run: Run { threads, probes },
             }
         })
         .collect()
@@ -431,7 +456,7 @@ fn references_after<S: Subject>(scenario: &Scenario, origin: Option<u64>) -> Vec
 /// lenient than the same check at the latest admitted time.
 fn check_contract_rules<S: Subject>(scenario: &Scenario, calls: &[Call], answers: &[Answer]) {
     let times = |call: &Call| match *call {
-        Call::Check(now) | Call::Remaining(now) => Some(now),
+        Call::Check(now) | Call::CheckN(now, _) | Call::Remaining(now) => Some(now),
         Call::Clients => None,
     };
     let mut latest_admitted: Option<u64> = None;
@@ -485,31 +510,6 @@ fn check_contract_rules<S: Subject>(scenario: &Scenario, calls: &[Call], answers
         if answer.admitted() {
             latest_admitted = latest_admitted.max(times(call));
         }
-    }
-}
-
-/// The answers as compared. A sliding-window admission reports its
-/// `remaining` from a read made after its compare-and-swap (the ring has no
-/// one word to take it from), so under contention it may already count later
-/// admissions; the other fields, and every other policy's decisions, come
-/// from the word that was swapped and are compared whole.
-fn masked<S: Subject>(run: &Run) -> Run {
-    let mask = |answer: &Answer| match *answer {
-        Answer::Check(decision) if decision.allowed && S::KIND == PolicyKind::SlidingWindow => {
-            Answer::Check(Decision {
-                remaining: 0,
-                ..decision
-            })
-        }
-        other => other,
-    };
-    Run {
-        threads: run
-            .threads
-            .iter()
-            .map(|answers| answers.iter().map(mask).collect())
-            .collect(),
-        probes: run.probes.clone(),
     }
 }
 

@@ -31,7 +31,12 @@ pub(crate) struct RateLimitHeaders {
 impl RateLimitHeaders {
     /// The headers for `ruled`, whose policy is named `name` unless a tier
     /// decided it (the tier's name then).
-    pub(crate) fn new(ruled: &RuledDecision<'_>, name: &str, legacy: bool) -> Self {
+    pub(crate) fn new(
+        ruled: &RuledDecision<'_>,
+        name: &str,
+        unit: Option<&str>,
+        legacy: bool,
+    ) -> Self {
         let decision = &ruled.decision;
         let name = ruled.tier.unwrap_or(name);
         let limit = ruled.config.limit();
@@ -40,6 +45,9 @@ impl RateLimitHeaders {
 
         let mut policy = sf_string(name);
         let _ = write!(policy, ";q={limit}");
+        if let Some(unit) = unit {
+            let _ = write!(policy, ";qu={}", sf_string(unit));
+        }
         if let Some(seconds) = whole_seconds(window) {
             let _ = write!(policy, ";w={seconds}");
         }
@@ -179,8 +187,12 @@ mod tests {
             ..Decision::default()
         };
         let config = Config::per(5, Duration::from_millis(1_500)).unwrap();
-        let headers =
-            RateLimitHeaders::new(&ruled(admitted, PolicyKind::Gcra, config), "api", false);
+        let headers = RateLimitHeaders::new(
+            &ruled(admitted, PolicyKind::Gcra, config),
+            "api",
+            None,
+            false,
+        );
         assert_eq!(headers.policy, r#""api";q=5"#);
         assert_eq!(headers.ratelimit, r#""api";r=4;t=0"#);
 
@@ -190,8 +202,12 @@ mod tests {
             tick: Tick::MILLISECOND,
             ..admitted
         };
-        let headers =
-            RateLimitHeaders::new(&ruled(admitted, PolicyKind::Gcra, config), "api", false);
+        let headers = RateLimitHeaders::new(
+            &ruled(admitted, PolicyKind::Gcra, config),
+            "api",
+            None,
+            false,
+        );
         assert_eq!(headers.policy, r#""api";q=5;w=60"#);
     }
 

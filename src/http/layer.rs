@@ -31,7 +31,14 @@ pub(crate) struct Options {
     pub(crate) on_missing_key: Option<Handler<MissingKey>>,
     pub(crate) bypass: Option<Predicate>,
     pub(crate) shape: bool,
+    /// What a request costs (1 each unless set), and the unit of the cost
+    /// for `RateLimit-Policy`'s `qu`.
+    pub(crate) cost: Option<Cost>,
+    pub(crate) unit: Option<&'static str>,
 }
+
+/// What a request costs, from its head.
+type Cost = Arc<dyn Fn(&Parts) -> u64 + Send + Sync>;
 
 /// A tower [`Layer`] that limits each client of the service it wraps.
 ///
@@ -105,6 +112,8 @@ where
                 on_missing_key: None,
                 bypass: None,
                 shape: true,
+                cost: None,
+                unit: None,
             }),
         }
     }
@@ -113,6 +122,35 @@ where
 impl<L, E> RateLimitLayer<L, E> {
     fn options(&mut self) -> &mut Options {
         Arc::make_mut(&mut self.options)
+    }
+
+    /// What each request costs, from its head (1 each by default): a
+    /// request of cost `n` spends `n` of the limit at once, all or nothing
+    /// (the contract's "Weighted requests"), for limits counted in rows,
+    /// tokens or bytes.
+    pub fn cost<F>(mut self, cost: F) -> Self
+    where
+        F: Fn(&Parts) -> u64 + Send + Sync + 'static,
+    {
+        self.options().cost = Some(Arc::new(cost));
+        self
+    }
+
+    /// Each request costs its `Content-Length` in bytes, and
+    /// `RateLimit-Policy` says `qu="content-bytes"`: a limit on uploaded
+    /// bytes. A request without a `Content-Length` (a body sent in chunks,
+    /// or none) costs 0 here: refuse those before the layer, or give your
+    /// own [`cost`](Self::cost), if they matter.
+    pub fn cost_in_content_bytes(mut self) -> Self {
+        self.options().unit = Some("content-bytes");
+        self.cost(|parts| {
+            parts
+                .headers
+                .get(http::header::CONTENT_LENGTH)
+                .and_then(|value| value.to_str().ok())
+                .and_then(|value| value.parse().ok())
+                .unwrap_or(0)
+        })
     }
 
     /// The policy's name in `RateLimit-Policy` and `RateLimit` (`"default"`

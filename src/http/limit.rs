@@ -15,8 +15,10 @@ use crate::{RateLimiter, RuledDecision};
 /// shared connection, awaited, and its fault rule answers when Redis fails,
 /// so a request never waits longer than the store's timeout.
 pub trait AsyncLimiter<Q: ?Sized>: Send + Sync {
-    /// Decides one request of `key` now, by the limiter's clock.
-    fn check_ruled(&self, key: &Q) -> impl Future<Output = RuledDecision<'_>> + Send;
+    /// Decides one request of `key` of cost `cost` (1 for a plain request;
+    /// the contract's "Weighted requests" otherwise) now, by the limiter's
+    /// clock.
+    fn check_ruled_n(&self, key: &Q, cost: u64) -> impl Future<Output = RuledDecision<'_>> + Send;
 }
 
 impl<Q, L> AsyncLimiter<Q> for L
@@ -25,8 +27,8 @@ where
     L: RateLimiter<Q> + ?Sized,
 {
     #[inline]
-    fn check_ruled(&self, key: &Q) -> impl Future<Output = RuledDecision<'_>> + Send {
-        ready(self.check_ruled_at(key, self.now()))
+    fn check_ruled_n(&self, key: &Q, cost: u64) -> impl Future<Output = RuledDecision<'_>> + Send {
+        ready(self.check_ruled_n_at(key, self.now(), cost))
     }
 }
 
@@ -40,8 +42,12 @@ mod redis {
     use crate::RuledDecision;
 
     impl AsyncLimiter<str> for AsyncRedisLimiter {
-        async fn check_ruled(&self, key: &str) -> RuledDecision<'_> {
-            let decision = self.check(key).await;
+        async fn check_ruled_n(&self, key: &str, cost: u64) -> RuledDecision<'_> {
+            let decision = if cost == 1 {
+                self.check(key).await
+            } else {
+                self.check_n(key, cost).await
+            };
             RuledDecision {
                 decision,
                 tier: None,
@@ -53,9 +59,13 @@ mod redis {
 
     /// An address is stored under its text (`203.0.113.7`, `2001:db8::`).
     impl AsyncLimiter<IpAddr> for AsyncRedisLimiter {
-        fn check_ruled(&self, key: &IpAddr) -> impl Future<Output = RuledDecision<'_>> + Send {
+        fn check_ruled_n(
+            &self,
+            key: &IpAddr,
+            cost: u64,
+        ) -> impl Future<Output = RuledDecision<'_>> + Send {
             let key = key.to_string();
-            async move { AsyncLimiter::<str>::check_ruled(self, &key).await }
+            async move { AsyncLimiter::<str>::check_ruled_n(self, &key, cost).await }
         }
     }
 }

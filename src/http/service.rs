@@ -114,8 +114,10 @@ where
 
         let limiter = Arc::clone(&self.limiter);
         Box::pin(async move {
-            let ruled = limiter.check_ruled(key.query()).await;
-            let headers = RateLimitHeaders::new(&ruled, &options.name, options.legacy);
+            let cost = options.cost.as_ref().map_or(1, |cost| cost(&parts));
+            let ruled = limiter.check_ruled_n(key.query(), cost).await;
+            let headers =
+                RateLimitHeaders::new(&ruled, &options.name, options.unit, options.legacy);
             let decision = ruled.decision;
             if !decision.allowed {
                 let mut response = match &options.on_rejected {

@@ -1,8 +1,10 @@
 //! `fixed-window`: at most `L` admissions in each window
 //! `[k·W, (k+1)·W)` of the client's own grid (windows start at its origin,
-//! so clients do not all reset at once).
+//! so clients do not all reset at once). A request of cost `n` is admitted
+//! iff `c + n <= L` in the current window, and adds `n` to its count in one
+//! CAS.
 
-use super::{saturate, sealed, window_start, Policy, Retired, Spent};
+use super::{sealed, until, window_start, Policy, Retired, Spent};
 use crate::cell::{self, transition, AtomicWord, Step, WindowWord};
 use crate::sync::AtomicU128;
 use crate::{Config, ConfigError, Decision, PolicyKind};
@@ -27,7 +29,7 @@ impl FixedWindow {
     #[inline]
     fn current(&self, word: u128, now: u64) -> WindowWord {
         let stored = WindowWord::unpack(word);
-        let window = now / self.config.window();
+        let window = WindowWord::index(now, self.config.window());
         if window > stored.window {
             WindowWord {
                 window,
@@ -44,20 +46,24 @@ impl FixedWindow {
         self.config.limit() - u64::from(self.current(word, now).current)
     }
 
+    /// The pure step for a cost `1 <= cost <= L`.
     #[inline]
-    fn step(&self, word: u128, now: u64) -> Step<u128> {
+    fn step(&self, word: u128, now: u64, cost: u64) -> Step<u128> {
         let mut state = self.current(word, now);
         let limit = self.config.limit();
-        if u64::from(state.current) < limit {
-            state.current += 1;
+        // c <= L < 2^32 and n <= L: the sum fits a u64.
+        let after = u64::from(state.current) + cost;
+        if after <= limit {
+            // At most L <= 2^32 − 1: the 32-bit field holds it (`cell`).
+            state.current = after as u32;
             Step {
-                decision: Decision::admit(limit - u64::from(state.current)),
+                decision: Decision::admit(limit - after),
                 next: Some(state.pack()),
             }
         } else {
             let end = (u128::from(state.window) + 1) * u128::from(self.config.window());
             Step {
-                decision: Decision::reject(0, saturate(end - u128::from(now))),
+                decision: Decision::reject(self.remaining_of(word, now), until(end, now)),
                 next: None,
             }
         }
@@ -86,9 +92,15 @@ impl Policy for FixedWindow {
         }
     }
 
+    /// Linearised at the one CAS that adds all `cost` to the count.
     #[inline]
-    fn check(&self, state: &FixedWindowState, now: u64) -> Result<Decision, Retired> {
-        transition(&state.word, |word| self.step(word, now))
+    fn check_within(
+        &self,
+        state: &FixedWindowState,
+        now: u64,
+        cost: u64,
+    ) -> Result<Decision, Retired> {
+        transition(&state.word, |word| self.step(word, now, cost))
     }
 
     #[inline]
@@ -116,9 +128,9 @@ impl Policy for FixedWindow {
 
     fn spent_state(&self, spent: u64, now: u64) -> FixedWindowState {
         let counts = WindowWord {
-            window: now / self.config.window(),
+            window: WindowWord::index(now, self.config.window()),
             previous: 0,
-            // At most L < 2^20 (the 20-bit field).
+            // At most L <= 2^32 − 1 (the 32-bit field).
             current: spent.min(self.config.limit()) as u32,
         };
         FixedWindowState {

@@ -3,9 +3,14 @@
 //! State: the theoretical arrival time `TAT`, initially the origin (0). With
 //! `t = max(TAT, now)`, a request is admitted iff `t − now <= τ`, where
 //! `τ = I·(L − 1)`, and then `TAT = t + I`. A burst of `L` gets through at
-//! once, then one per `I`.
+//! once, then one per `I`. A request of cost `n` (`1 <= n <= L`) is the
+//! last of `n` such requests at `now`: admitted iff
+//! `t + (n − 1)·I − now <= τ`, then `TAT = t + n·I`, in one CAS.
 //!
-//! Horizon: `TAT` is at most `now + W` (`τ + I = I·L <= W`). Windows are
+//! Horizon: `TAT` is at most `now + W` (`τ + I = I·L <= W`), whatever the
+//! cost: an admission leaves `TAT = t + n·I <= now + τ + I`. In the
+//! arithmetic `n·I <= L·I <= W <= 2^62` and `t < 2^63`, so
+//! `t + (n − 1)·I < 2^64` even on a rejection. Windows are
 //! capped at 2^62 ticks ([`MAX_SCHEDULE_WINDOW`](crate::MAX_SCHEDULE_WINDOW))
 //! and time stops at 2^62 − 1 ticks past the client's origin (146 years of
 //! nanoseconds; `cell::schedule_time`), so `TAT` stays below 2^63, exact,
@@ -42,20 +47,23 @@ pub(super) enum Slot {
 }
 
 impl Gcra {
-    /// Where a request at `now` falls in the schedule `tat`.
+    /// Where a request of cost `cost` (`1 <= cost <= L`) at `now` falls in
+    /// the schedule `tat`.
     #[inline]
-    pub(super) fn slot(&self, tat: u64, now: u64) -> Slot {
+    pub(super) fn slot(&self, tat: u64, now: u64, cost: u64) -> Slot {
         let t = tat.max(now);
         let wait = t - now;
-        if wait <= self.tolerance {
+        // (n − 1)·I <= τ <= W and wait < 2^63: exact (module docs).
+        let last = wait + (cost - 1) * self.interval;
+        if last <= self.tolerance {
             Slot::Admitted {
                 wait,
                 // Exact below the horizon in the module docs.
-                next_tat: t + self.interval,
+                next_tat: t + cost * self.interval,
             }
         } else {
             Slot::Rejected {
-                retry_after: wait - self.tolerance,
+                retry_after: last - self.tolerance,
             }
         }
     }
@@ -70,16 +78,17 @@ impl Gcra {
         }
     }
 
-    /// The pure step; `shaped` answers with the queueing delay.
+    /// The pure step for a cost `1 <= cost <= L`; `shaped` answers with the
+    /// queueing delay (of the first of the `cost`).
     #[inline]
-    pub(super) fn step(&self, tat: u64, now: u64, shaped: bool) -> Step<u64> {
-        match self.slot(tat, now) {
+    pub(super) fn step(&self, tat: u64, now: u64, cost: u64, shaped: bool) -> Step<u64> {
+        match self.slot(tat, now, cost) {
             Slot::Admitted { wait, next_tat } => {
                 // A client within its rate (`TAT <= now`) is now scheduled
-                // one interval ahead, which leaves `L − 1`: the common
+                // `n` intervals ahead, which leaves `L − n`: the common
                 // admission, answered without `remaining_of`'s division.
-                let remaining = if wait == 0 && next_tat - now == self.interval {
-                    self.config.limit() - 1
+                let remaining = if wait == 0 {
+                    self.config.limit() - cost
                 } else {
                     self.remaining_of(next_tat, now)
                 };
@@ -92,7 +101,16 @@ impl Gcra {
                 }
             }
             Slot::Rejected { retry_after } => Step {
-                decision: Decision::reject(0, retry_after),
+                // A single request is refused only with nothing left; a
+                // larger one may be refused with some left.
+                decision: Decision::reject(
+                    if cost == 1 {
+                        0
+                    } else {
+                        self.remaining_of(tat, now)
+                    },
+                    retry_after,
+                ),
                 next: None,
             },
         }
@@ -109,15 +127,17 @@ impl Gcra {
         })
     }
 
+    /// Linearised at the one CAS that moves `TAT` by all `cost` intervals.
     #[inline]
     pub(super) fn check_state(
         &self,
         state: &GcraState,
         now: u64,
+        cost: u64,
         shaped: bool,
     ) -> Result<Decision, Retired> {
         let now = schedule_time(now);
-        transition(&state.tat, |tat| self.step(tat, now, shaped))
+        transition(&state.tat, |tat| self.step(tat, now, cost, shaped))
     }
 
     #[inline]
@@ -187,8 +207,8 @@ impl Policy for Gcra {
     }
 
     #[inline]
-    fn check(&self, state: &GcraState, now: u64) -> Result<Decision, Retired> {
-        self.check_state(state, now, false)
+    fn check_within(&self, state: &GcraState, now: u64, cost: u64) -> Result<Decision, Retired> {
+        self.check_state(state, now, cost, false)
     }
 
     #[inline]

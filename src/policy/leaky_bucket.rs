@@ -34,8 +34,8 @@ impl Policy for LeakyBucket {
     }
 
     #[inline]
-    fn check(&self, state: &GcraState, now: u64) -> Result<Decision, Retired> {
-        self.schedule.check_state(state, now, true)
+    fn check_within(&self, state: &GcraState, now: u64, cost: u64) -> Result<Decision, Retired> {
+        self.schedule.check_state(state, now, cost, true)
     }
 
     #[inline]

@@ -61,7 +61,41 @@ pub trait Policy: sealed::Sealed + Send + Sync + Sized + 'static {
     /// # Errors
     ///
     /// [`Retired`] if the state was retired.
-    fn check(&self, state: &Self::State, now: u64) -> Result<Decision, Retired>;
+    #[inline]
+    fn check(&self, state: &Self::State, now: u64) -> Result<Decision, Retired> {
+        self.check_within(state, now, 1)
+    }
+
+    /// Decides one request of cost `cost` at `now` (the contract's
+    /// "Weighted requests"), and records it if admitted: all of it in one
+    /// atomic step, or nothing. A cost of 0 is admitted and changes
+    /// nothing; a cost above the limit is never admitted
+    /// (`retry_after == u64::MAX`); both answer `remaining(now)`.
+    ///
+    /// # Errors
+    ///
+    /// [`Retired`] if the state was retired.
+    #[inline]
+    fn check_n(&self, state: &Self::State, now: u64, cost: u64) -> Result<Decision, Retired> {
+        if cost == 0 {
+            return Ok(Decision::admit(self.remaining(state, now)?));
+        }
+        if cost > self.config().limit() {
+            return Ok(Decision::reject(self.remaining(state, now)?, u64::MAX));
+        }
+        self.check_within(state, now, cost)
+    }
+
+    /// [`check_n`](Self::check_n) for `1 <= cost <= limit`, the costs a
+    /// policy step decides; the others are answered by `check_n` from
+    /// `remaining`. A cost outside that range gives an unspecified answer
+    /// (never a panic or an overflow).
+    ///
+    /// # Errors
+    ///
+    /// [`Retired`] if the state was retired.
+    #[doc(hidden)]
+    fn check_within(&self, state: &Self::State, now: u64, cost: u64) -> Result<Decision, Retired>;
 
     /// How many requests would be admitted one after another at `now`.
     ///
@@ -129,6 +163,17 @@ pub struct Spent {
 #[inline]
 fn window_start(word: u128, window: u64) -> u64 {
     crate::cell::WindowWord::unpack(word).window * window
+}
+
+/// Ticks from `now` to `at`; `u64::MAX` when `at` is not after `now`: a
+/// window of one tick stopped at its last index (`cell::WindowWord`) never
+/// ends, so a request refused there is never admitted.
+#[inline]
+fn until(at: u128, now: u64) -> u64 {
+    match at.checked_sub(u128::from(now)) {
+        Some(0) | None => u64::MAX,
+        Some(ticks) => saturate(ticks),
+    }
 }
 
 /// `max(0, a − b)` without a branch the reader has to check.

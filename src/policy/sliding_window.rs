@@ -1,28 +1,47 @@
 //! `sliding-window`: the exact sliding log. A request at `now` is admitted
-//! iff fewer than `L` admitted requests have times `t > now − W`.
+//! iff fewer than `L` admitted requests have times `t > now − W`; one of
+//! cost `n` iff at most `L − n` units were admitted in that window.
 //!
-//! Only the last `L` admissions can matter, so each client keeps them in a
-//! ring of `L` slots (`LogSlot`, layout in `cell`): admission `m` lives in
-//! slot `m mod L`, tagged with sequence `m + L`. With `n` admissions so far,
-//! slot `n mod L` holds the oldest of the last `L`, and
+//! Each client keeps a ring of `L` slots (`LogSlot`, layout in `cell`), one
+//! *entry* per admission: an admission of cost `n` is one entry that counts
+//! `n` units, so it takes one slot and one CAS whatever `n` is, and a racing
+//! thread can never see part of it. Entry `m` lives in slot `m mod L`,
+//! tagged with sequence `m + L`, and carries the running total `U_m` of
+//! units admitted through it. Every entry counts at least one unit and the
+//! window never holds more than `L` units, so at most `L` entries are ever
+//! inside it: the ring keeps every entry that can still matter. With `e`
+//! entries so far, slot `e mod L` holds the oldest kept one, and
 //!
-//! * admission `n` is one CAS on that slot, from (`n`, oldest) to
-//!   (`n + L`, now) — it fails if anyone else admitted `n` first, so each
-//!   admission is committed exactly once, in order;
-//! * `committed` is only a hint for `n`: it is moved from `n` to `n + 1` by
-//!   whoever sees the slot of `n` already committed (the admitting thread
+//! * the units inside the window are `U_{e−1} − U_j` with `j` the newest
+//!   entry already outside it (0 if there is none): one search by time,
+//!   one subtraction of running totals — or exactly `L` if all `L` kept
+//!   entries are inside (they count at least `L` units, and never more);
+//! * admission `e` is one CAS on slot `e mod L`, from (`e`, oldest) to
+//!   (`e + L`, `U_{e−1} + n`, now) — it fails if anyone else committed entry
+//!   `e` first, so each entry is committed exactly once, in order;
+//! * `committed` is only a hint for `e`: it is moved from `e` to `e + 1` by
+//!   whoever sees the slot of `e` already committed (the admitting thread
 //!   or any other that finds it lagging), so it is never more than one behind
 //!   and no thread waits on another.
 //!
-//! Admission times are stored as `max(now, previous admission's time)`, so
-//! the ring is sorted and stored time never moves backwards; `remaining`
-//! finds the first admission still inside the window by galloping in from
-//! both ends: O(1) for an idle or a saturated client, O(log L) at worst.
-//! An admission's `Decision::remaining` is read after its CAS, so under
-//! contention it may already count other threads' later admissions: smaller,
-//! never larger, than at the instant of the CAS.
+//! An entry never changes while it is in its slot, and a slot read is
+//! checked against the sequence it should carry, so every read a decision
+//! makes after its snapshot (the load of the frontier slot, which shows
+//! entry `e` not yet committed) sees that snapshot's entries. A rejection is
+//! linearised at the snapshot; an admission at its CAS, which succeeds only
+//! if entry `e` is still uncommitted, so the same entries were there.
+//! `Decision::remaining` of an admission is `L − (units inside) − n` at that
+//! CAS.
 //!
-//! Retiring the state marks the frontier slot (the one admission `n` would
+//! Entry times are stored as `max(now, previous entry's time)`, so the ring
+//! is sorted and stored time never moves backwards; the search finds the
+//! first entry still inside the window by galloping in from both ends: O(1)
+//! for an idle or a saturated client, O(log L) at worst. A single request
+//! refused by a saturated client (all `L` kept entries inside) reads nothing
+//! beyond the snapshot: each of those entries then counts one unit, and the
+//! oldest one leaves first.
+//!
+//! Retiring the state marks the frontier slot (the one entry `e` would
 //! take) with `R`: every admission's CAS expects that slot unmarked, so the
 //! ring is frozen from then on, and reads see the mark and stop.
 
@@ -31,49 +50,64 @@ use crate::cell::LogSlot;
 use crate::sync::{AtomicU128, AtomicU64, Ordering};
 use crate::{Config, ConfigError, Decision, PolicyKind};
 
-/// The exact sliding log: at most `limit` requests in any `window` ticks.
-/// Keeps the last `limit` admission times per client (16 bytes each).
+/// The exact sliding log: at most `limit` units in any `window` ticks.
+/// Keeps up to `limit` admissions per client (16 bytes each), so it takes
+/// limits up to [`MAX_LOG_LIMIT`](crate::MAX_LOG_LIMIT).
 #[derive(Clone, Copy, Debug)]
 pub struct SlidingWindow {
     config: Config,
 }
 
-/// One client's `sliding-window` state: the ring of its last `L` admissions.
+/// One client's `sliding-window` state: the ring of its last `L` entries.
 #[derive(Debug)]
 pub struct SlidingWindowState {
-    /// Admissions committed so far, or one fewer (a hint; see module docs).
+    /// Entries committed so far, or one fewer (a hint; see module docs).
     committed: AtomicU64,
     ring: Box<[AtomicU128]>,
 }
 
-/// The state as of one instant: `n` admissions, the oldest of the last `L`
-/// (as stored in its slot), and the latest admission's time.
+/// The state as of one instant: `n` entries, the oldest of the last `L`
+/// (as stored in its slot), and the latest entry (time 0 and no units if
+/// there is none).
 struct Snapshot {
     n: u64,
     oldest: LogSlot,
-    latest_time: u64,
+    latest: LogSlot,
 }
 
 /// A slot was overwritten while being read: the state moved on; start again.
 struct Moved;
 
+/// Entry `entry`'s sequence (module docs; 43 bits, `cell`).
+#[inline]
+fn sequence(entry: u64) -> u64 {
+    entry & LogSlot::SEQUENCE
+}
+
+/// `U_a − U_b` from two running totals mod 2^20 (exact: it is at most `L`,
+/// `cell`).
+#[inline]
+fn units_between(later: LogSlot, earlier: LogSlot) -> u64 {
+    u64::from(later.units.wrapping_sub(earlier.units) & LogSlot::UNITS)
+}
+
 impl SlidingWindowState {
     #[inline]
-    fn slot(&self, admission: u64) -> &AtomicU128 {
+    fn slot(&self, entry: u64) -> &AtomicU128 {
         // The ring has L slots and L fits usize (it is at most 2^20 − 1), so
         // the remainder does too.
-        &self.ring[(admission % self.ring.len() as u64) as usize]
+        &self.ring[(entry % self.ring.len() as u64) as usize]
     }
 
-    /// Slot `admission mod L` if it still holds that admission.
+    /// Slot `entry mod L` if it still holds that entry.
     ///
     /// Acquire pairs with the Release of the CAS that wrote the slot; the
     /// slot's own sequence number is what the reader checks, so nothing else
     /// rides on this ordering.
     #[inline]
-    fn read(&self, admission: u64) -> Result<LogSlot, Moved> {
-        let slot = LogSlot::unpack(self.slot(admission).load(Ordering::Acquire));
-        if slot.sequence == admission + self.ring.len() as u64 {
+    fn read(&self, entry: u64) -> Result<LogSlot, Moved> {
+        let slot = LogSlot::unpack(self.slot(entry).load(Ordering::Acquire));
+        if slot.sequence == sequence(entry + self.ring.len() as u64) {
             Ok(slot)
         } else {
             Err(Moved)
@@ -81,7 +115,8 @@ impl SlidingWindowState {
     }
 
     /// A consistent view of the state: linearised at the load of the oldest
-    /// slot (which shows that admission `n` had not yet been committed).
+    /// slot (which shows that entry `n` had not yet been committed).
+    #[inline]
     fn snapshot(&self) -> Result<Snapshot, Retired> {
         let len = self.ring.len() as u64;
         loop {
@@ -89,32 +124,32 @@ impl SlidingWindowState {
             // sequence number.
             let n = self.committed.load(Ordering::Acquire);
             let oldest = LogSlot::unpack(self.slot(n).load(Ordering::Acquire));
-            if oldest.sequence == n | LogSlot::RETIRED {
+            if oldest.sequence == sequence(n) | LogSlot::RETIRED {
                 return Err(Retired);
             }
-            if oldest.sequence == n + len {
-                // Admission n is committed but the hint lags: move it on for
+            if oldest.sequence == sequence(n + len) {
+                // Entry n is committed but the hint lags: move it on for
                 // whoever committed it, then look again.
                 self.advance_hint(n);
                 continue;
             }
-            if oldest.sequence != n {
+            if oldest.sequence != sequence(n) {
                 continue; // the hint moved on after we read it
             }
-            let latest_time = match n.checked_sub(1) {
-                None => 0,
-                // Admission n − 1 stays in its slot until admission n − 1 + L,
-                // which follows admission n: if it is gone, so is this view.
+            let latest = match n.checked_sub(1) {
+                None => LogSlot {
+                    sequence: 0,
+                    units: 0,
+                    time: 0,
+                },
+                // Entry n − 1 stays in its slot until entry n − 1 + L, which
+                // follows entry n: if it is gone, so is this view.
                 Some(previous) => match self.read(previous) {
-                    Ok(slot) => slot.time,
+                    Ok(slot) => slot,
                     Err(Moved) => continue,
                 },
             };
-            return Ok(Snapshot {
-                n,
-                oldest,
-                latest_time,
-            });
+            return Ok(Snapshot { n, oldest, latest });
         }
     }
 
@@ -122,7 +157,7 @@ impl SlidingWindowState {
     /// moved on since. AcqRel/Acquire as an admission's CAS.
     fn mark(&self, snapshot: &Snapshot) -> bool {
         let marked = LogSlot {
-            sequence: snapshot.n | LogSlot::RETIRED,
+            sequence: sequence(snapshot.n) | LogSlot::RETIRED,
             ..snapshot.oldest
         };
         self.slot(snapshot.n)
@@ -135,21 +170,21 @@ impl SlidingWindowState {
             .is_ok()
     }
 
-    /// The admissions of a retired (frozen) ring: the marked slot is the
+    /// The entries of a retired (frozen) ring: the marked slot is the
     /// frontier `n`, and the hint is `n` or `n − 1`.
-    fn frozen_admissions(&self) -> u64 {
+    fn frozen_entries(&self) -> u64 {
         let hint = self.committed.load(Ordering::Acquire);
         let at_hint = LogSlot::unpack(self.slot(hint).load(Ordering::Acquire));
-        if at_hint.sequence == hint | LogSlot::RETIRED {
+        if at_hint.sequence == sequence(hint) | LogSlot::RETIRED {
             hint
         } else {
             hint + 1
         }
     }
 
-    /// Admission `admission`'s time in a frozen ring (no slot can change).
-    fn frozen_time(&self, admission: u64) -> u64 {
-        LogSlot::unpack(self.slot(admission).load(Ordering::Acquire)).time
+    /// Entry `entry` of a frozen ring (no slot can change).
+    fn frozen(&self, entry: u64) -> LogSlot {
+        LogSlot::unpack(self.slot(entry).load(Ordering::Acquire))
     }
 
     #[inline]
@@ -163,28 +198,29 @@ impl SlidingWindowState {
 }
 
 impl SlidingWindow {
-    /// Whether admission time `time` has left the window at `now`:
+    /// Whether entry time `time` has left the window at `now`:
     /// `time <= now − W`.
     #[inline]
     fn expired(&self, time: u64, now: u64) -> bool {
         u128::from(time) + u128::from(self.config.window()) <= u128::from(now)
     }
 
-    /// How many of the last `L` admissions before admission `n` are still
-    /// inside the window at `now`; `Moved` if the ring changed meanwhile.
+    /// How many of the last `L` entries before entry `n` are still inside
+    /// the window at `now`; `Moved` if the ring changed meanwhile.
     ///
-    /// Times rise with the admission number, so the expired ones are a
-    /// prefix. Gallop in from both ends (1, 2, 4, … slots from each), then
-    /// bisect what is left: O(log min(expired, inside)) slot reads, so a
-    /// client that is idle (all expired) or saturated (all inside) costs two
-    /// or three reads, mostly of slots the caller has just touched.
+    /// Times rise with the entry number, so the expired ones are a prefix.
+    /// Gallop in from both ends (1, 2, 4, … slots from each), then bisect
+    /// what is left: O(log min(expired, inside)) slot reads, so a client
+    /// that is idle (all expired) or saturated (all inside) costs two or
+    /// three reads, mostly of slots the caller has just touched.
+    #[inline]
     fn in_window(
         &self,
         n: u64,
         now: u64,
-        time_of: impl Fn(u64) -> Result<u64, Moved>,
+        read: &impl Fn(u64) -> Result<LogSlot, Moved>,
     ) -> Result<u64, Moved> {
-        let expired = |admission| Ok::<_, Moved>(self.expired(time_of(admission)?, now));
+        let expired = |entry| Ok::<_, Moved>(self.expired(read(entry)?.time, now));
         let mut low = n.saturating_sub(self.config.limit()); // [first, low) expired
         let mut high = n; // [high, n) inside
         let mut stride = 1;
@@ -214,26 +250,87 @@ impl SlidingWindow {
         Ok(n - low)
     }
 
+    /// The units inside the window at `now` (at least the latest entry's
+    /// time) of the `n` entries ending in `latest`.
+    #[inline]
+    fn units_inside(
+        &self,
+        n: u64,
+        latest: LogSlot,
+        now: u64,
+        read: &impl Fn(u64) -> Result<LogSlot, Moved>,
+    ) -> Result<u64, Moved> {
+        let limit = self.config.limit();
+        let inside = self.in_window(n, now, read)?;
+        let units = if inside == 0 {
+            0
+        } else if inside >= limit {
+            // L entries of at least one unit each, and never more than L
+            // units in a window.
+            limit
+        } else if inside == n {
+            // Every entry so far: the running total itself.
+            u64::from(latest.units)
+        } else {
+            units_between(latest, read(n - inside - 1)?)
+        };
+        // Exact for the entries of one snapshot; the bound only keeps a read
+        // the caller will discard from underflowing `L − units`.
+        Ok(units.min(limit))
+    }
+
+    /// Ticks from `now` until a request of cost `cost`, refused at `at`,
+    /// would be admitted: when the first entry `e` with
+    /// `U_{n−1} − U_e <= L − cost` leaves the window. Refused means more
+    /// than `L − cost` units are inside, so there is at least one entry.
+    fn retry_after(
+        &self,
+        snapshot: &Snapshot,
+        at: u64,
+        now: u64,
+        cost: u64,
+        read: &impl Fn(u64) -> Result<LogSlot, Moved>,
+    ) -> Result<u64, Moved> {
+        let limit = self.config.limit();
+        let n = snapshot.n;
+        // The entries inside are [n − inside, n); the one sought is among
+        // them (the latest one qualifies: 0 <= L − cost).
+        let room = limit - cost;
+        let mut low = n - self.in_window(n, at, read)?;
+        let mut high = n - 1;
+        while low < high {
+            let middle = low + (high - low) / 2;
+            if units_between(snapshot.latest, read(middle)?) <= room {
+                high = middle;
+            } else {
+                low = middle + 1;
+            }
+        }
+        let leaving = if low == n - 1 {
+            snapshot.latest
+        } else {
+            read(low)?
+        };
+        let free_at = u128::from(leaving.time) + u128::from(self.config.window());
+        Ok(u64::try_from(free_at - u128::from(now)).unwrap_or(u64::MAX))
+    }
+
     fn remaining_at(&self, state: &SlidingWindowState, now: u64) -> Result<u64, Retired> {
         loop {
             let snapshot = state.snapshot()?;
-            let now = now.max(snapshot.latest_time);
-            let time_of = |admission| state.read(admission).map(|slot| slot.time);
-            let Ok(inside) = self.in_window(snapshot.n, now, time_of) else {
+            let now = now.max(snapshot.latest.time);
+            let read = |entry| state.read(entry);
+            let Ok(used) = self.units_inside(snapshot.n, snapshot.latest, now, &read) else {
                 continue;
             };
-            // Every slot read above stays until admission n is committed; if
-            // it still is not, the reads all held at this instant.
-            if state.slot(snapshot.n).load(Ordering::Acquire) == snapshot.oldest.pack() {
-                return Ok(self.config.limit() - inside);
-            }
+            return Ok(self.config.limit() - used);
         }
     }
 
-    /// Idle when no admission is inside the window at `now`: none ever, or
+    /// Idle when no entry is inside the window at `now`: none ever, or
     /// the latest one is `<= now − W` (times rise along the ring).
     fn idle(&self, snapshot: &Snapshot, now: u64) -> bool {
-        snapshot.n == 0 || self.expired(snapshot.latest_time, now)
+        snapshot.n == 0 || self.expired(snapshot.latest.time, now)
     }
 }
 
@@ -253,29 +350,44 @@ impl Policy for SlidingWindow {
         self.config
     }
 
-    /// Slot `i` starts as if admission `i − L` had been there.
+    /// Slot `i` starts as if entry `i − L` had been there.
     fn new_state(&self) -> SlidingWindowState {
         self.spent_state(0, 0)
     }
 
-    fn check(&self, state: &SlidingWindowState, now: u64) -> Result<Decision, Retired> {
+    #[inline]
+    fn check_within(
+        &self,
+        state: &SlidingWindowState,
+        now: u64,
+        cost: u64,
+    ) -> Result<Decision, Retired> {
         let limit = self.config.limit();
+        let read = |entry| state.read(entry);
         loop {
-            let Snapshot {
-                n,
-                oldest,
-                latest_time,
-            } = state.snapshot()?;
+            let snapshot = state.snapshot()?;
+            let Snapshot { n, oldest, latest } = snapshot;
             // Judged at the latest time the state reflects, if that is later.
-            let at = now.max(latest_time);
-            if n >= limit && !self.expired(oldest.time, at) {
+            let at = now.max(latest.time);
+            if n >= limit && cost == 1 && !self.expired(oldest.time, at) {
                 // All of the last L are inside the window: none left.
                 let free_at = u128::from(oldest.time) + u128::from(self.config.window());
                 let retry_after = u64::try_from(free_at - u128::from(now)).unwrap_or(u64::MAX);
                 return Ok(Decision::reject(0, retry_after));
             }
+            let Ok(used) = self.units_inside(n, latest, at, &read) else {
+                continue;
+            };
+            if used + cost > limit {
+                let Ok(retry_after) = self.retry_after(&snapshot, at, now, cost, &read) else {
+                    continue;
+                };
+                return Ok(Decision::reject(limit - used, retry_after));
+            }
             let admitted = LogSlot {
-                sequence: n + limit,
+                sequence: sequence(n + limit),
+                // cost <= L < 2^20: the running total stays mod 2^20 (`cell`).
+                units: latest.units.wrapping_add(cost as u32) & LogSlot::UNITS,
                 time: at,
             };
             // Linearisation point of an admission. AcqRel: Release publishes
@@ -292,13 +404,7 @@ impl Policy for SlidingWindow {
                 .is_ok()
             {
                 state.advance_hint(n);
-                // Retired right after this admission: it is in the frozen
-                // ring, and counted there, so answer from it.
-                let remaining = match self.remaining_at(state, at) {
-                    Ok(remaining) => remaining,
-                    Err(Retired) => self.frozen_remaining(state, at),
-                };
-                return Ok(Decision::admit(remaining));
+                return Ok(Decision::admit(limit - used - cost));
             }
         }
     }
@@ -321,37 +427,41 @@ impl Policy for SlidingWindow {
         }
     }
 
-    /// Judged no earlier than the newest admission in the log.
+    /// Judged no earlier than the newest entry in the log.
     fn retire_spent(&self, state: &SlidingWindowState, now: u64) -> Spent {
         while let Ok(snapshot) = state.snapshot() {
             if state.mark(&snapshot) {
                 break;
             }
         }
-        let at = now.max(self.frozen_latest(state));
+        let at = now.max(self.frozen_latest(state).time);
         Spent {
             count: self.config.limit() - self.frozen_remaining(state, at),
             at,
         }
     }
 
-    /// The ring with `spent` admissions at `now`: slot `i < spent` holds
-    /// admission `i` (sequence `i + L`), the others are as new.
+    /// The ring with `spent` units admitted at `now`: one entry (slot 0,
+    /// sequence `L`) that counts them, the other slots as new.
     fn spent_state(&self, spent: u64, now: u64) -> SlidingWindowState {
         let len = self.config.limit();
         let spent = spent.min(len);
+        let entries = u64::from(spent > 0);
         SlidingWindowState {
-            committed: AtomicU64::new(spent),
+            committed: AtomicU64::new(entries),
             ring: (0..len)
                 .map(|i| {
-                    let slot = if i < spent {
+                    let slot = if i < entries {
                         LogSlot {
-                            sequence: i + len,
+                            sequence: sequence(i + len),
+                            // At most L < 2^20 (`cell`).
+                            units: spent as u32,
                             time: now,
                         }
                     } else {
                         LogSlot {
                             sequence: i,
+                            units: 0,
                             time: 0,
                         }
                     };
@@ -367,19 +477,26 @@ impl Policy for SlidingWindow {
 }
 
 impl SlidingWindow {
-    /// `remaining` of a retired ring, as it was frozen.
-    /// The newest admission's time in a frozen ring (0 if none).
-    fn frozen_latest(&self, state: &SlidingWindowState) -> u64 {
-        let n = state.frozen_admissions();
-        n.checked_sub(1).map_or(0, |last| state.frozen_time(last))
+    /// The newest entry of a frozen ring (time 0, no units, if none).
+    fn frozen_latest(&self, state: &SlidingWindowState) -> LogSlot {
+        let n = state.frozen_entries();
+        n.checked_sub(1).map_or(
+            LogSlot {
+                sequence: 0,
+                units: 0,
+                time: 0,
+            },
+            |last| state.frozen(last),
+        )
     }
 
+    /// `remaining` of a retired ring, as it was frozen.
     fn frozen_remaining(&self, state: &SlidingWindowState, now: u64) -> u64 {
-        let n = state.frozen_admissions();
+        let n = state.frozen_entries();
         let latest = self.frozen_latest(state);
-        let time_of = |admission| Ok(state.frozen_time(admission));
-        match self.in_window(n, now.max(latest), time_of) {
-            Ok(inside) => self.config.limit() - inside,
+        let read = |entry| Ok(state.frozen(entry));
+        match self.units_inside(n, latest, now.max(latest.time), &read) {
+            Ok(used) => self.config.limit() - used,
             Err(Moved) => unreachable!("a frozen ring does not move"),
         }
     }

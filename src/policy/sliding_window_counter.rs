@@ -2,9 +2,12 @@
 //! window's count weighted by how much of it the sliding window still
 //! covers. With `p` admitted in the previous window, `c` in the current one
 //! and `e` ticks into it, a request is admitted iff
-//! `p·(W − e) + c·W < L·W` (all in exact integers).
+//! `p·(W − e) + c·W < L·W` (all in exact integers). A request of cost `n`
+//! is the last of `n` such requests at that instant: admitted iff
+//! `p·(W − e) + (c + n − 1)·W < L·W`, then `c += n`, in one CAS. The
+//! products are below 2^33 · 2^64 (`p, c, n <= L < 2^32`), exact in `i128`.
 
-use super::{saturate, sealed, window_start, Policy, Retired, Spent};
+use super::{sealed, until, window_start, Policy, Retired, Spent};
 use crate::cell::{self, transition, AtomicWord, Step, WindowWord};
 use crate::sync::AtomicU128;
 use crate::{Config, ConfigError, Decision, PolicyKind};
@@ -42,7 +45,7 @@ impl SlidingWindowCounter {
     #[inline]
     fn view(&self, word: u128, now: u64) -> View {
         let stored = WindowWord::unpack(word);
-        let window = now / self.config.window();
+        let window = WindowWord::index(now, self.config.window());
         if window <= stored.window {
             let elapsed = if window == stored.window {
                 now % self.config.window()
@@ -69,9 +72,10 @@ impl SlidingWindowCounter {
         }
     }
 
-    /// `L·W − p·(W − e) − c·W`: positive iff one more is admitted.
+    /// `L·W − p·(W − e) − c·W`: positive iff one more is admitted. `current`
+    /// may be `c + n − 1` (below 2^33), for a request of cost `n`.
     #[inline]
-    fn slack(&self, previous: u32, current: u32, elapsed: u64) -> i128 {
+    fn slack(&self, previous: u32, current: u64, elapsed: u64) -> i128 {
         let w = self.window() as i128;
         let weighted = i128::from(previous) * (w - i128::from(elapsed)) + i128::from(current) * w;
         i128::from(self.config.limit()) * w - weighted
@@ -80,7 +84,11 @@ impl SlidingWindowCounter {
     /// `max(0, ⌈slack / W⌉)`.
     #[inline]
     fn remaining_of(&self, view: View) -> u64 {
-        let slack = self.slack(view.counts.previous, view.counts.current, view.elapsed);
+        let slack = self.slack(
+            view.counts.previous,
+            u64::from(view.counts.current),
+            view.elapsed,
+        );
         if slack <= 0 {
             0
         } else {
@@ -90,10 +98,10 @@ impl SlidingWindowCounter {
     }
 
     /// The first offset `e >= from` in a window with counts `p`, `c` that
-    /// admits a request, if any.
-    fn first_open(&self, previous: u32, current: u32, from: u64) -> Option<u64> {
+    /// admits a request, if any (`current` is `c + n − 1` for a cost `n`).
+    fn first_open(&self, previous: u32, current: u64, from: u64) -> Option<u64> {
         let w = self.config.window();
-        if from >= w || u64::from(current) >= self.config.limit() {
+        if from >= w || current >= self.config.limit() {
             return None;
         }
         if previous == 0 {
@@ -110,33 +118,42 @@ impl SlidingWindowCounter {
         (first < u128::from(w)).then_some(first as u64)
     }
 
-    /// Ticks from `now` to the first instant that admits, for a request
-    /// rejected at `view`: in this window, else the next, else (only when
-    /// W = 1) the one after.
-    fn retry_after(&self, view: View, now: u64) -> u64 {
+    /// Ticks from `now` to the first instant that admits a request of cost
+    /// `cost`, rejected at `view`: in this window, else the next (counts
+    /// `(c, 0)`), else the one after (`(0, 0)`, which admits any cost up to
+    /// `L` at its start).
+    fn retry_after(&self, view: View, now: u64, cost: u64) -> u64 {
         let WindowWord {
             window,
             previous,
             current,
         } = view.counts;
         let start = u128::from(window) * self.window();
-        let at = if let Some(e) = self.first_open(previous, current, view.elapsed + 1) {
+        let extra = cost - 1;
+        let at = if let Some(e) =
+            self.first_open(previous, u64::from(current) + extra, view.elapsed + 1)
+        {
             start + u128::from(e)
-        } else if let Some(e) = self.first_open(current, 0, 0) {
+        } else if let Some(e) = self.first_open(current, extra, 0) {
             start + self.window() + u128::from(e)
         } else {
             start + 2 * self.window()
         };
-        saturate(at - u128::from(now))
+        until(at, now)
     }
 
+    /// The pure step for a cost `1 <= cost <= L`.
     #[inline]
-    fn step(&self, word: u128, now: u64) -> Step<u128> {
+    fn step(&self, word: u128, now: u64, cost: u64) -> Step<u128> {
         let view = self.view(word, now);
         let counts = view.counts;
-        if self.slack(counts.previous, counts.current, view.elapsed) > 0 {
+        // c + n − 1 < 2^33: no overflow.
+        let last = u64::from(counts.current) + (cost - 1);
+        if self.slack(counts.previous, last, view.elapsed) > 0 {
             let counts = WindowWord {
-                current: counts.current + 1,
+                // Admitted means (c + n − 1)·W < L·W: c + n <= L <= 2^32 − 1,
+                // which the 32-bit field holds (`cell`).
+                current: (last + 1) as u32,
                 ..counts
             };
             Step {
@@ -145,7 +162,10 @@ impl SlidingWindowCounter {
             }
         } else {
             Step {
-                decision: Decision::reject(0, self.retry_after(view, now)),
+                decision: Decision::reject(
+                    self.remaining_of(view),
+                    self.retry_after(view, now, cost),
+                ),
                 next: None,
             }
         }
@@ -174,9 +194,15 @@ impl Policy for SlidingWindowCounter {
         }
     }
 
+    /// Linearised at the one CAS that adds all `cost` to the current count.
     #[inline]
-    fn check(&self, state: &SlidingWindowCounterState, now: u64) -> Result<Decision, Retired> {
-        transition(&state.word, |word| self.step(word, now))
+    fn check_within(
+        &self,
+        state: &SlidingWindowCounterState,
+        now: u64,
+        cost: u64,
+    ) -> Result<Decision, Retired> {
+        transition(&state.word, |word| self.step(word, now, cost))
     }
 
     #[inline]
@@ -208,9 +234,9 @@ impl Policy for SlidingWindowCounter {
     /// count: `remaining` is `⌈(L·W − spent·W) / W⌉ = L − spent`.
     fn spent_state(&self, spent: u64, now: u64) -> SlidingWindowCounterState {
         let counts = WindowWord {
-            window: now / self.config.window(),
+            window: WindowWord::index(now, self.config.window()),
             previous: 0,
-            // At most L < 2^20 (the 20-bit field).
+            // At most L <= 2^32 − 1 (the 32-bit field).
             current: spent.min(self.config.limit()) as u32,
         };
         SlidingWindowCounterState {

@@ -9,10 +9,13 @@
 //! sets `B = max(B, d) + 1`. (Induction: a drip raises `d`, adding a token
 //! until `B <= d`, the full bucket; an admission raises `max(B, d)` by one,
 //! taking one.) That is GCRA counted in drips with `τ = L − 1`, so the whole
-//! state is one `u64` that only grows — by one per admission, never past
-//! `d + L` — and no count or timestamp needs packing. Time stops at 2^62 − 1
-//! ticks past the origin (`cell::schedule_time`), so `B < 2^62 + 2^20` and
-//! the top bit is free for the retirement mark.
+//! state is one `u64` that only grows — by `n` per admission of cost `n`,
+//! never past `d + L` — and no count or timestamp needs packing. A cost `n`
+//! is admitted iff the bucket holds `n` tokens, `max(B, d) − d <= L − n`,
+//! and sets `B = max(B, d) + n` in one CAS. Time stops at 2^62 − 1 ticks
+//! past the origin (`cell::schedule_time`), so `d < 2^62`,
+//! `B <= d + L < 2^62 + 2^32` and the top bit is free for the retirement
+//! mark.
 
 use super::{saturate, sealed, Policy, Retired, Spent};
 use crate::cell::{self, schedule_time, transition, AtomicWord, Step};
@@ -48,23 +51,30 @@ impl TokenBucket {
         self.config.limit().saturating_sub(b.max(drips) - drips)
     }
 
+    /// The pure step for a cost `1 <= cost <= L`.
     #[inline]
-    fn step(&self, b: u64, now: u64) -> Step<u64> {
+    fn step(&self, b: u64, now: u64, cost: u64) -> Step<u64> {
         let drips = now / self.interval;
         let t = b.max(drips);
-        if t - drips < self.config.limit() {
-            // t <= d + L − 1 < 2^62 + 2^20: no overflow (module docs).
-            let next = t + 1;
+        let limit = self.config.limit();
+        // t − d <= L for every state written here; saturating covers a `now`
+        // older than the state.
+        let tokens = limit.saturating_sub(t - drips);
+        if tokens >= cost {
+            // t + n <= d + L < 2^62 + 2^32: no overflow (module docs).
+            let next = t + cost;
             Step {
-                decision: Decision::admit(self.tokens(next, drips)),
+                decision: Decision::admit(tokens - cost),
                 next: Some(next),
             }
         } else {
-            // The first drip that leaves a token: B − d* = L − 1.
-            let first = t - (self.config.limit() - 1);
+            // The first drip that leaves `n` tokens: B − d* = L − n, the
+            // (n − tokens)-th after now. t >= d + L − n + 1 here, so the
+            // subtraction does not wrap.
+            let first = t - (limit - cost);
             let at = u128::from(first) * u128::from(self.interval);
             Step {
-                decision: Decision::reject(0, saturate(at - u128::from(now))),
+                decision: Decision::reject(tokens, saturate(at - u128::from(now))),
                 next: None,
             }
         }
@@ -95,10 +105,16 @@ impl Policy for TokenBucket {
         }
     }
 
+    /// Linearised at the one CAS that takes all `cost` tokens.
     #[inline]
-    fn check(&self, state: &TokenBucketState, now: u64) -> Result<Decision, Retired> {
+    fn check_within(
+        &self,
+        state: &TokenBucketState,
+        now: u64,
+        cost: u64,
+    ) -> Result<Decision, Retired> {
         let now = schedule_time(now);
-        transition(&state.drips, |b| self.step(b, now))
+        transition(&state.drips, |b| self.step(b, now, cost))
     }
 
     #[inline]

@@ -91,6 +91,22 @@ impl AsyncRedisLimiter {
             .decision(self.call(key, Op::Check, Some(now)).await?)
     }
 
+    /// Decides one request of cost `cost` of `key` at `now`, all or nothing:
+    /// one script call, with the cost as an argument.
+    ///
+    /// # Errors
+    ///
+    /// As [`RedisLimiter::try_check_at`](super::RedisLimiter::try_check_at).
+    pub async fn try_check_n_at(
+        &self,
+        key: &str,
+        now: u64,
+        cost: u64,
+    ) -> Result<Decision, RedisError> {
+        let reply = self.call(key, self.core.weighed(cost), Some(now)).await?;
+        self.core.weighed_decision(reply, cost)
+    }
+
     /// Decides one request of `key` now (by Redis's clock with
     /// [`TimeSource::Server`]).
     ///
@@ -177,8 +193,20 @@ impl AsyncRedisLimiter {
         }
     }
 
-    /// Decides one request of `key` now; the fault rule answers when Redis
-    /// fails.
+    /// Decides one request of cost `cost` of `key` now (by Redis's clock
+    /// with [`TimeSource::Server`]), in one script call; the fault rule
+    /// answers when Redis fails.
+    pub async fn check_n(&self, key: &str, cost: u64) -> Decision {
+        let now = self.core.implicit_now();
+        let answer = self.call(key, self.core.weighed(cost), now).await;
+        match answer.and_then(|reply| self.core.weighed_decision(reply, cost)) {
+            Ok(decision) => decision,
+            Err(_) => self.core.check_n_on_failure(key, now, cost),
+        }
+    }
+
+    /// Decides one request of `key` now (by Redis's clock with
+    /// [`TimeSource::Server`]); the fault rule answers when Redis fails.
     pub async fn check(&self, key: &str) -> Decision {
         let now = self.core.implicit_now();
         match self

@@ -93,6 +93,29 @@ impl RedisLimiter {
             .and_then(|reply| self.core.decision(reply))
     }
 
+    /// Decides one request of cost `cost` of `key` at `now`, all or nothing
+    /// ([`RateLimiter::check_n_at`]): one script call, with the cost as an
+    /// argument.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_check_at`](Self::try_check_at).
+    pub fn try_check_n_at(&self, key: &str, now: u64, cost: u64) -> Result<Decision, RedisError> {
+        self.call(key, self.core.weighed(cost), Some(now))
+            .and_then(|reply| self.core.weighed_decision(reply, cost))
+    }
+
+    /// Decides one request of cost `cost` of `key` now (the clock as
+    /// [`try_check`](Self::try_check)).
+    ///
+    /// # Errors
+    ///
+    /// As [`try_check_at`](Self::try_check_at).
+    pub fn try_check_n(&self, key: &str, cost: u64) -> Result<Decision, RedisError> {
+        self.call(key, self.core.weighed(cost), self.core.implicit_now())
+            .and_then(|reply| self.core.weighed_decision(reply, cost))
+    }
+
     /// Decides one request of `key` now: by Redis's clock with
     /// [`TimeSource::Server`], by the local Unix time in ticks otherwise.
     ///
@@ -248,6 +271,11 @@ impl RateLimiter<str> for RedisLimiter {
             .unwrap_or_else(|_| self.core.check_on_failure(key, Some(now)))
     }
 
+    fn check_n_at(&self, key: &str, now: u64, cost: u64) -> Decision {
+        self.try_check_n_at(key, now, cost)
+            .unwrap_or_else(|_| self.core.check_n_on_failure(key, Some(now), cost))
+    }
+
     fn remaining_at(&self, key: &str, now: u64) -> u64 {
         self.try_remaining_at(key, now)
             .unwrap_or_else(|_| self.core.remaining_on_failure(key, Some(now)))
@@ -288,6 +316,13 @@ impl RateLimiter<str> for RedisLimiter {
         self.call(key, Op::Check, now)
             .and_then(|reply| self.core.decision(reply))
             .unwrap_or_else(|_| self.core.check_on_failure(key, now))
+    }
+
+    fn check_n(&self, key: &str, cost: u64) -> Decision {
+        let now = self.core.implicit_now();
+        self.call(key, self.core.weighed(cost), now)
+            .and_then(|reply| self.core.weighed_decision(reply, cost))
+            .unwrap_or_else(|_| self.core.check_n_on_failure(key, now, cost))
     }
 
     fn remaining(&self, key: &str) -> u64 {

@@ -664,6 +664,46 @@ impl Core {
         script::decision(reply).map(|decision| decision.in_ticks(self.tick()))
     }
 
+    /// The script operation for a request of cost `cost`: a cost of 0 or
+    /// above the limit is answered from `remaining` (one call still), so
+    /// the scripts only ever compute with `1 <= cost <= L < 2^53`.
+    fn weighed(&self, cost: u64) -> script::Op {
+        if cost == 0 || cost > self.config.limit() {
+            script::Op::Remaining
+        } else {
+            script::Op::CheckN(cost)
+        }
+    }
+
+    /// The decision for a request of cost `cost` from the reply to
+    /// [`weighed`](Self::weighed)'s operation (the contract's "Weighted
+    /// requests" for a cost of 0 and for one above the limit).
+    fn weighed_decision(&self, reply: script::Reply, cost: u64) -> Result<Decision, RedisError> {
+        let decision = self.decision(reply)?;
+        Ok(if cost == 0 {
+            Decision::admit(decision.remaining).in_ticks(self.tick())
+        } else if cost > self.config.limit() {
+            Decision::reject(decision.remaining, u64::MAX).in_ticks(self.tick())
+        } else {
+            decision
+        })
+    }
+
+    /// The fault rule's decision for a request of cost `cost`.
+    fn check_n_on_failure(&self, key: &str, now: Option<u64>, cost: u64) -> Decision {
+        match (self.on_failure, &self.local) {
+            (OnFailure::Local, Some(local)) => {
+                self.faults.fetch_add(1, Ordering::Relaxed);
+                local.check_n_at(key, now.unwrap_or_else(|| self.clock.now()), cost)
+            }
+            _ if cost > self.config.limit() => {
+                self.faults.fetch_add(1, Ordering::Relaxed);
+                Decision::reject(0, u64::MAX).in_ticks(self.tick())
+            }
+            _ => self.check_on_failure(key, now),
+        }
+    }
+
     /// The fault rule's answer to `remaining`.
     fn remaining_on_failure(&self, key: &str, now: Option<u64>) -> u64 {
         self.faults.fetch_add(1, Ordering::Relaxed);

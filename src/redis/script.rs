@@ -48,6 +48,9 @@ pub(super) fn script(policy: PolicyKind) -> Script {
 pub(super) enum Op {
     /// Decide one request.
     Check,
+    /// Decide one request of this cost, `1 <= cost <= L` (the limiter
+    /// answers the other costs from [`Op::Remaining`]).
+    CheckN(u64),
     /// How many would be admitted.
     Remaining,
     /// How many would be admitted, if the key exists: the reply is nil for
@@ -111,9 +114,13 @@ impl Arguments {
             Some(now) => now.to_string(),
             None => String::new(),
         };
+        let cost = match op {
+            Op::CheckN(cost) => cost,
+            _ => 1,
+        };
         let mut call = script.key(key);
         call.arg(match op {
-            Op::Check => "c",
+            Op::Check | Op::CheckN(_) => "c",
             Op::Remaining => "r",
             Op::Peek => "p",
         })
@@ -123,7 +130,8 @@ impl Arguments {
         .arg(&self.ms_per_tick)
         .arg(&self.ticks_per_ms)
         .arg(&self.min_ttl_ms)
-        .arg(self.leaky);
+        .arg(self.leaky)
+        .arg(cost);
         Ok(call)
     }
 }

@@ -90,6 +90,8 @@ pub const fn rejected(retry_after: u64) -> Decision {
 pub enum Op {
     /// `check_at`.
     Allow,
+    /// `check_n_at` with this cost.
+    AllowN(u64),
     /// `remaining_at`.
     Remaining,
 }
@@ -120,6 +122,7 @@ impl Answer {
 pub fn ask<Q: ?Sized>(limiter: &dyn RateLimiter<Q>, key: &Q, op: Op, at: u64) -> Answer {
     match op {
         Op::Allow => Answer::Decision(limiter.check_at(key, at)),
+        Op::AllowN(cost) => Answer::Decision(limiter.check_n_at(key, at, cost)),
         Op::Remaining => Answer::Remaining(limiter.remaining_at(key, at)),
     }
 }

@@ -37,8 +37,8 @@ local window, used = index, count
 if current > index then
   window, used = current, 0
 end
-if used < L then
-  store({'o', int(origin), 'i', int(window), 'c', int(used + 1)}, ttl(window, used + 1))
-  return {1, L - used - 1, 0, 0}
+if used + cost <= L then
+  store({'o', int(origin), 'i', int(window), 'c', int(used + cost)}, ttl(window, used + cost))
+  return {1, L - used - cost, 0, 0}
 end
-return {0, 0, (window + 1) * W - r + lag, 0}
+return {0, L - used, (window + 1) * W - r + lag, 0}

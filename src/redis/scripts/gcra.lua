@@ -35,14 +35,17 @@ if not check then
   end
   return {0, remaining_at(tat), 0, 0}
 end
+-- The last of the `cost` single requests is at t + (cost - 1) * I; the
+-- admission moves the TAT on by cost * I <= L * I <= W.
 local t = math.max(tat, r)
-if t - r <= tau then
-  tat = t + I
-  store({'o', int(origin), 't', int(tat)}, ttl(tat))
+local last = t + (cost - 1) * I
+if last - r <= tau then
   local delay = 0
   if leaky then
     delay = t - r + lag
   end
+  tat = t + cost * I
+  store({'o', int(origin), 't', int(tat)}, ttl(tat))
   return {1, remaining_at(tat), 0, delay}
 end
-return {0, 0, t - tau - r + lag, 0}
+return {0, remaining_at(tat), last - tau - r + lag, 0}

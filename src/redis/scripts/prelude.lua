@@ -15,6 +15,9 @@
 -- ARGV[6]  ticks per millisecond (1 when a tick is a millisecond or more)
 -- ARGV[7]  the least TTL in milliseconds given to a state that is written
 -- ARGV[8]  gcra.lua only: `1` for leaky-bucket (answer the queueing delay)
+-- ARGV[9]  the request's cost n for `c`, 1 <= n <= L (the caller answers a
+--          cost of 0 or above L from `r`): admitted iff n single requests
+--          at `now` would all be, then the state they would leave
 --
 -- Returns {allowed (0/1), remaining, retry_after, delay}; `remaining` and
 -- `peek` calls return {0, remaining, 0, 0}, and a `peek` of a key that does
@@ -56,6 +59,8 @@ local W = tonumber(ARGV[4])
 local ms_per_tick = tonumber(ARGV[5])
 local ticks_per_ms = tonumber(ARGV[6])
 local min_ttl = tonumber(ARGV[7])
+-- At most L <= 2^32 - 1: exact.
+local cost = tonumber(ARGV[9])
 
 -- The longest TTL set, 2^46 ms (2,230 years): far past any state's use, and
 -- small enough that the product below is compared before it can lose

@@ -50,18 +50,36 @@ if not check then
   end
   return {0, L - used, 0, 0}
 end
-if used < L then
-  local slot
-  if n == L then
-    slot = head
-    head = (head + 1) % L
-  else
-    slot = (head + n) % L
-    n = n + 1
+if used + cost <= L then
+  -- `cost` admissions at `at`, one slot each, written in batches (Lua's
+  -- unpack takes a few thousand values at most).
+  local fields = {}
+  for _ = 1, cost do
+    local slot
+    if n == L then
+      slot = head
+      head = (head + 1) % L
+    else
+      slot = (head + n) % L
+      n = n + 1
+    end
+    fields[#fields + 1] = int(slot)
+    fields[#fields + 1] = int(at)
+    if #fields >= 2000 then
+      redis.call('HSET', key, unpack(fields))
+      fields = {}
+    end
   end
-  store({'o', int(origin), 'n', int(n), 'h', int(head), int(slot), int(at)}, ttl(at))
-  return {1, L - used - 1, 0, 0}
+  fields[#fields + 1] = 'o'
+  fields[#fields + 1] = int(origin)
+  fields[#fields + 1] = 'n'
+  fields[#fields + 1] = int(n)
+  fields[#fields + 1] = 'h'
+  fields[#fields + 1] = int(head)
+  store(fields, ttl(at))
+  return {1, L - used - cost, 0, 0}
 end
--- All L kept times are in the window; the oldest leaves first, at its time
+-- With the `used` times in the window in order, the k-th oldest
+-- (k = used + cost - L) leaving makes room for all `cost`, at its time
 -- plus W.
-return {0, 0, kept(0) + W - r + lag, 0}
+return {0, L - used, kept(low + used + cost - L - 1) + W - r + lag, 0}

@@ -1,7 +1,8 @@
 -- sliding-window-counter: `c` admissions in window `i` and `p` in window
 -- i - 1, on the fixed-window grid. The caller keeps L * W <= 2^52, so each
--- product below (p * (W - e), c * W, L * W, (p + c - L) * W) is at most
--- 2^52 and each sum of two of them at most 2^53, all exact.
+-- product below (p * (W - e), L * W) is at most 2^52; those with the cost
+-- n <= L, m = n - 1 ((c + m) * W, (p + c + m - L) * W) are below 2^53, and
+-- so is every sum or difference of two of them: all exact.
 local state = redis.call('HMGET', key, 'o', 'i', 'p', 'c')
 local origin = tonumber(state[1])
 local new = origin == nil
@@ -61,31 +62,37 @@ if not check then
   end
   return {0, remaining_with(c), 0, 0}
 end
-if room(c) > 0 then
-  store({'o', int(origin), 'i', int(at_index), 'p', int(p), 'c', int(c + 1)},
-    ttl(at_index, p, c + 1))
-  return {1, remaining_with(c + 1), 0, 0}
+-- The last of the `cost` single requests: c + m with m = cost - 1.
+local m = cost - 1
+if room(c + m) > 0 then
+  store({'o', int(origin), 'i', int(at_index), 'p', int(p), 'c', int(c + cost)},
+    ttl(at_index, p, c + cost))
+  return {1, remaining_with(c + cost), 0, 0}
 end
 
 -- The first admitted instant: within this window at offset
--- floor((p + c - L) * W / p) + 1 if that is below W (p > 0); else at the
--- next window's start if c < L, one tick into it if W >= 2, or (W = 1) at
--- the start of the window after. start + 2W <= r + 2W < 2^53.
+-- floor((p + c + m - L) * W / p) + 1 if that is below W (p > 0); else in
+-- the next window (counts (c, 0)) at its start if c + m < L, else at
+-- floor((c + m - L) * W / c) + 1 if that is below W; else at the start of
+-- the window after, (0, 0). start + 2W <= r + 2W < 2^53.
 local start = at_index * W
 local first
 if p > 0 then
-  local f = idiv((p + c - L) * W, p) + 1
+  local f = idiv((p + c + m - L) * W, p) + 1
   if f < W then
     first = start + f
   end
 end
 if first == nil then
-  if c < L then
+  if c + m < L then
     first = start + W
-  elseif W >= 2 then
-    first = start + W + 1
   else
-    first = start + 2 * W
+    local f = idiv((c + m - L) * W, c) + 1
+    if f < W then
+      first = start + W + f
+    else
+      first = start + 2 * W
+    end
   end
 end
 return {0, remaining_with(c), first - r + lag, 0}

@@ -35,11 +35,12 @@ if not check then
   end
   return {0, available, 0, 0}
 end
-if available > 0 then
-  tokens = available - 1
+if available >= cost then
+  tokens = available - cost
   drips = counted
   store({'o', int(origin), 't', int(tokens), 'd', int(drips)}, ttl(tokens, drips))
   return {1, tokens, 0, 0}
 end
--- (counted + 1) * I <= r + I.
-return {0, 0, (counted + 1) * I - r + lag, 0}
+-- The (cost - available)-th drip after the last counted one fills it to
+-- `cost`: (counted + cost - available) * I <= r + L * I <= r + W.
+return {0, available, (counted + cost - available) * I - r + lag, 0}
