@@ -239,13 +239,13 @@ struct Counted {
 }
 
 impl AsyncLimiter<Client> for Counted {
-    async fn check_ruled(&self, key: &Client) -> RuledDecision<'_> {
+    async fn check_ruled_n(&self, key: &Client, cost: u64) -> RuledDecision<'_> {
         let ruled = match &self.store {
-            Store::Memory(limiter) => limiter.check_ruled_at(key, limiter.now()),
+            Store::Memory(limiter) => limiter.check_ruled_n_at(key, limiter.now(), cost),
             #[cfg(feature = "redis")]
             Store::Redis(redis) => match key {
-                Client::Ip(ip) => AsyncLimiter::<IpAddr>::check_ruled(redis, ip).await,
-                Client::Text(text) => AsyncLimiter::<str>::check_ruled(redis, text).await,
+                Client::Ip(ip) => AsyncLimiter::<IpAddr>::check_ruled_n(redis, ip, cost).await,
+                Client::Text(text) => AsyncLimiter::<str>::check_ruled_n(redis, text, cost).await,
             },
         };
         self.stats.count(&ruled.decision);
