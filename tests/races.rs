@@ -345,14 +345,14 @@ fn carry_overs_and_sweeps_without_pause_admit_within_the_bound() {
     stress_every_policy(twin, true);
 }
 
-/// FIXME: a stale call that carries its client over judges the old state
-/// at the lower bound it keeps of its latest time (`token-bucket`: drip
-/// `B − L`; `gcra`, `leaky-bucket`: `TAT − L·I`), earlier than the latest
-/// admission. Where the new rule re-lays the spend on another interval, or
-/// caps it at a lower limit, a spend judged that early comes out smaller
-/// than one judged at the latest time, and a request is handed back: each
-/// case below admits twice at one instant with a limit of 1 under the new
-/// rule (and, for the token bucket, under both).
+/// A state word keeps only a lower bound of its latest admission
+/// (`token-bucket`: drip `B − L`; `gcra`, `leaky-bucket`: `TAT − L·I`). A
+/// stale call that carried its client over at that bound, onto another
+/// interval or a lower limit, judged the spend too early and handed a
+/// request back: each case below admitted twice at one instant with a limit
+/// of 1 under the new rule (and, for the token bucket, under both). The
+/// carry-over is now judged at the latest time a check presented, which
+/// each tier client keeps beside its state.
 #[test]
 fn a_stale_carry_over_onto_another_interval_or_a_lower_limit_gives_nothing_back() {
     // Admissions before the reloads, the reloads, the stale time, and the
@@ -418,10 +418,11 @@ fn a_stale_carry_over_onto_another_interval_or_a_lower_limit_gives_nothing_back(
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
-/// FIXME: a sliding log carried over once all its admissions have left the
-/// window is rebuilt empty, so nothing remembers the carry-over's instant:
-/// a stale call then counts its admission at its own older `now`, and the
-/// next admission comes a window after that, not after the carry-over.
+/// A sliding log carried over once all its admissions have left the window
+/// is rebuilt empty: the state word itself then remembers nothing of the
+/// carry-over's instant, and a stale call used to count its admission at
+/// its own older `now`, so the next came a window after that, not after
+/// the carry-over. Checks are now judged no earlier than the carry-over.
 #[test]
 fn a_stale_call_after_an_empty_carry_over_counts_at_the_carry_over() {
     let tiers = single_tier(
