@@ -83,15 +83,24 @@
 //!
 //! # Concurrency
 //!
-//! A check for a known client is one lock-free look-up in an
-//! [`scc::HashIndex`] plus a compare-and-swap loop on the client's state
-//! words: no lock, no allocation. The first call of a new client allocates its
-//! state and takes one bucket lock to insert it; racing first calls end up
-//! sharing one state. Two other calls take one bucket lock each: a tier
-//! client's first call after its tier's rule changed (the carry-over), and
-//! [`RateLimiter::forget`]. The policies on 128-bit words are lock-free where
-//! the machine has a 16-byte compare-and-swap ([`wide_cas_is_lock_free`]).
-#![forbid(unsafe_code)]
+//! A [`Limiter`]'s check for a known client reads one slot of an
+//! open-addressing table, where the client's key and state words lie side by
+//! side, and runs a compare-and-swap loop on those words: no lock, no
+//! pointer to follow, no allocation. A new client claims an empty slot with
+//! one compare-and-swap (racing first calls end up sharing one state); the
+//! table grows by moving each client, one frozen slot at a time, into a
+//! larger one while checks go on, and outgrown tables are freed by
+//! epoch-based reclamation (`sdd`). Only a new client that finds its table
+//! full waits, for the rebuild. [`Tiers`](tiers::Tiers) keep their clients in
+//! an [`scc::HashIndex`] (lock-free look-ups; one bucket lock to create a
+//! client, to carry one over after its tier's rule changed, and for
+//! [`RateLimiter::forget`]). The policies on 128-bit words are lock-free
+//! where the machine has a 16-byte compare-and-swap
+//! ([`wide_cas_is_lock_free`]).
+// Unsafe code lives in two places only, each allowing it for itself: the
+// inline store's table (`store::inline`) and the loom stand-in of its
+// reclamation (`sync`).
+#![deny(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod baseline;

@@ -6,7 +6,7 @@ use std::fmt;
 use std::hash::Hash;
 
 use crate::policy::{Policy, Retired};
-use crate::store::{Arrival, Client, KeyedStore};
+use crate::store::{Arrival, Client, InlineStore, Lifecycle};
 use crate::sync::OnceLock;
 use crate::{
     Bounds, Clock, Config, ConfigError, Decision, Overflow, PolicyKind, QuantaClock, Tick,
@@ -338,10 +338,13 @@ impl std::error::Error for InsufficientCapacity {}
 /// policy's code with no dynamic dispatch; [`build`](crate::build) gives the
 /// same behind `Box<dyn RateLimiter>` when the policy is chosen at run time.
 ///
-/// A check for a known client takes no lock and allocates nothing; the first
-/// check of a new client allocates its state and takes one bucket lock of the
-/// map to insert it. [`Bounds`] (see [`with_bounds`](Self::with_bounds))
-/// evict idle clients and cap how many are tracked.
+/// A check for a known client takes no lock, follows no pointer and
+/// allocates nothing: the client's key and state lie inline in one slot of
+/// the store's table. The first check of a new client claims an empty slot
+/// with one compare-and-swap (allocating only what its key or a
+/// `sliding-window` ring needs). [`Bounds`] (see
+/// [`with_bounds`](Self::with_bounds)) evict idle clients and cap how many
+/// are tracked; a capped limiter sizes its table for the cap once.
 ///
 /// ```
 /// use floodgate::policy::{Policy, SlidingWindow};
@@ -361,7 +364,7 @@ impl std::error::Error for InsufficientCapacity {}
 /// ```
 pub struct Limiter<K, P: Policy, C = QuantaClock> {
     policy: P,
-    clients: KeyedStore<K, P::State>,
+    clients: InlineStore<K, P::State>,
     /// The state every client shares under [`Overflow::Shared`], created by
     /// the first of them.
     overflow: OnceLock<Client<P::State>>,
@@ -372,7 +375,7 @@ pub struct Limiter<K, P: Policy, C = QuantaClock> {
 
 impl<K, P> Limiter<K, P, QuantaClock>
 where
-    K: Hash + Eq + Clone + 'static,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
     P: Policy,
 {
     /// A limiter applying `policy`, on the default clock (nanoseconds, the
@@ -385,7 +388,7 @@ where
 
 impl<K, P, C> Limiter<K, P, C>
 where
-    K: Hash + Eq + Clone + 'static,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
     P: Policy,
     C: Clock,
 {
@@ -402,7 +405,7 @@ where
     fn assemble(policy: P, clock: C, bounds: Bounds) -> Self {
         Self {
             policy,
-            clients: KeyedStore::new(bounds),
+            clients: InlineStore::new(bounds),
             overflow: OnceLock::new(),
             tick: clock.tick(),
             clock,
@@ -500,15 +503,17 @@ where
                 .peek(key, |client| self.decide(client, now, cost))
             {
                 Some(answer) => answer,
-                None => match self.arrive(key, now) {
-                    Arrival::Created(client) => self.decide(&client, now, cost),
+                None => match self.clients.arrive(key, now, &self.policy, |client| {
+                    self.decide(client, now, cost)
+                }) {
+                    Arrival::Created(answer) => answer,
                     Arrival::Raced => continue,
                     Arrival::Full => return self.overflow_check(now, cost),
                 },
             };
             match answer {
                 Ok(decision) => return decision,
-                Err(Retired) => self.forget_retired(key),
+                Err(Retired) => self.clients.settle(),
             }
         }
     }
@@ -537,15 +542,18 @@ where
         loop {
             let answer = match self.clients.peek(key, |client| self.count(client, now)) {
                 Some(answer) => answer,
-                None => match self.arrive(key, now) {
-                    Arrival::Created(client) => self.count(&client, now),
+                None => match self
+                    .clients
+                    .arrive(key, now, &self.policy, |client| self.count(client, now))
+                {
+                    Arrival::Created(answer) => answer,
                     Arrival::Raced => continue,
                     Arrival::Full => return self.overflow_remaining(now),
                 },
             };
             match answer {
                 Ok(remaining) => return remaining,
-                Err(Retired) => self.forget_retired(key),
+                Err(Retired) => self.clients.settle(),
             }
         }
     }
@@ -560,8 +568,9 @@ where
         loop {
             match self.clients.peek(key, |client| self.count(client, now))? {
                 Ok(remaining) => return Some(remaining),
-                // Evicted under this call: gone once its entry is.
-                Err(Retired) => self.forget_retired(key),
+                // Moved or removed under this call: look again once that
+                // step is done.
+                Err(Retired) => self.clients.settle(),
             }
         }
     }
@@ -589,11 +598,7 @@ where
 
     /// Removes every client idle at `now` (see [`RateLimiter::sweep_at`]).
     pub fn sweep_at(&self, now: u64) -> usize {
-        self.clients.sweep(
-            now,
-            |client, now| self.retire_if_idle(client, now),
-            |state| self.policy.is_retired(state),
-        )
+        self.clients.sweep(now, &self.policy)
     }
 
     /// One decision on `client`'s state. Always inlined: it is the body of
@@ -628,39 +633,6 @@ where
     fn count(&self, client: &Client<P::State>, now: u64) -> Result<u64, Retired> {
         self.policy
             .remaining(&client.state, now.saturating_sub(client.origin))
-    }
-
-    /// Retires `client` if it is idle at `now`; never one created after
-    /// `now` (a sweep's `now` is a time every client it removes has reached).
-    fn retire_if_idle(&self, client: &Client<P::State>, now: u64) -> bool {
-        now.checked_sub(client.origin)
-            .is_some_and(|since| self.policy.retire_if_idle(&client.state, since))
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn arrive<Q>(&self, key: &Q, now: u64) -> Arrival<P::State>
-    where
-        Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
-        K: Borrow<Q>,
-    {
-        self.clients.arrive(
-            key,
-            now,
-            || self.policy.new_state(),
-            |client, now| self.retire_if_idle(client, now),
-            |state| self.policy.is_retired(state),
-        )
-    }
-
-    #[cold]
-    fn forget_retired<Q>(&self, key: &Q)
-    where
-        Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
-        K: Borrow<Q>,
-    {
-        self.clients
-            .remove_retired(key, |state| self.policy.is_retired(state));
     }
 
     /// A check of a client that found no room at the cap: [`Overflow`]'s
@@ -756,9 +728,27 @@ where
     }
 }
 
+/// What the store asks of the policy it holds states for.
+impl<P: Policy> Lifecycle<P::State> for P {
+    fn new_state(&self) -> P::State {
+        Policy::new_state(self)
+    }
+
+    /// Never retires a client created after `now` (a sweep's `now` is a
+    /// time every client it removes has reached).
+    fn retire_idle(&self, client: &Client<P::State>, now: u64) -> bool {
+        now.checked_sub(client.origin)
+            .is_some_and(|since| self.retire_if_idle(&client.state, since))
+    }
+
+    fn relocate(&self, state: &P::State) -> Option<P::State> {
+        Policy::relocate(self, state)
+    }
+}
+
 impl<K, P, C> fmt::Debug for Limiter<K, P, C>
 where
-    K: Hash + Eq + Clone + 'static,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
     P: Policy + fmt::Debug,
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -3,7 +3,7 @@
 //!
 //! Under `--cfg floodgate_loom` the atomics come from `loom`. Loom has no
 //! 128-bit atomic, so there `AtomicU128` is a word behind a loom mutex, and
-//! the keyed store's map is a list behind another. Each stand-in makes every
+//! the tiers' map is a list behind another. Each stand-in makes every
 //! operation one indivisible step, which is what the real ones give, but
 //! each also hides something; what, and why the models still prove what
 //! they claim, follows.
@@ -55,6 +55,27 @@
 //! hardware be relied on to hide the gap: on AArch64 an `Acquire` load of a
 //! 128-bit word may be a load-acquire pair, weaker than the mutex.)
 //!
+//! # What the table stand-in cannot see
+//!
+//! The limiter's inline store (`store::inline`) runs under loom as it ships:
+//! its slot tags, claims, seals and moves are loom atomics, its rebuild
+//! lock a loom mutex, and a new table has two slots, so the models rebuild
+//! it. Two things are stood in for:
+//!
+//! * **Reclamation.** `sdd` is not loom-aware, so under the cfg
+//!   [`TableCell`] keeps every table it ever held until it is dropped, and
+//!   [`Guard`] is empty. The models therefore check that a rebuild loses
+//!   and double-counts nothing, not when an outgrown table may be freed;
+//!   that rests on `sdd`'s epochs: a table is handed to its collector only
+//!   after it stopped being current, and freed only once every guard taken
+//!   before that has been dropped, and every reader reaches a table (the
+//!   current one, or an outgrown one's `next`) under a guard it holds for
+//!   as long as it uses the slot.
+//! * **The entries' memory.** A slot's key and client are written through
+//!   a std `UnsafeCell`, which loom does not track; what makes them safe to
+//!   read is that the write happens before the Release store of the tag
+//!   that every reader loads with Acquire first, and that loom does check.
+//!
 //! # What the map stand-in cannot see
 //!
 //! `scc::HashIndex` is not loom-aware, so under the cfg [`ClientIndex`] is a
@@ -82,7 +103,9 @@
 //! entry's bucket lock, so nothing rests on a sweep being one step.
 
 #[cfg(not(floodgate_loom))]
-pub(crate) use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+pub(crate) use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+#[cfg(not(floodgate_loom))]
+pub(crate) use std::sync::Mutex;
 #[cfg(not(floodgate_loom))]
 pub(crate) use portable_atomic::AtomicU128;
 // Loom does not model `OnceLock`; the one it guards (the shared overflow
@@ -90,7 +113,144 @@ pub(crate) use portable_atomic::AtomicU128;
 pub(crate) use std::sync::OnceLock;
 
 #[cfg(floodgate_loom)]
-pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+#[cfg(floodgate_loom)]
+pub(crate) use loom::sync::Mutex;
+
+/// Lets the thread whose step this one waits for run: a wait of the cold
+/// path only (a slot being filled, moved or removed by another thread),
+/// never of a known client's check. Under loom, a yield, which loom needs
+/// to see in every spin.
+#[inline]
+pub(crate) fn spin() {
+    #[cfg(not(floodgate_loom))]
+    std::thread::yield_now();
+    #[cfg(floodgate_loom)]
+    loom::thread::yield_now();
+}
+
+/// A thread's pin on the inline store's tables: while one is held, no
+/// table it loaded is freed (`sdd`'s epoch-based reclamation).
+#[cfg(not(floodgate_loom))]
+pub(crate) use sdd::Guard;
+
+/// The current table of the inline store, reclaimed by epochs (`sdd`).
+#[cfg(not(floodgate_loom))]
+pub(crate) use self::epoch_table::{Staged, TableCell};
+
+#[cfg(not(floodgate_loom))]
+mod epoch_table {
+    use super::{Guard, Ordering};
+
+    /// A table built but not yet published: owned here, reachable by
+    /// pointer (an outgrown table's `next`) while it is being filled.
+    pub(crate) type Staged<T> = sdd::Owned<T>;
+
+    /// The pointer to the current table. Replacing it hands the old table
+    /// to `sdd`'s collector, which frees it once every thread that held a
+    /// guard when it was replaced has let go.
+    pub(crate) struct TableCell<T>(sdd::AtomicOwned<T>);
+
+    impl<T: 'static> TableCell<T> {
+        pub(crate) fn new(value: T) -> Self {
+            Self(sdd::AtomicOwned::new(value))
+        }
+
+        /// Makes a table that is not yet published.
+        pub(crate) fn stage(value: T) -> Staged<T> {
+            sdd::Owned::new(value)
+        }
+
+        /// The current table, alive as long as `guard`. Acquire pairs with
+        /// `publish`'s Release: a reader sees the table as it was built.
+        #[inline]
+        pub(crate) fn load<'g>(&self, guard: &'g Guard) -> &'g T {
+            self.0
+                .load(Ordering::Acquire, guard)
+                .as_ref()
+                .expect("the store always has a table")
+        }
+
+        /// Makes `table` the current one and retires the old one.
+        pub(crate) fn publish(&self, table: Staged<T>) {
+            let (old, _) = self
+                .0
+                .swap((Some(table), sdd::Tag::None), Ordering::AcqRel);
+            // Dropping an `sdd::Owned` passes it to the collector: freed
+            // once no guard taken before this point is held.
+            drop(old);
+        }
+    }
+}
+
+#[cfg(floodgate_loom)]
+pub(crate) use self::loom_table::{Guard, Staged, TableCell};
+
+#[cfg(floodgate_loom)]
+#[allow(unsafe_code)]
+mod loom_table {
+    use super::{AtomicPtr, Mutex, Ordering};
+
+    /// No reclamation under loom: every table lives until the store does
+    /// (sync.rs's module docs, "What the table stand-in cannot see").
+    pub(crate) struct Guard;
+
+    impl Guard {
+        pub(crate) fn new() -> Self {
+            Guard
+        }
+    }
+
+    pub(crate) type Staged<T> = Box<T>;
+
+    /// The current table as a loom pointer; outgrown tables are kept.
+    pub(crate) struct TableCell<T> {
+        current: AtomicPtr<T>,
+        every: Mutex<Vec<*mut T>>,
+    }
+
+    // SAFETY: the raw pointers are `Box`es this cell owns; sharing the cell
+    // shares `&T` only, as an `Arc<T>` would.
+    unsafe impl<T: Send + Sync> Send for TableCell<T> {}
+    // SAFETY: as above.
+    unsafe impl<T: Send + Sync> Sync for TableCell<T> {}
+
+    impl<T> TableCell<T> {
+        pub(crate) fn new(value: T) -> Self {
+            let table = Box::into_raw(Box::new(value));
+            Self {
+                current: AtomicPtr::new(table),
+                every: Mutex::new(vec![table]),
+            }
+        }
+
+        pub(crate) fn stage(value: T) -> Staged<T> {
+            Box::new(value)
+        }
+
+        pub(crate) fn load<'g>(&self, _: &'g Guard) -> &'g T {
+            // SAFETY: every table this cell ever held is freed only when
+            // the cell is dropped, which no holder of `&self` outlives.
+            unsafe { &*self.current.load(Ordering::Acquire) }
+        }
+
+        pub(crate) fn publish(&self, table: Staged<T>) {
+            let table = Box::into_raw(table);
+            self.every.lock().unwrap().push(table);
+            self.current.store(table, Ordering::Release);
+        }
+    }
+
+    impl<T> Drop for TableCell<T> {
+        fn drop(&mut self) {
+            for table in self.every.get_mut().unwrap().drain(..) {
+                // SAFETY: each came from `Box::into_raw` once, and nothing
+                // borrows the cell any more.
+                drop(unsafe { Box::from_raw(table) });
+            }
+        }
+    }
+}
 
 #[cfg(floodgate_loom)]
 pub(crate) use self::loom_u128::AtomicU128;
@@ -103,7 +263,7 @@ pub(crate) fn native_u128_is_lock_free() -> bool {
     portable_atomic::AtomicU128::is_lock_free()
 }
 
-/// The keyed store's map: client key → shared client state.
+/// The tiers' map (`store::keyed`): client key → shared client state.
 #[cfg(not(floodgate_loom))]
 pub(crate) type ClientIndex<K, V> = scc::HashIndex<K, V, ahash::RandomState>;
 

@@ -510,3 +510,55 @@ fn flood<L: RateLimiter<u64>>(
     assert_eq!(limiter.tracked_clients(), FLOOD_CAP, "{policy} on {engine}");
     assert_eq!(stored(limiter), FLOOD_CAP, "{policy} on {engine}");
 }
+
+/// The lock-free store grows its table from 64 slots to 32,768 while four
+/// threads check and create clients in it, at a frozen instant: every move
+/// of a client into a larger table races checks of that client and inserts
+/// of others. Each of 20,000 clients gets 12 calls of which exactly `L = 5`
+/// are admitted, whichever table each landed in: nothing lost or counted
+/// twice by a move, and every client found afterwards.
+#[test]
+fn a_growing_table_keeps_every_total_exact() {
+    const CLIENTS: u64 = 20_000;
+    const GROWERS: u64 = 4;
+    const PASSES: u64 = 3;
+    const LIMIT: u64 = 5;
+    for policy in PolicyKind::ALL {
+        let limiter = frozen(policy, Engine::LockFree, LIMIT, LONG_WINDOW, 7);
+        let start = Barrier::new(GROWERS as usize);
+        let per_thread: Vec<Vec<u8>> = thread::scope(|scope| {
+            let handles: Vec<_> = (0..GROWERS)
+                .map(|me| {
+                    let (start, limiter) = (&start, &limiter);
+                    scope.spawn(move || {
+                        start.wait();
+                        let mut admitted = vec![0u8; CLIENTS as usize];
+                        for pass in 0..PASSES {
+                            // Each thread and pass walks the clients in its
+                            // own order (a stride coprime to the count), so
+                            // new clients and known ones interleave.
+                            let stride = [7_919, 104_729, 1_299_709][pass as usize];
+                            for step in 0..CLIENTS {
+                                let client = (me * 5_003 + step * stride) % CLIENTS;
+                                if limiter.allow(&client) {
+                                    admitted[client as usize] += 1;
+                                }
+                            }
+                        }
+                        admitted
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for client in 0..CLIENTS {
+            let total: u64 = per_thread
+                .iter()
+                .map(|counts| u64::from(counts[client as usize]))
+                .sum();
+            assert_eq!(total, LIMIT, "{policy}, client {client}");
+            assert_eq!(limiter.peek(&client), Some(0), "{policy}, client {client}");
+        }
+        assert_eq!(limiter.tracked_clients() as u64, CLIENTS, "{policy}");
+    }
+}

@@ -141,6 +141,13 @@ impl Policy for FixedWindow {
     fn is_retired(&self, state: &FixedWindowState) -> bool {
         AtomicU128::is_retired(state.word.load_word())
     }
+
+    fn relocate(&self, state: &FixedWindowState) -> Option<FixedWindowState> {
+        let (word, retired_now) = cell::retire(&state.word);
+        retired_now.then(|| FixedWindowState {
+            word: AtomicU128::new(word),
+        })
+    }
 }
 
 #[cfg(all(test, not(floodgate_loom)))]

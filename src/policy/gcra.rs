@@ -183,6 +183,14 @@ impl Gcra {
         }
     }
 
+    /// The schedule frozen where it stands and continued in a new word.
+    pub(super) fn relocate_state(state: &GcraState) -> Option<GcraState> {
+        let (tat, retired_now) = cell::retire(&state.tat);
+        retired_now.then(|| GcraState {
+            tat: AtomicU64::new(tat),
+        })
+    }
+
     pub(super) fn is_retired_state(state: &GcraState) -> bool {
         AtomicU64::is_retired(state.tat.load_word())
     }
@@ -230,6 +238,10 @@ impl Policy for Gcra {
 
     fn is_retired(&self, state: &GcraState) -> bool {
         Self::is_retired_state(state)
+    }
+
+    fn relocate(&self, state: &GcraState) -> Option<GcraState> {
+        Self::relocate_state(state)
     }
 }
 

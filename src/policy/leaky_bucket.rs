@@ -59,6 +59,10 @@ impl Policy for LeakyBucket {
         Gcra::is_retired_state(state)
     }
 
+    fn relocate(&self, state: &GcraState) -> Option<GcraState> {
+        Gcra::relocate_state(state)
+    }
+
     fn measured_from_earlier(&self, mut decision: Decision, lag: u64) -> Decision {
         if decision.allowed {
             decision.delay = decision.delay.saturating_add(lag);

@@ -124,6 +124,12 @@ pub trait Policy: sealed::Sealed + Send + Sync + Sized + 'static {
     /// Whether the state was retired.
     fn is_retired(&self, state: &Self::State) -> bool;
 
+    /// Freezes `state` with its retirement mark and answers a state that
+    /// continues it exactly: the keyed store moving a client into a larger
+    /// table. A call that raced with the freeze sees the mark and looks the
+    /// client up again, in the new table. `None` if it was retired already.
+    fn relocate(&self, state: &Self::State) -> Option<Self::State>;
+
     /// Within how many ticks a client that stops calling becomes idle: the
     /// window (two for `sliding-window-counter`, whose previous window still
     /// counts).

@@ -47,6 +47,8 @@
 
 use super::{sealed, Policy, Retired, Spent};
 use crate::cell::LogSlot;
+use std::sync::Arc;
+
 use crate::sync::{AtomicU128, AtomicU64, Ordering};
 use crate::{Config, ConfigError, Decision, PolicyKind};
 
@@ -63,7 +65,10 @@ pub struct SlidingWindow {
 pub struct SlidingWindowState {
     /// Entries committed so far, or one fewer (a hint; see module docs).
     committed: AtomicU64,
-    ring: Box<[AtomicU128]>,
+    /// Shared, not copied, when the keyed store moves the client to a
+    /// larger table: the ring is the state, and every decision through
+    /// either table's entry lands in it (`relocate`).
+    ring: Arc<[AtomicU128]>,
 }
 
 /// The state as of one instant: `n` entries, the oldest of the last `L`
@@ -473,6 +478,17 @@ impl Policy for SlidingWindow {
 
     fn is_retired(&self, state: &SlidingWindowState) -> bool {
         state.snapshot().is_err()
+    }
+
+    /// The ring is not frozen but shared: the old table's entry and the
+    /// new one's hold the same ring, so a check through either is a check
+    /// on the one state. Only the `committed` hint is per entry, and a hint
+    /// that lags is allowed (module docs).
+    fn relocate(&self, state: &SlidingWindowState) -> Option<SlidingWindowState> {
+        (!self.is_retired(state)).then(|| SlidingWindowState {
+            committed: AtomicU64::new(state.committed.load(Ordering::Acquire)),
+            ring: Arc::clone(&state.ring),
+        })
     }
 }
 

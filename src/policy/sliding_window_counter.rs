@@ -248,6 +248,13 @@ impl Policy for SlidingWindowCounter {
         AtomicU128::is_retired(state.word.load_word())
     }
 
+    fn relocate(&self, state: &SlidingWindowCounterState) -> Option<SlidingWindowCounterState> {
+        let (word, retired_now) = cell::retire(&state.word);
+        retired_now.then(|| SlidingWindowCounterState {
+            word: AtomicU128::new(word),
+        })
+    }
+
     fn forgets_after(&self) -> u64 {
         self.config.window().saturating_mul(2)
     }

@@ -154,6 +154,13 @@ impl Policy for TokenBucket {
     fn is_retired(&self, state: &TokenBucketState) -> bool {
         AtomicU64::is_retired(state.drips.load_word())
     }
+
+    fn relocate(&self, state: &TokenBucketState) -> Option<TokenBucketState> {
+        let (drips, retired_now) = cell::retire(&state.drips);
+        retired_now.then(|| TokenBucketState {
+            drips: AtomicU64::new(drips),
+        })
+    }
 }
 
 #[cfg(all(test, not(floodgate_loom)))]

@@ -1,6 +1,9 @@
-//! The in-memory keyed store: client key → that client's state, in an
+//! The tiers' keyed store: client key → that client's state, in an
 //! `scc::HashIndex` hashed by a randomly seeded `ahash`, with the bounds of
-//! [`crate::bounds`] (idle sweeps, a cap).
+//! [`crate::bounds`] (idle sweeps, a cap). A tier client's state is replaced
+//! whole when its tier's rule changes (the carry-over), so it lives behind
+//! an `Arc` here; a [`Limiter`](crate::Limiter)'s clients live inline in
+//! `store::inline`'s table.
 //!
 //! # What is lock-free
 //!
@@ -75,6 +78,7 @@ use std::sync::Arc;
 use scc::Equivalent;
 
 use crate::bounds::{Bounds, SweepSchedule, SweepTurn};
+use crate::store::Arrival;
 use crate::sync::{self, AtomicU64, AtomicUsize, ClientIndex, Ordering};
 
 /// One client: when it was created, and its policy state.
@@ -86,15 +90,6 @@ pub(crate) struct Client<S> {
     pub(crate) state: S,
 }
 
-/// What a new client's arrival came to.
-pub(crate) enum Arrival<S> {
-    /// This call created the client.
-    Created(Arc<Client<S>>),
-    /// Another call created it first: look it up again.
-    Raced,
-    /// The cap is reached and nothing idle could go: the overflow rule.
-    Full,
-}
 
 /// Client key → shared client state.
 pub(crate) struct KeyedStore<K, S> {
@@ -161,7 +156,7 @@ where
         new_state: impl FnOnce() -> S,
         retire_idle: impl Fn(&Client<S>, u64) -> bool,
         retired: impl Fn(&S) -> bool,
-    ) -> Arrival<S>
+    ) -> Arrival<Arc<Client<S>>>
     where
         Q: ?Sized + Hash + Equivalent<K> + ToOwned<Owned = K>,
     {
@@ -255,6 +250,7 @@ where
 
     /// Removes `key`'s entry if its state is retired (a call found it so;
     /// the place was given back by whoever retired it).
+    #[cfg(test)]
     pub(crate) fn remove_retired<Q>(&self, key: &Q, retired: impl Fn(&S) -> bool)
     where
         Q: ?Sized + Hash + Equivalent<K>,
@@ -324,6 +320,7 @@ where
     /// How many entries the map holds, as completed inserts and removals
     /// count them (module docs, "The cap"): never above `len`, and equal to
     /// the map's length when no call is in flight. O(1).
+    #[cfg(test)]
     pub(crate) fn stored(&self) -> usize {
         self.stored.load(Ordering::Relaxed)
     }

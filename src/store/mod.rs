@@ -1,6 +1,21 @@
 //! Where per-client state lives. The in-memory keyed store is here; other
 //! backends get their own files beside it.
 
+// The one module of the engine with unsafe code: the slots' entries are
+// written once and published by their tags (see its module docs).
+#[allow(unsafe_code)]
+mod inline;
 mod keyed;
 
-pub(crate) use keyed::{Arrival, Client, KeyedStore};
+pub(crate) use inline::{InlineStore, Lifecycle};
+pub(crate) use keyed::{Client, KeyedStore};
+
+/// What a new client's arrival came to.
+pub(crate) enum Arrival<T> {
+    /// This call created the client: its state, or what the call did with it.
+    Created(T),
+    /// Another call created it first: look it up again.
+    Raced,
+    /// The cap is reached and nothing idle could go: the overflow rule.
+    Full,
+}

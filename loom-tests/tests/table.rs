@@ -1,0 +1,161 @@
+//! The inline store's own races (`store::inline`). Under loom a new table
+//! has four slots and takes three clients, so the fourth client's insert
+//! rebuilds it: each model below fills the table first, then races a
+//! rebuild (or a sweep) with checks and inserts, and counts every admission
+//! exactly.
+#![cfg(floodgate_loom)]
+
+use floodgate::policy::{FixedWindow, Gcra, Policy, SlidingWindow, TokenBucket};
+use floodgate::{Bounds, Config, Limiter, ManualClock};
+use loom::sync::Arc;
+use loom::thread;
+
+/// A limiter with two of its table's three places taken: clients 10 and 11
+/// have spent one each, at 0.
+fn limiter<P: Policy>(limit: u64, bounds: Bounds) -> Arc<Limiter<u64, P, ManualClock>> {
+    let policy = P::new(Config::per_ticks(limit, 1_000).unwrap()).unwrap();
+    let limiter = Limiter::with_bounds(policy, ManualClock::new(0), bounds).unwrap();
+    for filler in FILLERS {
+        assert!(limiter.check_at(&filler, 0).allowed);
+    }
+    Arc::new(limiter)
+}
+
+const FILLERS: [u64; 2] = [10, 11];
+
+/// The fillers moved with their admissions.
+fn fillers_intact<P: Policy>(limiter: &Limiter<u64, P, ManualClock>, limit: u64) {
+    for filler in FILLERS {
+        assert_eq!(limiter.peek_at(&filler, 0), Some(limit - 1), "filler {filler}");
+    }
+}
+
+/// Client 1 has spent one of two and fills the table; a check of it races
+/// the insert of client 2, which moves client 1 into a larger table. The check lands on the old
+/// state before the freeze (and moves with it) or on the moved state,
+/// never on both and never on neither: client 1 ends with nothing left,
+/// whichever order, and both clients are found afterwards.
+fn a_rebuild_races_a_check<P: Policy>() {
+    loom::model(|| {
+        let limiter = limiter::<P>(2, Bounds::new());
+        assert!(limiter.check_at(&1, 0).allowed);
+        let inserter = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || limiter.check_at(&2, 0))
+        };
+        let checked = limiter.check_at(&1, 0);
+        let inserted = inserter.join().unwrap();
+        assert!(checked.allowed, "the second of two is admitted");
+        assert_eq!(checked.remaining, 0);
+        assert!(inserted.allowed);
+        assert_eq!(inserted.remaining, 1);
+        assert_eq!(limiter.peek_at(&1, 0), Some(0), "the admission moved");
+        assert_eq!(limiter.peek_at(&2, 0), Some(1));
+        assert!(!limiter.check_at(&1, 0).allowed);
+        fillers_intact(&limiter, 2);
+        assert_eq!(limiter.tracked_clients(), 4);
+        assert_eq!(limiter.stored_clients(), 4);
+    });
+}
+
+#[test]
+fn a_rebuild_races_a_check_gcra() {
+    a_rebuild_races_a_check::<Gcra>();
+}
+
+#[test]
+fn a_rebuild_races_a_check_token_bucket() {
+    a_rebuild_races_a_check::<TokenBucket>();
+}
+
+#[test]
+fn a_rebuild_races_a_check_fixed_window() {
+    a_rebuild_races_a_check::<FixedWindow>();
+}
+
+#[test]
+fn a_rebuild_races_a_check_sliding_window() {
+    a_rebuild_races_a_check::<SlidingWindow>();
+}
+
+/// Two new clients race into a full table (client 1 filled it): one
+/// rebuilds it, the other
+/// inserts into the new table while the move runs, or waits and inserts
+/// after. Both end with exactly one state each, and the old client's
+/// admission is carried.
+#[test]
+fn two_inserts_race_a_rebuild() {
+    loom::model(|| {
+        let limiter = limiter::<Gcra>(1, Bounds::new());
+        assert!(limiter.check_at(&1, 0).allowed);
+        let other = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || limiter.check_at(&2, 0))
+        };
+        let third = limiter.check_at(&3, 0);
+        assert!(other.join().unwrap().allowed);
+        assert!(third.allowed);
+        for key in 1..=3 {
+            assert_eq!(limiter.peek_at(&key, 0), Some(0), "client {key}");
+            assert!(!limiter.check_at(&key, 0).allowed, "client {key}");
+        }
+        fillers_intact(&limiter, 1);
+        assert_eq!(limiter.tracked_clients(), 5);
+        assert_eq!(limiter.stored_clients(), 5);
+    });
+}
+
+/// The same new client's first calls from two threads while the table is
+/// full: whichever inserts it (into the old table's successor, or after
+/// the rebuild), the other finds it, and exactly one is admitted (`L = 1`).
+#[test]
+fn one_new_client_from_two_threads_during_a_rebuild() {
+    loom::model(|| {
+        let limiter = limiter::<Gcra>(1, Bounds::new());
+        assert!(limiter.check_at(&1, 0).allowed);
+        let other = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || limiter.check_at(&2, 0))
+        };
+        let mine = limiter.check_at(&2, 0);
+        let other = other.join().unwrap();
+        assert_eq!(
+            usize::from(mine.allowed) + usize::from(other.allowed),
+            1,
+            "one state for client 2: {mine:?} {other:?}"
+        );
+        fillers_intact(&limiter, 1);
+        assert_eq!(limiter.tracked_clients(), 4);
+        assert_eq!(limiter.stored_clients(), 4);
+    });
+}
+
+/// A sweep racing the insert of a new client into a full table: clients 1,
+/// 10 and 11 (admitted at 0) are idle at 1,000 and go; client 2, created at
+/// 1,000, is busy once its call is decided, and its insert waits for the
+/// sweep if it needs the table rebuilt. Counts stay exact either way.
+#[test]
+fn a_sweep_races_an_insert() {
+    loom::model(|| {
+        let limiter = limiter::<Gcra>(1, Bounds::new());
+        assert!(limiter.check_at(&1, 0).allowed);
+        let sweeper = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || limiter.sweep_at(1_000))
+        };
+        let inserted = limiter.check_at(&2, 1_000);
+        let removed = sweeper.join().unwrap();
+        assert!(inserted.allowed);
+        // Client 2 may also be judged between its insert and its first
+        // decision, while its state is fresh (idle): then it is removed, and
+        // its call finds the mark and creates it again.
+        assert!(
+            removed == 3 || removed == 4,
+            "clients 1, 10 and 11 are idle at 1,000: {removed} removed"
+        );
+        assert_eq!(limiter.peek_at(&1, 1_000), None);
+        assert_eq!(limiter.peek_at(&2, 1_000), Some(0));
+        assert_eq!(limiter.tracked_clients(), 1);
+        assert_eq!(limiter.stored_clients(), 1);
+    });
+}

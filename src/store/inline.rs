@@ -1,0 +1,791 @@
+//! The limiter's keyed store: an open-addressing table whose slots hold
+//! each client's key and state inline, so that a known client's check reads
+//! one slot — a tag, the key beside it, the state words after them, one
+//! cache line for a `u64` key — with no lock and no pointer to follow.
+//!
+//! # Slots
+//!
+//! A slot is a tag word and an entry (the key and the [`Client`]). The tag
+//! says what the entry is and carries the key's fingerprint, so a probe
+//! compares keys only where fingerprints match (a long key, which lives
+//! behind a pointer, is read only then):
+//!
+//! ```text
+//!  63                                                          3 2     0
+//! +-------------------------------------------------------------+-------+
+//! |  fingerprint: the key's hash with its low 3 bits cleared    | state |
+//! +-------------------------------------------------------------+-------+
+//! ```
+//!
+//! A slot only moves forward through its states, never back to `EMPTY`, so
+//! a key in a table stays where it was put, and an entry, once written, is
+//! never written again while the table lives:
+//!
+//! ```text
+//! EMPTY ──claim──▶ BUSY ──entry written──▶ FULL ──evicted, forgotten──▶ DEAD
+//!   │                                        │
+//!   └──resize──▶ SEALED                      └──resize──▶ MOVING ──▶ MOVED
+//! ```
+//!
+//! * `EMPTY` (tag 0, the zeroed slot) ends a probe: the key is not in the
+//!   table, and this is where it would go. A claim is one CAS to
+//!   `BUSY | fingerprint`; the claimer writes the entry and publishes it
+//!   with a Release store of `FULL | fingerprint`, which every reader of the
+//!   entry loads with Acquire first.
+//! * `BUSY` with another key's fingerprint is skipped; with this key's, the
+//!   probe waits for the entry (a first insert racing a lookup of the same
+//!   key: one cold path waits on another, never a known client's check).
+//! * `DEAD` slots keep their entry (it is freed with the table) and are
+//!   probed past: a client that was evicted and comes back gets a new slot
+//!   further along its path.
+//! * The linear probe's invariant: when a key's slot was claimed, every slot
+//!   before it on its path was already claimed, and claimed slots never
+//!   become `EMPTY` or `SEALED`. So a probe that meets `EMPTY` or `SEALED`
+//!   before the key knows it is not in this table, and never will be.
+//!
+//! # Growing without stopping
+//!
+//! A table takes claims up to 7/8 of its slots (`room`). An insert that
+//! finds no room has the table rebuilt: twice the size if its live clients
+//! fill more than half the room, the same size otherwise (a flood of ids
+//! that were evicted leaves `DEAD` slots behind; the rebuild drops them). A
+//! capped store is sized for its cap once and is only ever rebuilt at that
+//! size. Rebuilds (and sweeps) run one at a time, under `upkeep`; checks and
+//! other inserts go on meanwhile:
+//!
+//! 1. The new table is built and published as the old one's `next`.
+//! 2. Every slot of the old table, in order: an `EMPTY` one is `SEALED`
+//!    (inserts that reach it go on to `next`); a `BUSY` one is waited for;
+//!    a `FULL` one is claimed for the move (`MOVING`), its state is frozen
+//!    by the policy's retirement mark and continued in `next`
+//!    ([`Lifecycle::relocate`]), and it becomes `MOVED`.
+//! 3. `next` becomes the current table; the old one goes to `sdd`'s
+//!    collector and is freed once no thread holds a guard taken before.
+//!
+//! No admission is lost or counted twice: a check's CAS on the old state
+//! either lands before the freeze, and is in what moves, or fails on the
+//! mark; the check then looks again, waits for `MOVED` and decides on the
+//! state in `next`. A probe goes on to `next` only on `MOVED` for its key
+//! (the key is there already) or on `SEALED` before its key (it was never
+//! in the old table), so an insert into `next` while the move runs can
+//! never create a client that is still waiting to move.
+//!
+//! # Removing clients
+//!
+//! Whoever turns a slot `DEAD` removed the client, and only they move the
+//! counts below. A sweep retires an idle state first (one CAS, which fails
+//! if a decision was stored since it was judged idle) and then marks the
+//! slot; `forget` marks the slot first and then retires the state, so a
+//! check that found the slot before either is decided on the old state or
+//! fails on the mark and looks again. A check that meets a retired state
+//! in a slot still `FULL` (a sweep between its two CASes) waits for the
+//! slot to change.
+//!
+//! # Sweeps and time, the cap
+//!
+//! As in the tiers' store (`store::keyed`, same sections): `swept` is the
+//! earliest origin a new client may get; `tracked` counts places under the
+//! cap, taken before an insert and given back by whoever removes a client;
+//! `stored` counts what the table did (+1 after a slot is published `FULL`,
+//! −1 after one is marked `DEAD`), so that `stored <= tracked <= cap` and a
+//! watcher can see a broken cap.
+
+use std::borrow::Borrow;
+use std::cell::UnsafeCell;
+use std::hash::Hash;
+use std::mem::MaybeUninit;
+
+use crate::bounds::{Bounds, SweepSchedule, SweepTurn};
+use crate::store::{Arrival, Client};
+use crate::sync::{
+    self, AtomicPtr, AtomicU64, AtomicUsize, Guard, Mutex, Ordering, Staged, TableCell,
+};
+
+/// What the store needs of a policy: how a client's state is judged idle,
+/// frozen for a move, and begun.
+pub(crate) trait Lifecycle<S> {
+    /// A new client's state.
+    fn new_state(&self) -> S;
+
+    /// Retires `client`'s state if it is idle at `now`; whether it did.
+    fn retire_idle(&self, client: &Client<S>, now: u64) -> bool;
+
+    /// Freezes `state` (its retirement mark) and answers the state that
+    /// continues it in a new table: the same decisions from here on. `None`
+    /// if it was retired already.
+    fn relocate(&self, state: &S) -> Option<S>;
+}
+
+/// The tag's low bits: the slot's state (module docs, "Slots").
+const STATE: u64 = 0b111;
+const EMPTY: u64 = 0;
+const BUSY: u64 = 1;
+const FULL: u64 = 2;
+const DEAD: u64 = 3;
+const MOVING: u64 = 4;
+const MOVED: u64 = 5;
+const SEALED: u64 = 6;
+
+/// The tag bits that identify a key: its hash, low bits cleared.
+#[inline]
+fn fingerprint(hash: u64) -> u64 {
+    hash & !STATE
+}
+
+/// How many slots a new unbounded store starts with. Small under loom: its
+/// room is 3 clients, so a model with a fourth rebuilds the table, and the
+/// models of one client never do.
+const FIRST_CAPACITY: usize = if cfg!(floodgate_loom) { 4 } else { 64 };
+
+struct Entry<K, S> {
+    key: K,
+    client: Client<S>,
+}
+
+struct Slot<K, S> {
+    tag: AtomicU64,
+    entry: UnsafeCell<MaybeUninit<Entry<K, S>>>,
+}
+
+impl<K, S> Slot<K, S> {
+    /// The entry of a slot whose tag was loaded (Acquire) as `FULL`,
+    /// `DEAD`, `MOVING` or `MOVED`.
+    ///
+    /// # Safety
+    ///
+    /// The caller saw one of those states with an Acquire load of this
+    /// slot's tag (or set it itself), and holds the table: the entry was
+    /// written before the Release store of `FULL`, and is never written
+    /// again nor dropped while the table lives.
+    #[inline]
+    unsafe fn entry(&self) -> &Entry<K, S> {
+        // SAFETY: as the caller promised: initialized, published, and from
+        // then on shared read-only.
+        unsafe { (*self.entry.get()).assume_init_ref() }
+    }
+}
+
+/// One table: a power of two of slots, and where its clients went if it was
+/// outgrown.
+pub(crate) struct Table<K, S> {
+    slots: Box<[Slot<K, S>]>,
+    mask: usize,
+    /// Slots claimed so far (every state but `EMPTY` and `SEALED`), and
+    /// places set aside for clients moving in. Relaxed: a lone counter moved
+    /// by read-modify-writes; it decides when to rebuild, never an answer.
+    claimed: AtomicUsize,
+    /// Claims stop here: 7/8 of the slots, so a probe always ends.
+    room: usize,
+    /// The table this one is being emptied into; null until a rebuild
+    /// begins. Release/Acquire: a reader that follows it sees it built.
+    next: AtomicPtr<Table<K, S>>,
+}
+
+// SAFETY: a table owns its keys and states and hands out only shared
+// references to them, to any thread; it is what a `Vec<(K, S)>` behind an
+// `Arc` would be, so it needs what that needs.
+unsafe impl<K: Send + Sync, S: Send + Sync> Send for Table<K, S> {}
+// SAFETY: as above; the entries' one-time writes are published through the
+// tags (module docs, "Slots").
+unsafe impl<K: Send + Sync, S: Send + Sync> Sync for Table<K, S> {}
+
+/// Where a probe ended.
+enum Probe<'t, K, S> {
+    /// The key's slot (`FULL` or `MOVING`).
+    Found(&'t Slot<K, S>),
+    /// Not in this table: the first `EMPTY` slot on its path.
+    Vacant(usize),
+    /// Not in this table: look in `next` (which is null only when every
+    /// slot was probed and the table is not being rebuilt).
+    Onward,
+}
+
+impl<K, S> Table<K, S> {
+    fn new(capacity: usize) -> Self {
+        debug_assert!(capacity.is_power_of_two() && capacity >= 2);
+        Self {
+            slots: (0..capacity)
+                .map(|_| Slot {
+                    tag: AtomicU64::new(EMPTY),
+                    entry: UnsafeCell::new(MaybeUninit::uninit()),
+                })
+                .collect(),
+            mask: capacity - 1,
+            claimed: AtomicUsize::new(0),
+            room: (capacity - capacity / 8).min(capacity - 1),
+            next: AtomicPtr::new(std::ptr::null_mut()),
+        }
+    }
+
+    fn capacity(&self) -> usize {
+        self.mask + 1
+    }
+
+    /// Looks `key` up along its path.
+    #[inline]
+    fn probe<Q>(&self, key: &Q, hash: u64) -> Probe<'_, K, S>
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + Eq,
+    {
+        let print = fingerprint(hash);
+        let mut index = hash as usize & self.mask;
+        for _ in 0..=self.mask {
+            let slot = &self.slots[index];
+            let mut tag = slot.tag.load(Ordering::Acquire);
+            loop {
+                let state = tag & STATE;
+                if tag & !STATE != print {
+                    // Another key's slot (or an empty or sealed one: their
+                    // fingerprint bits are 0, and a hash whose fingerprint
+                    // is 0 is the one case that reads on below).
+                    match state {
+                        EMPTY => return Probe::Vacant(index),
+                        SEALED => return Probe::Onward,
+                        _ => break,
+                    }
+                }
+                match state {
+                    EMPTY => return Probe::Vacant(index),
+                    SEALED => return Probe::Onward,
+                    BUSY => {
+                        // Perhaps this very key, being written: wait.
+                        sync::spin();
+                        tag = slot.tag.load(Ordering::Acquire);
+                        continue;
+                    }
+                    _ => {}
+                }
+                // SAFETY: `tag` was loaded with Acquire and is FULL, DEAD,
+                // MOVING or MOVED; the caller holds the table.
+                if unsafe { slot.entry() }.key.borrow() != key {
+                    break;
+                }
+                match state {
+                    FULL | MOVING => return Probe::Found(slot),
+                    MOVED => return Probe::Onward,
+                    // An evicted copy: the key may be further on.
+                    _ => break,
+                }
+            }
+            index = (index + 1) & self.mask;
+        }
+        Probe::Onward
+    }
+
+    /// The table this one is being emptied into, if a rebuild began.
+    #[inline]
+    fn next<'g>(&self, _: &'g Guard) -> Option<&'g Table<K, S>> {
+        let next = self.next.load(Ordering::Acquire);
+        // SAFETY: `next` is set once, to a table that is staged by the
+        // rebuild and then published as current; it is retired only by a
+        // later rebuild, after this one, so the collector frees it only
+        // once the guard that reached this table is gone.
+        (!next.is_null()).then(|| unsafe { &*next })
+    }
+
+    /// Takes one claim under `room`; false if there is none left.
+    fn claim(&self) -> bool {
+        self.claimed
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |claimed| {
+                (claimed < self.room).then_some(claimed + 1)
+            })
+            .is_ok()
+    }
+
+    /// Claims the first `EMPTY` slot on `hash`'s path and writes `entry`
+    /// there. Only for a client that cannot be in this table: a rebuild's
+    /// move (module docs, "Growing without stopping"), whose claim was set
+    /// aside beforehand.
+    fn place(&self, hash: u64, entry: Entry<K, S>) {
+        let print = fingerprint(hash);
+        let mut index = hash as usize & self.mask;
+        loop {
+            let slot = &self.slots[index];
+            if slot
+                .tag
+                .compare_exchange(EMPTY, print | BUSY, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                // SAFETY: this thread claimed the slot (EMPTY → BUSY) and
+                // is the only writer; no reader reads a BUSY slot's entry.
+                unsafe { (*slot.entry.get()).write(entry) };
+                slot.tag.store(print | FULL, Ordering::Release);
+                return;
+            }
+            index = (index + 1) & self.mask;
+        }
+    }
+}
+
+impl<K, S> Drop for Table<K, S> {
+    fn drop(&mut self) {
+        for slot in self.slots.iter_mut() {
+            // Relaxed: `&mut self`, so every write to the tag happened
+            // before this drop began.
+            let state = slot.tag.load(Ordering::Relaxed) & STATE;
+            if matches!(state, FULL | DEAD | MOVING | MOVED) {
+                // SAFETY: those states hold a written entry, dropped once,
+                // here: moving a client clones its key and continues its
+                // state in a new value, so the old entry is still its own.
+                unsafe { slot.entry.get_mut().assume_init_drop() };
+            }
+        }
+    }
+}
+
+/// Client key → that client's state, inline in an open-addressing table.
+pub(crate) struct InlineStore<K, S> {
+    table: TableCell<Table<K, S>>,
+    /// Randomly seeded (ahash's `new()`), so ids crafted to collide in one
+    /// process do not in another.
+    hasher: ahash::RandomState,
+    /// Rebuilds and sweeps, one at a time. Checks never take it; an insert
+    /// waits on it only when its table has no room left.
+    upkeep: Mutex<()>,
+    /// Whether a rebuild may double the table: not for a capped store,
+    /// whose first table already holds its cap.
+    grows: bool,
+    /// Places taken under the cap (module docs). Relaxed: one counter
+    /// changed only by read-modify-writes, publishing nothing.
+    tracked: AtomicUsize,
+    /// The latest `now` a sweep judged at: the earliest origin a new client
+    /// may get (module docs).
+    swept: AtomicU64,
+    /// Clients in the table as completed inserts and removals count them
+    /// (module docs). Relaxed, as `tracked`.
+    stored: AtomicUsize,
+    schedule: SweepSchedule,
+}
+
+impl<K, S> InlineStore<K, S>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    S: Send + Sync + 'static,
+{
+    pub(crate) fn new(bounds: Bounds) -> Self {
+        let (capacity, grows) = match bounds.cap() {
+            // The room (7/8 of the slots) exceeds the cap by at least 1/8
+            // of it, so the DEAD slots evictions leave behind are dropped by
+            // a rebuild at most once per cap/8 new clients, and the table
+            // never needs to grow.
+            Some(cap) => ((cap / 7 * 9 + 2).next_power_of_two(), false),
+            None => (FIRST_CAPACITY, true),
+        };
+        Self {
+            table: TableCell::new(Table::new(capacity)),
+            // Under loom, fixed seeds: every execution of a model must probe
+            // the same slots.
+            #[cfg(not(floodgate_loom))]
+            hasher: ahash::RandomState::new(),
+            #[cfg(floodgate_loom)]
+            hasher: ahash::RandomState::with_seeds(1, 2, 3, 4),
+            upkeep: Mutex::new(()),
+            grows,
+            tracked: AtomicUsize::new(0),
+            swept: AtomicU64::new(0),
+            stored: AtomicUsize::new(0),
+            schedule: SweepSchedule::new(bounds),
+        }
+    }
+
+    pub(crate) fn bounds(&self) -> Bounds {
+        self.schedule.bounds()
+    }
+
+    #[inline]
+    fn hash<Q: ?Sized + Hash>(&self, key: &Q) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    /// The slot holding `key`'s client, in the current table or the one it
+    /// is moving to.
+    #[inline]
+    fn find<'g, Q>(&self, key: &Q, hash: u64, guard: &'g Guard) -> Option<&'g Slot<K, S>>
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + Eq,
+    {
+        let mut table = self.table.load(guard);
+        loop {
+            match table.probe(key, hash) {
+                Probe::Found(slot) => return Some(slot),
+                Probe::Vacant(_) => return None,
+                Probe::Onward => table = table.next(guard)?,
+            }
+        }
+    }
+
+    /// Runs `visit` on `key`'s client, if it is tracked.
+    #[inline]
+    pub(crate) fn peek<Q, R>(&self, key: &Q, visit: impl FnOnce(&Client<S>) -> R) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + Hash + Eq,
+    {
+        let hash = self.hash(key);
+        let guard = Guard::new();
+        let slot = self.find(key, hash, &guard)?;
+        // SAFETY: `find` answers only slots it loaded (Acquire) as FULL or
+        // MOVING, and `guard` holds their table.
+        Some(visit(&unsafe { slot.entry() }.client))
+    }
+
+    /// A call that found its client's state retired (a rebuild moving it,
+    /// a sweep or `forget` removing it) waits for that step to finish
+    /// before it looks again.
+    #[cold]
+    pub(crate) fn settle(&self) {
+        sync::spin();
+    }
+
+    /// A call for `key`, which was not tracked, at `now`: sweeps first if a
+    /// sweep is due, then creates the client if there is room, and runs
+    /// `visit` on it.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn arrive<Q, R>(
+        &self,
+        key: &Q,
+        now: u64,
+        policy: &impl Lifecycle<S>,
+        visit: impl FnOnce(&Client<S>) -> R,
+    ) -> Arrival<R>
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
+    {
+        if let Some(turn) = self.schedule.arrive() {
+            self.sweep_turn(turn, now, policy);
+        }
+        let cap = self.schedule.bounds().cap();
+        if !self.reserve(cap) {
+            let Some(cap) = cap else {
+                unreachable!("reserving fails only at a cap")
+            };
+            if let Some(turn) = self.schedule.at_cap(cap) {
+                self.sweep_turn(turn, now, policy);
+            }
+            if !self.reserve(Some(cap)) {
+                // A racing first call may have created this very client.
+                return if self.peek(key, |_| ()).is_some() {
+                    Arrival::Raced
+                } else {
+                    Arrival::Full
+                };
+            }
+        }
+        // Acquire pairs with the Release of the sweep that raised `swept`
+        // (see `store::keyed`'s `arrive`).
+        let origin = now.max(self.swept.load(Ordering::Acquire));
+        let entry = Entry {
+            key: key.to_owned(),
+            client: Client {
+                origin,
+                state: policy.new_state(),
+            },
+        };
+        let hash = self.hash(key);
+        let guard = Guard::new();
+        match self.insert(key, hash, entry, policy, &guard) {
+            Some(slot) => {
+                self.stored.fetch_add(1, Ordering::Relaxed);
+                // SAFETY: this thread published the slot FULL, and `guard`
+                // holds its table.
+                Arrival::Created(visit(&unsafe { slot.entry() }.client))
+            }
+            None => {
+                // Another thread created it first: give the place back.
+                self.tracked.fetch_sub(1, Ordering::Relaxed);
+                Arrival::Raced
+            }
+        }
+    }
+
+    /// Puts `entry` in `key`'s first empty slot, unless `key` is present
+    /// (then `None`): in the current table, or in the one it is moving to.
+    fn insert<'g, Q>(
+        &self,
+        key: &Q,
+        hash: u64,
+        entry: Entry<K, S>,
+        policy: &impl Lifecycle<S>,
+        guard: &'g Guard,
+    ) -> Option<&'g Slot<K, S>>
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + Eq,
+    {
+        let print = fingerprint(hash);
+        let mut table = self.table.load(guard);
+        loop {
+            match table.probe(key, hash) {
+                Probe::Found(_) => return None,
+                Probe::Onward => match table.next(guard) {
+                    Some(next) => table = next,
+                    None => {
+                        self.rebuild(table, policy, guard);
+                        table = self.table.load(guard);
+                    }
+                },
+                Probe::Vacant(index) => {
+                    let slot = &table.slots[index];
+                    if !table.claim() {
+                        // A racing insert may have taken the last claim for
+                        // this very key: if the slot is no longer empty,
+                        // probe again before rebuilding anything.
+                        if slot.tag.load(Ordering::Acquire) == EMPTY {
+                            self.rebuild(table, policy, guard);
+                            table = self.table.load(guard);
+                        }
+                        continue;
+                    }
+                    match slot.tag.compare_exchange(
+                        EMPTY,
+                        print | BUSY,
+                        Ordering::Acquire,
+                        Ordering::Relaxed,
+                    ) {
+                        Ok(_) => {
+                            // SAFETY: this thread claimed the slot and is
+                            // its only writer; readers wait while BUSY.
+                            unsafe { (*slot.entry.get()).write(entry) };
+                            // Release: publishes the entry to every reader
+                            // that loads this tag with Acquire.
+                            slot.tag.store(print | FULL, Ordering::Release);
+                            return Some(slot);
+                        }
+                        Err(_) => {
+                            // Taken (by another key, or this one) or sealed
+                            // meanwhile: probe again.
+                            table.claimed.fetch_sub(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Rebuilds `table`, which had no room for an insert, unless another
+    /// thread already did (module docs, "Growing without stopping").
+    #[cold]
+    #[inline(never)]
+    fn rebuild(&self, table: &Table<K, S>, policy: &impl Lifecycle<S>, guard: &Guard) {
+        let _upkeep = self.upkeep.lock().unwrap_or_else(|poison| poison.into_inner());
+        if !std::ptr::eq(self.table.load(guard), table) {
+            return; // rebuilt while this thread waited
+        }
+        // Claims given back meanwhile (inserts that lost a slot race, or a
+        // rebuild's set-aside that the move did not need) left room: no
+        // rebuild. A table with every slot taken has no claim to give back,
+        // so an insert that found none still gets its rebuild.
+        if table.claimed.load(Ordering::Relaxed) < table.room {
+            return;
+        }
+        self.move_table(table, policy);
+    }
+
+    /// Moves every live client of `table` (the current one) into a new
+    /// table and publishes it. Runs under `upkeep`.
+    fn move_table(&self, table: &Table<K, S>, policy: &impl Lifecycle<S>) {
+        // Live clients, counted in the slots (not by `stored`, which lags
+        // behind inserts that are done but not yet counted): a rebuild at
+        // the same size must leave at least half the room free, or the next
+        // insert would ask for another at once.
+        let live = table
+            .slots
+            .iter()
+            .filter(|slot| matches!(slot.tag.load(Ordering::Relaxed) & STATE, BUSY | FULL))
+            .count();
+        let capacity = if self.grows && live * 2 > table.room {
+            table.capacity() * 2
+        } else {
+            table.capacity()
+        };
+        let next: Staged<Table<K, S>> = TableCell::stage(Table::new(capacity));
+        // Every client that can still move is in a claimed slot, and the old
+        // table's claims stop at its room: set that many aside, so inserts
+        // into `next` while the move runs leave space for the move. What the
+        // move did not need is given back at the end.
+        next.claimed.store(table.room, Ordering::Relaxed);
+        let next_ptr: *const Table<K, S> = &*next;
+        table.next.store(next_ptr.cast_mut(), Ordering::Release);
+        let mut moved = 0;
+        for slot in table.slots.iter() {
+            let mut tag = slot.tag.load(Ordering::Acquire);
+            loop {
+                match tag & STATE {
+                    EMPTY => match slot.tag.compare_exchange(
+                        EMPTY,
+                        SEALED,
+                        Ordering::Relaxed,
+                        Ordering::Acquire,
+                    ) {
+                        Ok(_) => break,
+                        Err(now) => tag = now,
+                    },
+                    BUSY => {
+                        sync::spin();
+                        tag = slot.tag.load(Ordering::Acquire);
+                    }
+                    FULL => match slot.tag.compare_exchange(
+                        tag,
+                        (tag & !STATE) | MOVING,
+                        Ordering::Acquire,
+                        Ordering::Acquire,
+                    ) {
+                        Ok(_) => {
+                            // SAFETY: the slot was FULL (Acquire) and this
+                            // thread holds the table it is rebuilding.
+                            let entry = unsafe { slot.entry() };
+                            let settled = match policy.relocate(&entry.client.state) {
+                                Some(state) => {
+                                    let hash = self.hash(&entry.key);
+                                    // SAFETY of the deref: `next` is owned
+                                    // by this function until it publishes it.
+                                    next.place(
+                                        hash,
+                                        Entry {
+                                            key: entry.key.clone(),
+                                            client: Client {
+                                                origin: entry.client.origin,
+                                                state,
+                                            },
+                                        },
+                                    );
+                                    moved += 1;
+                                    MOVED
+                                }
+                                // Retired by someone whose removal will not
+                                // find it here any more: it cannot happen
+                                // (sweeps run under `upkeep`; `forget`
+                                // marks the slot first), but a retired
+                                // state must never move.
+                                None => DEAD,
+                            };
+                            // Release: a reader that sees MOVED and goes on
+                            // to `next` sees the client placed there.
+                            slot.tag.store((tag & !STATE) | settled, Ordering::Release);
+                            break;
+                        }
+                        Err(now) => tag = now,
+                    },
+                    // DEAD stays behind; nothing else is left by anyone
+                    // but a rebuild, and only one runs.
+                    _ => break,
+                }
+            }
+        }
+        next.claimed.fetch_sub(table.room - moved, Ordering::Relaxed);
+        self.table.publish(next);
+    }
+
+    /// Takes a place under `cap`; false at the cap.
+    fn reserve(&self, cap: Option<usize>) -> bool {
+        let Some(cap) = cap else {
+            self.tracked.fetch_add(1, Ordering::Relaxed);
+            return true;
+        };
+        self.tracked
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |tracked| {
+                (tracked < cap).then_some(tracked + 1)
+            })
+            .is_ok()
+    }
+
+    /// Removes `key`'s client and retires its state with `retire`; whether
+    /// it was tracked. A call that still holds the state finds it retired
+    /// on its next CAS and looks the client up again.
+    pub(crate) fn forget<Q>(&self, key: &Q, retire: impl Fn(&S)) -> bool
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + Hash + Eq,
+    {
+        let hash = self.hash(key);
+        let guard = Guard::new();
+        loop {
+            let Some(slot) = self.find(key, hash, &guard) else {
+                return false;
+            };
+            let tag = slot.tag.load(Ordering::Acquire);
+            if tag & STATE == FULL
+                && slot
+                    .tag
+                    .compare_exchange(
+                        tag,
+                        (tag & !STATE) | DEAD,
+                        Ordering::Acquire,
+                        Ordering::Relaxed,
+                    )
+                    .is_ok()
+            {
+                // `stored` first, then the place: as a sweep gives them back.
+                self.stored.fetch_sub(1, Ordering::Relaxed);
+                self.tracked.fetch_sub(1, Ordering::Relaxed);
+                // SAFETY: the slot was FULL (Acquire); `guard` holds it.
+                retire(&unsafe { slot.entry() }.client.state);
+                return true;
+            }
+            // Being moved or removed by another thread: look again.
+            sync::spin();
+        }
+    }
+
+    /// An explicit sweep at `now`: how many clients it removed (0 if another
+    /// thread is sweeping).
+    pub(crate) fn sweep(&self, now: u64, policy: &impl Lifecycle<S>) -> usize {
+        match self.schedule.turn() {
+            Some(turn) => self.sweep_turn(turn, now, policy),
+            None => 0,
+        }
+    }
+
+    /// Removes every client idle at `now`, under `upkeep`.
+    fn sweep_turn(&self, turn: SweepTurn<'_>, now: u64, policy: &impl Lifecycle<S>) -> usize {
+        let _upkeep = self.upkeep.lock().unwrap_or_else(|poison| poison.into_inner());
+        // Raised before any state is judged, so that every eviction below
+        // happens after it (Release: see `arrive`).
+        self.swept.fetch_max(now, Ordering::Release);
+        let guard = Guard::new();
+        // The current table: no rebuild runs while `upkeep` is held.
+        let table = self.table.load(&guard);
+        let mut removed = 0;
+        for slot in table.slots.iter() {
+            let tag = slot.tag.load(Ordering::Acquire);
+            if tag & STATE != FULL {
+                continue;
+            }
+            // SAFETY: the slot was FULL (Acquire); `guard` holds the table.
+            let client = &unsafe { slot.entry() }.client;
+            if policy.retire_idle(client, now)
+                && slot
+                    .tag
+                    .compare_exchange(
+                        tag,
+                        (tag & !STATE) | DEAD,
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    )
+                    .is_ok()
+            {
+                removed += 1;
+            }
+        }
+        // `stored` first, then the places: so `stored <= tracked`.
+        self.stored.fetch_sub(removed, Ordering::Relaxed);
+        let kept = self.tracked.fetch_sub(removed, Ordering::Relaxed) - removed;
+        turn.finish(kept);
+        removed
+    }
+
+    /// How many clients hold a place (see `store::keyed`'s `len`).
+    pub(crate) fn len(&self) -> usize {
+        self.tracked.load(Ordering::Relaxed)
+    }
+
+    /// How many clients the table holds, as completed inserts and removals
+    /// count them. O(1).
+    pub(crate) fn stored(&self) -> usize {
+        self.stored.load(Ordering::Relaxed)
+    }
+}
