@@ -562,3 +562,73 @@ fn a_growing_table_keeps_every_total_exact() {
         assert_eq!(limiter.tracked_clients() as u64, CLIENTS, "{policy}");
     }
 }
+
+/// Moves racing checks, made frequent: three threads check eight hot
+/// clients without pause while a fourth creates 200,000 new ones, so the
+/// table is rebuilt about a dozen times and every rebuild moves the hot
+/// clients under the checkers' feet. At a frozen instant and a limit no
+/// thread reaches, every check is admitted, and each hot client's
+/// `remaining` must be the limit minus exactly the checks it got: a check
+/// lost in a move (landing on a state after it was copied) or counted twice
+/// would leave it one off. (Not `sliding-window`: its move shares the
+/// ring rather than freezing a word, and 200,000 rings of this limit would
+/// not fit in memory; the growth test above covers it.)
+#[test]
+fn moves_racing_hot_checks_lose_nothing() {
+    const HOT: u64 = 8;
+    const LIMIT: u64 = 100_000;
+    /// Per hot client per checker: the three together stay below `LIMIT`.
+    const MOST: u64 = 30_000;
+    const NEW: u64 = 200_000;
+    for policy in PolicyKind::ALL {
+        if policy == PolicyKind::SlidingWindow {
+            continue;
+        }
+        let limiter = frozen(policy, Engine::LockFree, LIMIT, LONG_WINDOW, 7);
+        for client in 0..HOT {
+            assert!(limiter.allow(&client));
+        }
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let start = Barrier::new(4);
+        let checked: Vec<(Vec<u64>, Vec<u64>)> = thread::scope(|scope| {
+            let inserter = scope.spawn(|| {
+                start.wait();
+                for client in HOT..HOT + NEW {
+                    assert!(limiter.allow(&client), "{policy}, new client {client}");
+                }
+                done.store(true, Ordering::Release);
+            });
+            let checkers: Vec<_> = (0..3)
+                .map(|_| {
+                    scope.spawn(|| {
+                        start.wait();
+                        let (mut calls, mut admitted) = (vec![0; HOT as usize], vec![0; HOT as usize]);
+                        'run: for _ in 0..MOST {
+                            for client in 0..HOT {
+                                if done.load(Ordering::Acquire) {
+                                    break 'run;
+                                }
+                                calls[client as usize] += 1;
+                                admitted[client as usize] += u64::from(limiter.allow(&client));
+                            }
+                        }
+                        (calls, admitted)
+                    })
+                })
+                .collect();
+            inserter.join().unwrap();
+            checkers.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for client in 0..HOT {
+            let calls: u64 = checked.iter().map(|(c, _)| c[client as usize]).sum();
+            let admitted: u64 = checked.iter().map(|(_, a)| a[client as usize]).sum();
+            assert_eq!(admitted, calls, "{policy}, hot client {client}");
+            assert_eq!(
+                limiter.peek(&client),
+                Some(LIMIT - 1 - calls),
+                "{policy}, hot client {client} after {calls} checks"
+            );
+        }
+        assert_eq!(limiter.tracked_clients() as u64, HOT + NEW, "{policy}");
+    }
+}

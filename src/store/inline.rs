@@ -98,7 +98,7 @@ use std::mem::MaybeUninit;
 use crate::bounds::{Bounds, SweepSchedule, SweepTurn};
 use crate::store::{Arrival, Client};
 use crate::sync::{
-    self, AtomicPtr, AtomicU64, AtomicUsize, Guard, Mutex, Ordering, Staged, TableCell,
+    AtomicPtr, AtomicU64, AtomicUsize, Guard, Mutex, Ordering, Staged, TableCell,
 };
 
 /// What the store needs of a policy: how a client's state is judged idle,
@@ -189,6 +189,15 @@ unsafe impl<K: Send + Sync, S: Send + Sync> Send for Table<K, S> {}
 // tags (module docs, "Slots").
 unsafe impl<K: Send + Sync, S: Send + Sync> Sync for Table<K, S> {}
 
+/// What an attempt to write an entry into a vacant slot came to.
+enum Written {
+    Yes,
+    /// The table's room is used up.
+    NoRoom,
+    /// Another thread took the slot (or a rebuild sealed it) first.
+    Lost,
+}
+
 /// Where a probe ended.
 enum Probe<'t, K, S> {
     /// The key's slot (`FULL` or `MOVING`).
@@ -198,6 +207,9 @@ enum Probe<'t, K, S> {
     /// Not in this table: look in `next` (which is null only when every
     /// slot was probed and the table is not being rebuilt).
     Onward,
+    /// A slot with this key's fingerprint is being written: wait for its
+    /// writer, then probe again.
+    Busy,
 }
 
 impl<K, S> Table<K, S> {
@@ -232,7 +244,8 @@ impl<K, S> Table<K, S> {
         let mut index = hash as usize & self.mask;
         for _ in 0..=self.mask {
             let slot = &self.slots[index];
-            let mut tag = slot.tag.load(Ordering::Acquire);
+            let tag = slot.tag.load(Ordering::Acquire);
+            #[allow(clippy::never_loop)] // a block that `break` leaves
             loop {
                 let state = tag & STATE;
                 if tag & !STATE != print {
@@ -248,12 +261,9 @@ impl<K, S> Table<K, S> {
                 match state {
                     EMPTY => return Probe::Vacant(index),
                     SEALED => return Probe::Onward,
-                    BUSY => {
-                        // Perhaps this very key, being written: wait.
-                        sync::spin();
-                        tag = slot.tag.load(Ordering::Acquire);
-                        continue;
-                    }
+                    // Perhaps this very key, being written: the caller waits
+                    // for the writer and probes again.
+                    BUSY => return Probe::Busy,
                     _ => {}
                 }
                 // SAFETY: `tag` was loaded with Acquire and is FULL, DEAD,
@@ -343,6 +353,10 @@ pub(crate) struct InlineStore<K, S> {
     /// Rebuilds and sweeps, one at a time. Checks never take it; an insert
     /// waits on it only when its table has no room left.
     upkeep: Mutex<()>,
+    /// Under loom, held by each writer of a slot's entry (see
+    /// `wait_for_writer`).
+    #[cfg(floodgate_loom)]
+    writing: Mutex<()>,
     /// Whether a rebuild may double the table: not for a capped store,
     /// whose first table already holds its cap.
     grows: bool,
@@ -381,6 +395,8 @@ where
             #[cfg(floodgate_loom)]
             hasher: ahash::RandomState::with_seeds(1, 2, 3, 4),
             upkeep: Mutex::new(()),
+            #[cfg(floodgate_loom)]
+            writing: Mutex::new(()),
             grows,
             tracked: AtomicUsize::new(0),
             swept: AtomicU64::new(0),
@@ -412,9 +428,23 @@ where
                 Probe::Found(slot) => return Some(slot),
                 Probe::Vacant(_) => return None,
                 Probe::Onward => table = table.next(guard)?,
+                Probe::Busy => self.wait_for_writer(),
             }
         }
     }
+
+    /// Waits for a thread that is writing a slot's entry (`BUSY`): a few
+    /// stores. Under loom, writers hold `writing`, so the wait is a
+    /// blocking step loom can schedule rather than a spin it would explore
+    /// without end.
+    #[cold]
+    fn wait_for_writer(&self) {
+        #[cfg(not(floodgate_loom))]
+        crate::sync::spin();
+        #[cfg(floodgate_loom)]
+        drop(self.writing.lock().unwrap());
+    }
+
 
     /// Runs `visit` on `key`'s client, if it is tracked.
     #[inline]
@@ -434,9 +464,14 @@ where
     /// A call that found its client's state retired (a rebuild moving it,
     /// a sweep or `forget` removing it) waits for that step to finish
     /// before it looks again.
+    /// Under loom, a wait for `upkeep` (which rebuilds and sweeps hold
+    /// throughout), for the reason `wait_for_writer` gives.
     #[cold]
     pub(crate) fn settle(&self) {
-        sync::spin();
+        #[cfg(not(floodgate_loom))]
+        crate::sync::spin();
+        #[cfg(floodgate_loom)]
+        drop(self.upkeep.lock().unwrap());
     }
 
     /// A call for `key`, which was not tracked, at `now`: sweeps first if a
@@ -517,10 +552,12 @@ where
         Q: ?Sized + Eq,
     {
         let print = fingerprint(hash);
+        let mut entry = Some(entry);
         let mut table = self.table.load(guard);
         loop {
             match table.probe(key, hash) {
                 Probe::Found(_) => return None,
+                Probe::Busy => self.wait_for_writer(),
                 Probe::Onward => match table.next(guard) {
                     Some(next) => table = next,
                     None => {
@@ -530,40 +567,54 @@ where
                 },
                 Probe::Vacant(index) => {
                     let slot = &table.slots[index];
-                    if !table.claim() {
+                    match self.write(table, slot, print, &mut entry) {
+                        Written::Yes => return Some(slot),
                         // A racing insert may have taken the last claim for
                         // this very key: if the slot is no longer empty,
                         // probe again before rebuilding anything.
-                        if slot.tag.load(Ordering::Acquire) == EMPTY {
+                        Written::NoRoom if slot.tag.load(Ordering::Acquire) == EMPTY => {
                             self.rebuild(table, policy, guard);
                             table = self.table.load(guard);
                         }
-                        continue;
-                    }
-                    match slot.tag.compare_exchange(
-                        EMPTY,
-                        print | BUSY,
-                        Ordering::Acquire,
-                        Ordering::Relaxed,
-                    ) {
-                        Ok(_) => {
-                            // SAFETY: this thread claimed the slot and is
-                            // its only writer; readers wait while BUSY.
-                            unsafe { (*slot.entry.get()).write(entry) };
-                            // Release: publishes the entry to every reader
-                            // that loads this tag with Acquire.
-                            slot.tag.store(print | FULL, Ordering::Release);
-                            return Some(slot);
-                        }
-                        Err(_) => {
-                            // Taken (by another key, or this one) or sealed
-                            // meanwhile: probe again.
-                            table.claimed.fetch_sub(1, Ordering::Relaxed);
-                        }
+                        // Taken (by another key, or this one) or sealed
+                        // meanwhile: probe again.
+                        Written::NoRoom | Written::Lost => {}
                     }
                 }
             }
         }
+    }
+
+    /// Claims `slot` of `table` and writes `entry` (taken from the option)
+    /// there, publishing it `FULL`.
+    fn write(
+        &self,
+        table: &Table<K, S>,
+        slot: &Slot<K, S>,
+        print: u64,
+        entry: &mut Option<Entry<K, S>>,
+    ) -> Written {
+        #[cfg(floodgate_loom)]
+        let _writing = self.writing.lock().unwrap();
+        if !table.claim() {
+            return Written::NoRoom;
+        }
+        if slot
+            .tag
+            .compare_exchange(EMPTY, print | BUSY, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            table.claimed.fetch_sub(1, Ordering::Relaxed);
+            return Written::Lost;
+        }
+        let entry = entry.take().expect("written once: the insert returns after");
+        // SAFETY: this thread claimed the slot (EMPTY → BUSY) and is its
+        // only writer; readers wait while it is BUSY.
+        unsafe { (*slot.entry.get()).write(entry) };
+        // Release: publishes the entry to every reader that loads this tag
+        // with Acquire.
+        slot.tag.store(print | FULL, Ordering::Release);
+        Written::Yes
     }
 
     /// Rebuilds `table`, which had no room for an insert, unless another
@@ -625,7 +676,7 @@ where
                         Err(now) => tag = now,
                     },
                     BUSY => {
-                        sync::spin();
+                        self.wait_for_writer();
                         tag = slot.tag.load(Ordering::Acquire);
                     }
                     FULL => match slot.tag.compare_exchange(
@@ -641,8 +692,8 @@ where
                             let settled = match policy.relocate(&entry.client.state) {
                                 Some(state) => {
                                     let hash = self.hash(&entry.key);
-                                    // SAFETY of the deref: `next` is owned
-                                    // by this function until it publishes it.
+                                    #[cfg(floodgate_loom)]
+                                    let _writing = self.writing.lock().unwrap();
                                     next.place(
                                         hash,
                                         Entry {
@@ -727,7 +778,7 @@ where
                 return true;
             }
             // Being moved or removed by another thread: look again.
-            sync::spin();
+            self.settle();
         }
     }
 
