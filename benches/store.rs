@@ -19,16 +19,19 @@
 //! The maps hash with a randomly seeded `ahash`, as the store does. The
 //! streams are `floodgate bench`'s: 10,000 clients drawn uniformly and
 //! 100,000 drawn by a Zipf law (s = 1), every client inserted before
-//! timing, one thread. `benches/README.md` has the results.
+//! timing, on 1 and 2 threads (each its own key sequence). Each thread's
+//! `now` moves 10 ns per check, and the threads meet at the furthest
+//! every 1,024 checks. `benches/README.md` has the results.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
 const UNIFORM_CLIENTS: u64 = 10_000;
 const ZIPF_CLIENTS: u64 = 100_000;
+const THREADS: [usize; 2] = [1, 2];
 
 /// `floodgate bench`'s default quota, 100 per millisecond, as GCRA sees it:
 /// one admission per 10 µs, and a burst of 100.
@@ -64,7 +67,7 @@ fn gcra(arrival: &AtomicU64, now: u64) -> bool {
 
 /// One table design: the check of a known client, and the insert that
 /// makes a client known.
-trait Design {
+trait Design: Sync {
     fn insert(&self, key: u64);
     fn check(&self, key: u64, now: u64) -> bool;
 }
@@ -192,30 +195,64 @@ impl Design for Floor {
     }
 }
 
-/// `iters` checks cycling through `keys`, at a `now` that moves
-/// [`NOW_STEP_NS`] per check and carries on from the last sample's.
-/// Generic, so each design's check is inlined into its own loop.
-fn run<D: Design>(design: &D, keys: &[u32], iters: u64, now: &mut u64) -> Duration {
-    let mask = keys.len() - 1;
-    let start = Instant::now();
-    let mut admitted = 0u64;
-    for i in 0..iters as usize {
-        admitted += u64::from(design.check(u64::from(keys[i & mask]), *now));
-        *now += NOW_STEP_NS;
-    }
-    let elapsed = start.elapsed();
-    std::hint::black_box(admitted);
-    elapsed
+/// The furthest `now` any thread reached: a sample starts from it, and
+/// the threads meet there every [`SYNC_EVERY`] checks, so a descheduled
+/// thread does not fall behind its clients' states. Relaxed: a lone value,
+/// read and raised by atomic steps only.
+static LOOP_TIME: AtomicU64 = AtomicU64::new(0);
+
+/// 1,024 checks move a thread's `now` about 10 µs: one admission's
+/// interval, far inside the burst.
+const SYNC_EVERY: usize = 1_024;
+
+/// `iters` checks on each of `threads` threads, each cycling through its
+/// own key sequence at a `now` that moves [`NOW_STEP_NS`] per check; the
+/// wall time from a common start to the last thread's finish. Generic, so
+/// each design's check is inlined into its own loop.
+fn run<D: Design>(design: &D, sequences: &[Vec<u32>], iters: u64) -> Duration {
+    let barrier = Barrier::new(sequences.len() + 1);
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = sequences
+            .iter()
+            .map(|keys| {
+                let barrier = &barrier;
+                scope.spawn(move || {
+                    let mask = keys.len() - 1;
+                    let mut now = LOOP_TIME.load(Ordering::Relaxed);
+                    let mut admitted = 0u64;
+                    barrier.wait();
+                    for i in 0..iters as usize {
+                        admitted += u64::from(design.check(u64::from(keys[i & mask]), now));
+                        now += NOW_STEP_NS;
+                        if i % SYNC_EVERY == SYNC_EVERY - 1 {
+                            now = LOOP_TIME.fetch_max(now, Ordering::Relaxed).max(now);
+                        }
+                    }
+                    let end = Instant::now();
+                    LOOP_TIME.fetch_max(now, Ordering::Relaxed);
+                    std::hint::black_box(admitted);
+                    end
+                })
+            })
+            .collect();
+        barrier.wait();
+        let start = Instant::now();
+        workers
+            .into_iter()
+            .map(|worker| worker.join().expect("a bench thread panicked") - start)
+            .max()
+            .unwrap_or_default()
+    })
 }
 
 /// Inserts every client into `design`, checks that each is found, then
-/// times it on `keys`.
+/// times it on 1 and 2 threads.
 fn bench<D: Design>(
     group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
     name: &str,
     design: D,
     clients: u64,
-    keys: &[u32],
+    sequences: &[Vec<u32>],
 ) {
     for key in 0..clients {
         design.insert(key);
@@ -224,10 +261,13 @@ fn bench<D: Design>(
         (0..clients).all(|key| design.check(key, 0)),
         "{name} lost a client"
     );
-    let mut now = 0;
-    group.bench_function(BenchmarkId::from_parameter(name), |b| {
-        b.iter_custom(|iters| run(&design, keys, iters, &mut now));
-    });
+    for threads in THREADS {
+        // Elements per iteration = threads: each thread does `iters`.
+        group.throughput(Throughput::Elements(threads as u64));
+        group.bench_function(BenchmarkId::new(name, threads), |b| {
+            b.iter_custom(|iters| run(&design, &sequences[..threads], iters));
+        });
+    }
 }
 
 /// Ranks `0..n` with `P(k) ∝ 1 / (k + 1)`: the Zipf sampler of
@@ -256,13 +296,24 @@ impl Zipf {
 }
 
 fn store(c: &mut Criterion) {
+    // One sequence per thread, each with its own fixed seed (as in
+    // `floodgate bench`), a power of two long.
     let zipf = Zipf::new(ZIPF_CLIENTS);
-    let mut rng = fastrand::Rng::with_seed(0x5EED);
-    let uniform: Vec<u32> = (0..1 << 16)
-        .map(|_| rng.u64(..UNIFORM_CLIENTS) as u32)
+    let seeded = |thread: usize| fastrand::Rng::with_seed(0x5EED ^ thread as u64);
+    let uniform: Vec<Vec<u32>> = (0..THREADS[1])
+        .map(|thread| {
+            let mut rng = seeded(thread);
+            (0..1 << 16)
+                .map(|_| rng.u64(..UNIFORM_CLIENTS) as u32)
+                .collect()
+        })
         .collect();
-    let mut rng = fastrand::Rng::with_seed(0x5EED);
-    let zipfian: Vec<u32> = (0..1 << 18).map(|_| zipf.sample(&mut rng)).collect();
+    let zipfian: Vec<Vec<u32>> = (0..THREADS[1])
+        .map(|thread| {
+            let mut rng = seeded(thread);
+            (0..1 << 18).map(|_| zipf.sample(&mut rng)).collect()
+        })
+        .collect();
     for (stream, clients, keys) in [
         ("uniform", UNIFORM_CLIENTS, &uniform),
         ("zipf", ZIPF_CLIENTS, &zipfian),
@@ -272,8 +323,7 @@ fn store(c: &mut Criterion) {
             .warm_up_time(Duration::from_secs(1))
             .measurement_time(Duration::from_secs(3))
             .sample_size(20)
-            .nresamples(5_000)
-            .throughput(Throughput::Elements(1));
+            .nresamples(5_000);
         // A capacity of the client count keeps every map from resizing
         // during the inserts; none resizes while timed, as every check is
         // of a known client. Each map hashes with its own seeded ahash.
