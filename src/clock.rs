@@ -166,7 +166,8 @@ impl QuantaClock {
 /// quanta runs at most one upkeep thread per process. Every `CoarseClock`
 /// built with [`new`](Self::new) or [`aligned_with`](Self::aligned_with)
 /// shares the one floodgate started while any of them is alive (the
-/// thread stops when the last is dropped), so they must all ask for the
+/// thread stops when the last is dropped, which waits out the thread's
+/// current sleep of up to one resolution), so they must all ask for the
 /// same resolution ([`CoarseClockError::ResolutionMismatch`] otherwise).
 /// When another library already runs the upkeep thread (`governor`'s
 /// `QuantaUpkeepClock`, say), `new` answers
