@@ -4,7 +4,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 /// The length of one tick: the unit of every time a limiter takes and
@@ -139,6 +139,256 @@ impl Clock for QuantaClock {
     }
 }
 
+impl QuantaClock {
+    /// Tick 0 as an instant of quanta's reference time, for a
+    /// [`CoarseClock`] that shares this clock's origin.
+    fn origin(&self) -> quanta::Instant {
+        self.clock.scaled(self.start)
+    }
+}
+
+/// A clock that costs one load per read: nanoseconds, like
+/// [`QuantaClock`], but read from the time `quanta`'s upkeep thread stores
+/// every `resolution` ([`quanta::Clock::recent`]) instead of from the
+/// time-stamp counter. A TSC read and its scaling are a third of a hot
+/// check; this read is a few instructions.
+///
+/// Decisions stay exact for the time the clock reports: every policy is
+/// as exact as under any other clock, but that time may lag real time by
+/// up to one resolution (plus the upkeep thread's scheduling delay), so a
+/// client may be admitted up to one resolution late or early at a window's
+/// edge. Pick a resolution well below the rules' shortest interval; a
+/// millisecond suits per-second and per-minute rules. Callers that already
+/// hold a timestamp (an event loop's, a request's arrival time) should
+/// pass it to [`Limiter::check_at`](crate::Limiter::check_at) instead and
+/// read no clock at all.
+///
+/// quanta runs at most one upkeep thread per process. Every `CoarseClock`
+/// built with [`new`](Self::new) or [`aligned_with`](Self::aligned_with)
+/// shares the one floodgate started while any of them is alive (the
+/// thread stops when the last is dropped, which waits out the thread's
+/// current sleep of up to one resolution), so they must all ask for the
+/// same resolution ([`CoarseClockError::ResolutionMismatch`] otherwise).
+/// When another library already runs the upkeep thread (`governor`'s
+/// `QuantaUpkeepClock`, say), `new` answers
+/// [`CoarseClockError::UpkeepRunningElsewhere`] and
+/// [`on_running_upkeep`](Self::on_running_upkeep) reads that thread's time
+/// instead.
+///
+/// ```
+/// use floodgate::{CoarseClock, Limiter, policy::{Gcra, Policy}, Config};
+/// use std::time::Duration;
+///
+/// let clock = CoarseClock::new(Duration::from_millis(1)).expect("no other upkeep thread");
+/// let gcra = Gcra::new(Config::per(10, Duration::from_secs(1))?)?;
+/// let limiter = Limiter::<u64, Gcra, CoarseClock>::with_clock(gcra, clock)?;
+/// assert!(limiter.check(&7).allowed);
+/// # Ok::<(), floodgate::ConfigError>(())
+/// ```
+#[derive(Clone)]
+pub struct CoarseClock {
+    clock: quanta::Clock,
+    origin: quanta::Instant,
+    resolution: Duration,
+    /// Keeps floodgate's upkeep thread running; `None` when the thread is
+    /// someone else's.
+    lease: Option<Arc<UpkeepLease>>,
+}
+
+/// Why a [`CoarseClock`] could not be made.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum CoarseClockError {
+    /// The resolution was zero: the upkeep thread would never sleep.
+    ZeroResolution,
+    /// floodgate's upkeep thread already runs at another resolution.
+    ResolutionMismatch {
+        /// The resolution of the thread that runs.
+        running: Duration,
+        /// The resolution asked for.
+        requested: Duration,
+    },
+    /// An upkeep thread started outside floodgate already runs; see
+    /// [`CoarseClock::on_running_upkeep`].
+    UpkeepRunningElsewhere,
+    /// The upkeep thread could not be spawned.
+    Spawn(std::io::Error),
+}
+
+impl fmt::Display for CoarseClockError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CoarseClockError::ZeroResolution => {
+                write!(f, "a coarse clock's resolution must be above zero")
+            }
+            CoarseClockError::ResolutionMismatch { running, requested } => write!(
+                f,
+                "the coarse clock's upkeep thread runs every {running:?}, not every {requested:?}"
+            ),
+            CoarseClockError::UpkeepRunningElsewhere => {
+                write!(f, "another library already runs quanta's upkeep thread")
+            }
+            CoarseClockError::Spawn(error) => write!(f, "cannot spawn the upkeep thread: {error}"),
+        }
+    }
+}
+
+impl std::error::Error for CoarseClockError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            CoarseClockError::Spawn(error) => Some(error),
+            _ => None,
+        }
+    }
+}
+
+/// floodgate's upkeep thread while any [`CoarseClock`] holds a lease on it.
+struct RunningUpkeep {
+    handle: quanta::Handle,
+    resolution: Duration,
+    leases: usize,
+}
+
+/// The one upkeep thread floodgate runs. A mutex, not an atomic: leases
+/// are taken and returned when clocks are made and dropped, never per
+/// read, and the last lease must stop the thread before a new clock may
+/// start another.
+static UPKEEP: Mutex<Option<RunningUpkeep>> = Mutex::new(None);
+
+/// One share of [`UPKEEP`]; the last one dropped stops the thread.
+struct UpkeepLease;
+
+impl UpkeepLease {
+    fn take(resolution: Duration) -> Result<UpkeepLease, CoarseClockError> {
+        if resolution.is_zero() {
+            return Err(CoarseClockError::ZeroResolution);
+        }
+        // The guarded value is consistent at every point a panic could
+        // leave it, so a poisoned lock is still usable.
+        let mut upkeep = UPKEEP.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(running) = upkeep.as_mut() {
+            if running.resolution != resolution {
+                return Err(CoarseClockError::ResolutionMismatch {
+                    running: running.resolution,
+                    requested: resolution,
+                });
+            }
+            running.leases += 1;
+            return Ok(UpkeepLease);
+        }
+        // None here means floodgate's last thread was stopped and joined
+        // under this lock, so quanta's "already running" is someone else's.
+        let handle = quanta::Upkeep::new(resolution)
+            .start()
+            .map_err(|error| match error {
+                quanta::Error::UpkeepRunning => CoarseClockError::UpkeepRunningElsewhere,
+                quanta::Error::FailedToSpawnUpkeepThread(error) => CoarseClockError::Spawn(error),
+            })?;
+        *upkeep = Some(RunningUpkeep {
+            handle,
+            resolution,
+            leases: 1,
+        });
+        Ok(UpkeepLease)
+    }
+}
+
+impl Drop for UpkeepLease {
+    fn drop(&mut self) {
+        let mut upkeep = UPKEEP.lock().unwrap_or_else(PoisonError::into_inner);
+        let last = upkeep.as_mut().is_some_and(|running| {
+            running.leases -= 1;
+            running.leases == 0
+        });
+        if last {
+            // Dropping the handle stops and joins the thread, under the
+            // lock: a clock made next finds quanta free to start another.
+            drop(upkeep.take().map(|running| running.handle));
+        }
+    }
+}
+
+impl CoarseClock {
+    /// A clock of `resolution` whose tick 0 is now, on floodgate's upkeep
+    /// thread (started here, or shared with the coarse clocks alive).
+    pub fn new(resolution: Duration) -> Result<Self, CoarseClockError> {
+        let lease = UpkeepLease::take(resolution)?;
+        let clock = quanta::Clock::new();
+        let origin = clock.now();
+        Ok(Self::from_parts(clock, origin, resolution, Some(lease)))
+    }
+
+    /// A clock of `resolution` whose tick 0 is `exact`'s: both read the
+    /// same nanoseconds, the coarse one up to one resolution behind.
+    pub fn aligned_with(
+        exact: &QuantaClock,
+        resolution: Duration,
+    ) -> Result<Self, CoarseClockError> {
+        let lease = UpkeepLease::take(resolution)?;
+        Ok(Self::from_parts(
+            exact.clock.clone(),
+            exact.origin(),
+            resolution,
+            Some(lease),
+        ))
+    }
+
+    /// A clock whose tick 0 is now, reading the upkeep thread another
+    /// library started (as `governor`'s `QuantaUpkeepClock` does), whose
+    /// interval the caller states as `resolution`. Make it after that
+    /// thread started: the clock stops moving if the thread stops.
+    pub fn on_running_upkeep(resolution: Duration) -> Self {
+        let clock = quanta::Clock::new();
+        let origin = clock.recent();
+        Self::from_parts(clock, origin, resolution, None)
+    }
+
+    fn from_parts(
+        clock: quanta::Clock,
+        origin: quanta::Instant,
+        resolution: Duration,
+        lease: Option<UpkeepLease>,
+    ) -> Self {
+        Self {
+            clock,
+            origin,
+            resolution,
+            lease: lease.map(Arc::new),
+        }
+    }
+
+    /// How often the upkeep thread updates the time: how far the clock may
+    /// lag real time.
+    pub fn resolution(&self) -> Duration {
+        self.resolution
+    }
+}
+
+impl fmt::Debug for CoarseClock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CoarseClock")
+            .field("resolution", &self.resolution)
+            .field("shared_upkeep", &self.lease.is_some())
+            .finish()
+    }
+}
+
+impl Clock for CoarseClock {
+    #[inline]
+    fn now(&self) -> u64 {
+        // Nanoseconds of reference time since the origin, as QuantaClock's
+        // `delta_as_nanos`; before the origin (a stale recent time) is 0.
+        self.clock
+            .recent()
+            .saturating_duration_since(self.origin)
+            .as_nanos() as u64
+    }
+
+    fn tick(&self) -> Tick {
+        Tick::NANOSECOND
+    }
+}
+
 /// A clock that moves only when told to: for tests, simulations and trace
 /// replay. Clones share one time. Its ticks are nanoseconds unless made
 /// [`with_tick`](Self::with_tick).
@@ -237,6 +487,83 @@ mod tests {
             assert!(now >= last);
             last = now;
         }
+    }
+
+    /// Every coarse clock of these tests asks for this resolution, as
+    /// they share one process's upkeep thread.
+    const RESOLUTION: Duration = Duration::from_millis(1);
+
+    /// Polls `clock` until it reads more than `after`, failing after a
+    /// bound far beyond any scheduling delay (the thread updates every
+    /// millisecond).
+    fn wait_past(clock: &CoarseClock, after: u64) -> u64 {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let now = clock.now();
+            if now > after {
+                return now;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the coarse clock stayed at {now} for 30 s"
+            );
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
+    #[test]
+    fn coarse_clock_never_decreases_and_advances() {
+        let clock = CoarseClock::new(RESOLUTION).expect("floodgate's upkeep thread");
+        let mut last = clock.now();
+        for _ in 0..5 {
+            let next = wait_past(&clock, last);
+            for _ in 0..1_000 {
+                let now = clock.now();
+                assert!(now >= next, "{now} after {next}");
+            }
+            last = next;
+        }
+    }
+
+    #[test]
+    fn coarse_clock_trails_the_exact_clock_it_is_aligned_with() {
+        let exact = QuantaClock::new();
+        let coarse = CoarseClock::aligned_with(&exact, RESOLUTION).expect("shared upkeep");
+        wait_past(&coarse, 0);
+        for _ in 0..100 {
+            let before = exact.now();
+            let reading = coarse.now();
+            let after = exact.now();
+            // Same ticks, same origin: never ahead of the exact clock read
+            // after it (1 µs for quanta's rounding of the two scalings).
+            assert!(reading <= after + 1_000, "{reading} > {after}");
+            // And behind by a resolution plus the upkeep thread's
+            // scheduling delay, bounded here by a generous second.
+            assert!(
+                before - reading.min(before) < 1_000_000_000,
+                "{reading} vs {before}"
+            );
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+
+    #[test]
+    fn coarse_clocks_share_one_resolution() {
+        let clock = CoarseClock::new(RESOLUTION).expect("shared upkeep");
+        assert_eq!(clock.resolution(), RESOLUTION);
+        assert_eq!(clock.tick(), Tick::NANOSECOND);
+        assert!(matches!(
+            CoarseClock::new(RESOLUTION * 2),
+            Err(CoarseClockError::ResolutionMismatch { running, requested })
+                if running == RESOLUTION && requested == RESOLUTION * 2
+        ));
+        assert!(matches!(
+            CoarseClock::new(Duration::ZERO),
+            Err(CoarseClockError::ZeroResolution)
+        ));
+        let shared = clock.clone();
+        drop(clock);
+        wait_past(&shared, shared.now());
     }
 
     #[test]

@@ -64,8 +64,9 @@
 //! # Time
 //!
 //! Time is a `u64` count of ticks: nanoseconds for the default
-//! [`QuantaClock`], whatever you pass with a [`ManualClock`] or the `*_at`
-//! methods. Each client's state is measured from its first call (its
+//! [`QuantaClock`] and for [`CoarseClock`] (one load per read, up to one
+//! resolution behind real time), whatever you pass with a [`ManualClock`]
+//! or the `*_at` methods. Each client's state is measured from its first call (its
 //! origin), so grids (fixed windows, drips) are per client and stored times
 //! stay small. Threads racing on a real clock can present a `now` older than
 //! the state already reflects: such a call never moves stored time back, never
@@ -129,7 +130,7 @@ pub mod wait;
 pub use baseline::MutexLimiter;
 pub use bounds::{Bounds, Overflow, UnknownOverflow};
 pub use cell::wide_cas_is_lock_free;
-pub use clock::{Clock, ManualClock, QuantaClock, Tick};
+pub use clock::{Clock, CoarseClock, CoarseClockError, ManualClock, QuantaClock, Tick};
 pub use config::{
     Config, ConfigError, PolicyKind, UnknownPolicy, MAX_LIMIT, MAX_LOG_LIMIT, MAX_SCHEDULE_WINDOW,
 };

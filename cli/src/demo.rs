@@ -29,14 +29,14 @@
 //!   1,001: each app's state, its shared handle and its share of the map's
 //!   buckets (which grow in steps, so the share depends on the count).
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::fmt::Write as _;
 use std::process::ExitCode;
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use floodgate::{build, Clock, Config, PolicyKind, QuantaClock};
+
+use crate::heap::net_bytes;
 
 /// The apps that behave.
 const GOOD_APPS: u64 = 1_000;
@@ -70,63 +70,6 @@ pub struct Args {
     /// Seed of the simulated traffic.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-}
-
-/// The system allocator, keeping a per-thread count of bytes allocated
-/// minus bytes freed, so the demo can measure what creating clients costs.
-/// Per thread, so counting never contends; the bench's timed loops do not
-/// allocate at all.
-struct Counting;
-
-thread_local! {
-    // Const-initialised, no destructor: touching it never allocates, so the
-    // allocator cannot re-enter itself.
-    static NET_BYTES: Cell<i64> = const { Cell::new(0) };
-}
-
-fn account(bytes: usize, sign: i64) {
-    // A thread being torn down may still allocate or free; it is not being
-    // measured, so `try_with` just skips it then.
-    let _ = NET_BYTES.try_with(|net| net.set(net.get() + sign * bytes as i64));
-}
-
-// SAFETY: every method forwards its arguments unchanged to `System`, which
-// meets `GlobalAlloc`'s contract for them; the accounting touches only a
-// thread-local `Cell` and neither allocates nor unwinds.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        account(layout.size(), 1);
-        // SAFETY: the caller upholds `alloc`'s contract, which is `System`'s.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        account(layout.size(), 1);
-        // SAFETY: as for `alloc`.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        account(layout.size(), -1);
-        account(new_size, 1);
-        // SAFETY: the caller guarantees `ptr` came from this allocator (so
-        // from `System`) with `layout`, and a valid `new_size`.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        account(layout.size(), -1);
-        // SAFETY: the caller guarantees `ptr` came from this allocator (so
-        // from `System`) with `layout`.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
-
-fn net_bytes() -> i64 {
-    NET_BYTES.with(Cell::get)
 }
 
 /// One request: when it arrives (simulated ns) and which app sends it.

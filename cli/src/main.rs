@@ -4,6 +4,7 @@
 
 mod bench;
 mod demo;
+mod heap;
 #[cfg(feature = "proxy")]
 mod proxy;
 
