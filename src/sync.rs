@@ -105,9 +105,9 @@
 #[cfg(not(floodgate_loom))]
 pub(crate) use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 #[cfg(not(floodgate_loom))]
-pub(crate) use std::sync::Mutex;
-#[cfg(not(floodgate_loom))]
 pub(crate) use portable_atomic::AtomicU128;
+#[cfg(not(floodgate_loom))]
+pub(crate) use std::sync::Mutex;
 // Loom does not model `OnceLock`; the one it guards (the shared overflow
 // state) is set once and then only read, so std's is used under loom too.
 pub(crate) use std::sync::OnceLock;
@@ -138,6 +138,7 @@ pub(crate) use sdd::Guard;
 pub(crate) use self::epoch_table::{Staged, TableCell};
 
 #[cfg(not(floodgate_loom))]
+#[allow(unsafe_code)]
 mod epoch_table {
     use super::{Guard, Ordering};
 
@@ -172,12 +173,25 @@ mod epoch_table {
 
         /// Makes `table` the current one and retires the old one.
         pub(crate) fn publish(&self, table: Staged<T>) {
-            let (old, _) = self
-                .0
-                .swap((Some(table), sdd::Tag::None), Ordering::AcqRel);
+            let (old, _) = self.0.swap((Some(table), sdd::Tag::None), Ordering::AcqRel);
             // Dropping an `sdd::Owned` passes it to the collector: freed
             // once no guard taken before this point is held.
             drop(old);
+        }
+    }
+
+    /// The current table goes with the store, at once: `&mut self` means no
+    /// thread holds it (a reader borrows the store for as long as it reads
+    /// a slot), so there is nothing to wait for, and the heap a dropped
+    /// limiter held is back when the drop returns.
+    impl<T> Drop for TableCell<T> {
+        fn drop(&mut self) {
+            let (current, _) = self.0.swap((None, sdd::Tag::None), Ordering::Relaxed);
+            if let Some(current) = current {
+                // SAFETY: no other reference to the table exists (above),
+                // and `swap` took it out of the cell, so it is dropped once.
+                unsafe { current.drop_in_place() };
+            }
         }
     }
 }

@@ -236,8 +236,9 @@ fn an_identical_reload_and_the_next_check_allocate_nothing() {
     }
 }
 
-/// The counter is live: a new client's state and key are allocated, and
-/// the counting sees it (otherwise the zeros above would prove nothing).
+/// The counter is live: a new client's key is allocated (its state lives
+/// in the table's slot, and a `sliding-window` ring is one more), and the
+/// counting sees it (otherwise the zeros above would prove nothing).
 #[test]
 fn a_new_client_allocates_and_is_counted() {
     for kind in PolicyKind::ALL {
@@ -246,8 +247,13 @@ fn a_new_client_allocates_and_is_counted() {
         let allocations = allocations_in(|| {
             limiter.allow("a-new-client");
         });
+        let least = if kind == PolicyKind::SlidingWindow {
+            2
+        } else {
+            1
+        };
         assert!(
-            allocations >= 2,
+            allocations >= least,
             "{kind}: {allocations} allocations for a new String-keyed client"
         );
     }

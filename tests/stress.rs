@@ -602,7 +602,8 @@ fn moves_racing_hot_checks_lose_nothing() {
                 .map(|_| {
                     scope.spawn(|| {
                         start.wait();
-                        let (mut calls, mut admitted) = (vec![0; HOT as usize], vec![0; HOT as usize]);
+                        let (mut calls, mut admitted) =
+                            (vec![0; HOT as usize], vec![0; HOT as usize]);
                         'run: for _ in 0..MOST {
                             for client in 0..HOT {
                                 if done.load(Ordering::Acquire) {

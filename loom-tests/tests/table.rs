@@ -26,7 +26,11 @@ const FILLERS: [u64; 2] = [10, 11];
 /// The fillers moved with their admissions.
 fn fillers_intact<P: Policy>(limiter: &Limiter<u64, P, ManualClock>, limit: u64) {
     for filler in FILLERS {
-        assert_eq!(limiter.peek_at(&filler, 0), Some(limit - 1), "filler {filler}");
+        assert_eq!(
+            limiter.peek_at(&filler, 0),
+            Some(limit - 1),
+            "filler {filler}"
+        );
     }
 }
 

@@ -97,9 +97,7 @@ use std::mem::MaybeUninit;
 
 use crate::bounds::{Bounds, SweepSchedule, SweepTurn};
 use crate::store::{Arrival, Client};
-use crate::sync::{
-    AtomicPtr, AtomicU64, AtomicUsize, Guard, Mutex, Ordering, Staged, TableCell,
-};
+use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Guard, Mutex, Ordering, Staged, TableCell};
 
 /// What the store needs of a policy: how a client's state is judged idle,
 /// frozen for a move, and begun.
@@ -137,14 +135,26 @@ fn fingerprint(hash: u64) -> u64 {
 /// models of one client never do.
 const FIRST_CAPACITY: usize = if cfg!(floodgate_loom) { 4 } else { 64 };
 
+/// A client's key and state, on their way into a slot.
 struct Entry<K, S> {
     key: K,
     client: Client<S>,
 }
 
+/// A slot's entry, as readers see it.
+struct EntryRef<'s, K, S> {
+    key: &'s K,
+    client: &'s Client<S>,
+}
+
+/// The key and the client are two fields of the slot, not one struct, so
+/// that the compiler packs the tag, the key and the origin into the
+/// padding a 16-byte state needs: 48 bytes for a `u64` key and a `u128`
+/// word, not 64.
 struct Slot<K, S> {
     tag: AtomicU64,
-    entry: UnsafeCell<MaybeUninit<Entry<K, S>>>,
+    key: UnsafeCell<MaybeUninit<K>>,
+    client: UnsafeCell<MaybeUninit<Client<S>>>,
 }
 
 impl<K, S> Slot<K, S> {
@@ -158,10 +168,30 @@ impl<K, S> Slot<K, S> {
     /// written before the Release store of `FULL`, and is never written
     /// again nor dropped while the table lives.
     #[inline]
-    unsafe fn entry(&self) -> &Entry<K, S> {
+    unsafe fn entry(&self) -> EntryRef<'_, K, S> {
         // SAFETY: as the caller promised: initialized, published, and from
         // then on shared read-only.
-        unsafe { (*self.entry.get()).assume_init_ref() }
+        unsafe {
+            EntryRef {
+                key: (*self.key.get()).assume_init_ref(),
+                client: (*self.client.get()).assume_init_ref(),
+            }
+        }
+    }
+
+    /// Writes the entry of a slot this thread claimed.
+    ///
+    /// # Safety
+    ///
+    /// The caller turned the slot from `EMPTY` to `BUSY` and has not yet
+    /// published it: it is the only thread that touches the entry.
+    #[inline]
+    unsafe fn write(&self, entry: Entry<K, S>) {
+        // SAFETY: as the caller promised: no other access to the cells.
+        unsafe {
+            (*self.key.get()).write(entry.key);
+            (*self.client.get()).write(entry.client);
+        }
     }
 }
 
@@ -219,7 +249,8 @@ impl<K, S> Table<K, S> {
             slots: (0..capacity)
                 .map(|_| Slot {
                     tag: AtomicU64::new(EMPTY),
-                    entry: UnsafeCell::new(MaybeUninit::uninit()),
+                    key: UnsafeCell::new(MaybeUninit::uninit()),
+                    client: UnsafeCell::new(MaybeUninit::uninit()),
                 })
                 .collect(),
             mask: capacity - 1,
@@ -234,7 +265,7 @@ impl<K, S> Table<K, S> {
     }
 
     /// Looks `key` up along its path.
-    #[inline]
+    #[inline(always)]
     fn probe<Q>(&self, key: &Q, hash: u64) -> Probe<'_, K, S>
     where
         K: Borrow<Q>,
@@ -319,7 +350,7 @@ impl<K, S> Table<K, S> {
             {
                 // SAFETY: this thread claimed the slot (EMPTY → BUSY) and
                 // is the only writer; no reader reads a BUSY slot's entry.
-                unsafe { (*slot.entry.get()).write(entry) };
+                unsafe { slot.write(entry) };
                 slot.tag.store(print | FULL, Ordering::Release);
                 return;
             }
@@ -338,7 +369,10 @@ impl<K, S> Drop for Table<K, S> {
                 // SAFETY: those states hold a written entry, dropped once,
                 // here: moving a client clones its key and continues its
                 // state in a new value, so the old entry is still its own.
-                unsafe { slot.entry.get_mut().assume_init_drop() };
+                unsafe {
+                    slot.key.get_mut().assume_init_drop();
+                    slot.client.get_mut().assume_init_drop();
+                }
             }
         }
     }
@@ -416,7 +450,7 @@ where
 
     /// The slot holding `key`'s client, in the current table or the one it
     /// is moving to.
-    #[inline]
+    #[inline(always)]
     fn find<'g, Q>(&self, key: &Q, hash: u64, guard: &'g Guard) -> Option<&'g Slot<K, S>>
     where
         K: Borrow<Q>,
@@ -445,7 +479,6 @@ where
         drop(self.writing.lock().unwrap());
     }
 
-
     /// Runs `visit` on `key`'s client, if it is tracked.
     #[inline]
     pub(crate) fn peek<Q, R>(&self, key: &Q, visit: impl FnOnce(&Client<S>) -> R) -> Option<R>
@@ -458,7 +491,7 @@ where
         let slot = self.find(key, hash, &guard)?;
         // SAFETY: `find` answers only slots it loaded (Acquire) as FULL or
         // MOVING, and `guard` holds their table.
-        Some(visit(&unsafe { slot.entry() }.client))
+        Some(visit(unsafe { slot.entry() }.client))
     }
 
     /// A call that found its client's state retired (a rebuild moving it,
@@ -527,7 +560,7 @@ where
                 self.stored.fetch_add(1, Ordering::Relaxed);
                 // SAFETY: this thread published the slot FULL, and `guard`
                 // holds its table.
-                Arrival::Created(visit(&unsafe { slot.entry() }.client))
+                Arrival::Created(visit(unsafe { slot.entry() }.client))
             }
             None => {
                 // Another thread created it first: give the place back.
@@ -607,10 +640,12 @@ where
             table.claimed.fetch_sub(1, Ordering::Relaxed);
             return Written::Lost;
         }
-        let entry = entry.take().expect("written once: the insert returns after");
+        let entry = entry
+            .take()
+            .expect("written once: the insert returns after");
         // SAFETY: this thread claimed the slot (EMPTY → BUSY) and is its
         // only writer; readers wait while it is BUSY.
-        unsafe { (*slot.entry.get()).write(entry) };
+        unsafe { slot.write(entry) };
         // Release: publishes the entry to every reader that loads this tag
         // with Acquire.
         slot.tag.store(print | FULL, Ordering::Release);
@@ -622,7 +657,10 @@ where
     #[cold]
     #[inline(never)]
     fn rebuild(&self, table: &Table<K, S>, policy: &impl Lifecycle<S>, guard: &Guard) {
-        let _upkeep = self.upkeep.lock().unwrap_or_else(|poison| poison.into_inner());
+        let _upkeep = self
+            .upkeep
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
         if !std::ptr::eq(self.table.load(guard), table) {
             return; // rebuilt while this thread waited
         }
@@ -727,7 +765,8 @@ where
                 }
             }
         }
-        next.claimed.fetch_sub(table.room - moved, Ordering::Relaxed);
+        next.claimed
+            .fetch_sub(table.room - moved, Ordering::Relaxed);
         self.table.publish(next);
     }
 
@@ -793,7 +832,10 @@ where
 
     /// Removes every client idle at `now`, under `upkeep`.
     fn sweep_turn(&self, turn: SweepTurn<'_>, now: u64, policy: &impl Lifecycle<S>) -> usize {
-        let _upkeep = self.upkeep.lock().unwrap_or_else(|poison| poison.into_inner());
+        let _upkeep = self
+            .upkeep
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
         // Raised before any state is judged, so that every eviction below
         // happens after it (Release: see `arrive`).
         self.swept.fetch_max(now, Ordering::Release);
@@ -807,7 +849,7 @@ where
                 continue;
             }
             // SAFETY: the slot was FULL (Acquire); `guard` holds the table.
-            let client = &unsafe { slot.entry() }.client;
+            let client = unsafe { slot.entry() }.client;
             if policy.retire_idle(client, now)
                 && slot
                     .tag

@@ -90,7 +90,6 @@ pub(crate) struct Client<S> {
     pub(crate) state: S,
 }
 
-
 /// Client key → shared client state.
 pub(crate) struct KeyedStore<K, S> {
     /// `scc::HashIndex` hashed by a randomly seeded `ahash` (a loom-visible
