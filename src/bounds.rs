@@ -294,9 +294,17 @@ impl SweepSchedule {
     /// Counts one new-client arrival; a turn to sweep first if eviction is
     /// on and one is due.
     pub(crate) fn arrive(&self) -> Option<SweepTurn<'_>> {
+        // Counted only where the count is read: eviction's cadence, or the
+        // cap's (`at_cap`).
+        if !self.bounds.evict_idle && self.bounds.max_clients.is_none() {
+            return None;
+        }
         let arrivals = self.arrivals.fetch_add(1, Ordering::Relaxed) + 1;
+        if !self.bounds.evict_idle {
+            return None;
+        }
         let due = arrivals >= SWEEP_EVERY_AT_LEAST.max(self.kept.load(Ordering::Relaxed));
-        if self.bounds.evict_idle && due {
+        if due {
             self.turn()
         } else {
             None

@@ -485,35 +485,51 @@ where
             .peek(key, |client| self.decide(client, now, cost))
         {
             Some(Ok(decision)) => decision.in_ticks(self.tick),
-            _ => self.check_cold(key, now, cost).in_ticks(self.tick),
+            found => self
+                .check_cold(key, now, cost, found.is_some())
+                .in_ticks(self.tick),
         }
     }
 
-    /// A check of a new client, or of one whose state was retired under it.
+    /// A check of a new client (`present` false: the hot path just looked
+    /// and found none), or of one whose state was retired under it.
     #[cold]
     #[inline(never)]
-    fn check_cold<Q>(&self, key: &Q, now: u64, cost: u64) -> Decision
+    fn check_cold<Q>(&self, key: &Q, now: u64, cost: u64, mut present: bool) -> Decision
     where
         Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
         K: Borrow<Q>,
     {
         loop {
-            let answer = match self
-                .clients
-                .peek(key, |client| self.decide(client, now, cost))
-            {
-                Some(answer) => answer,
-                None => match self.clients.arrive(key, now, &self.policy, |client| {
+            let answer = if present {
+                match self
+                    .clients
+                    .peek(key, |client| self.decide(client, now, cost))
+                {
+                    Some(answer) => answer,
+                    None => {
+                        present = false;
+                        continue;
+                    }
+                }
+            } else {
+                match self.clients.arrive(key, now, &self.policy, |client| {
                     self.decide(client, now, cost)
                 }) {
                     Arrival::Created(answer) => answer,
-                    Arrival::Raced => continue,
+                    Arrival::Raced => {
+                        present = true;
+                        continue;
+                    }
                     Arrival::Full => return self.overflow_check(now, cost),
-                },
+                }
             };
             match answer {
                 Ok(decision) => return decision,
-                Err(Retired) => self.clients.settle(),
+                Err(Retired) => {
+                    self.clients.settle();
+                    present = true;
+                }
             }
         }
     }
@@ -528,32 +544,46 @@ where
     {
         match self.clients.peek(key, |client| self.count(client, now)) {
             Some(Ok(remaining)) => remaining,
-            _ => self.remaining_cold(key, now),
+            found => self.remaining_cold(key, now, found.is_some()),
         }
     }
 
+    /// As `check_cold`, for `remaining`.
     #[cold]
     #[inline(never)]
-    fn remaining_cold<Q>(&self, key: &Q, now: u64) -> u64
+    fn remaining_cold<Q>(&self, key: &Q, now: u64, mut present: bool) -> u64
     where
         Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
         K: Borrow<Q>,
     {
         loop {
-            let answer = match self.clients.peek(key, |client| self.count(client, now)) {
-                Some(answer) => answer,
-                None => match self
+            let answer = if present {
+                match self.clients.peek(key, |client| self.count(client, now)) {
+                    Some(answer) => answer,
+                    None => {
+                        present = false;
+                        continue;
+                    }
+                }
+            } else {
+                match self
                     .clients
                     .arrive(key, now, &self.policy, |client| self.count(client, now))
                 {
                     Arrival::Created(answer) => answer,
-                    Arrival::Raced => continue,
+                    Arrival::Raced => {
+                        present = true;
+                        continue;
+                    }
                     Arrival::Full => return self.overflow_remaining(now),
-                },
+                }
             };
             match answer {
                 Ok(remaining) => return remaining,
-                Err(Retired) => self.clients.settle(),
+                Err(Retired) => {
+                    self.clients.settle();
+                    present = true;
+                }
             }
         }
     }

@@ -71,6 +71,16 @@
 //!   before that has been dropped, and every reader reaches a table (the
 //!   current one, or an outgrown one's `next`) under a guard it holds for
 //!   as long as it uses the slot.
+//! * **Waits.** A thread that meets a slot being written (`BUSY`) or a
+//!   state being moved waits for the thread doing it; in production it
+//!   yields and looks again. Several threads spinning like that are a
+//!   schedule loom explores without end, so under the cfg the waits block
+//!   instead: writers hold a mutex from their claim to their publication,
+//!   and a waiter takes it (or the rebuild lock) once. Loom then explores
+//!   every order of readers and writers around a write, but two writers'
+//!   claims never interleave inside each other's write: what that hides is
+//!   a lost claim race (`Written::Lost`), which the production path retries
+//!   exactly as the model's does, from a fresh probe.
 //! * **The entries' memory.** A slot's key and client are written through
 //!   a std `UnsafeCell`, which loom does not track; what makes them safe to
 //!   read is that the write happens before the Release store of the tag

@@ -1,8 +1,7 @@
 //! The inline store's own races (`store::inline`). Under loom a new table
-//! has four slots and takes three clients, so the fourth client's insert
-//! rebuilds it: each model below fills the table first, then races a
-//! rebuild (or a sweep) with checks and inserts, and counts every admission
-//! exactly.
+//! has two slots and room for one client, so the second client's insert
+//! rebuilds it: each model below races a rebuild (or a sweep) with checks
+//! and inserts, and counts every admission exactly.
 #![cfg(floodgate_loom)]
 
 use floodgate::policy::{FixedWindow, Gcra, Policy, SlidingWindow, TokenBucket};
@@ -10,28 +9,9 @@ use floodgate::{Bounds, Config, Limiter, ManualClock};
 use loom::sync::Arc;
 use loom::thread;
 
-/// A limiter with two of its table's three places taken: clients 10 and 11
-/// have spent one each, at 0.
 fn limiter<P: Policy>(limit: u64, bounds: Bounds) -> Arc<Limiter<u64, P, ManualClock>> {
     let policy = P::new(Config::per_ticks(limit, 1_000).unwrap()).unwrap();
-    let limiter = Limiter::with_bounds(policy, ManualClock::new(0), bounds).unwrap();
-    for filler in FILLERS {
-        assert!(limiter.check_at(&filler, 0).allowed);
-    }
-    Arc::new(limiter)
-}
-
-const FILLERS: [u64; 2] = [10, 11];
-
-/// The fillers moved with their admissions.
-fn fillers_intact<P: Policy>(limiter: &Limiter<u64, P, ManualClock>, limit: u64) {
-    for filler in FILLERS {
-        assert_eq!(
-            limiter.peek_at(&filler, 0),
-            Some(limit - 1),
-            "filler {filler}"
-        );
-    }
+    Arc::new(Limiter::with_bounds(policy, ManualClock::new(0), bounds).unwrap())
 }
 
 /// Client 1 has spent one of two and fills the table; a check of it races
@@ -56,9 +36,8 @@ fn a_rebuild_races_a_check<P: Policy>() {
         assert_eq!(limiter.peek_at(&1, 0), Some(0), "the admission moved");
         assert_eq!(limiter.peek_at(&2, 0), Some(1));
         assert!(!limiter.check_at(&1, 0).allowed);
-        fillers_intact(&limiter, 2);
-        assert_eq!(limiter.tracked_clients(), 4);
-        assert_eq!(limiter.stored_clients(), 4);
+        assert_eq!(limiter.tracked_clients(), 2);
+        assert_eq!(limiter.stored_clients(), 2);
     });
 }
 
@@ -103,9 +82,8 @@ fn two_inserts_race_a_rebuild() {
             assert_eq!(limiter.peek_at(&key, 0), Some(0), "client {key}");
             assert!(!limiter.check_at(&key, 0).allowed, "client {key}");
         }
-        fillers_intact(&limiter, 1);
-        assert_eq!(limiter.tracked_clients(), 5);
-        assert_eq!(limiter.stored_clients(), 5);
+        assert_eq!(limiter.tracked_clients(), 3);
+        assert_eq!(limiter.stored_clients(), 3);
     });
 }
 
@@ -128,15 +106,13 @@ fn one_new_client_from_two_threads_during_a_rebuild() {
             1,
             "one state for client 2: {mine:?} {other:?}"
         );
-        fillers_intact(&limiter, 1);
-        assert_eq!(limiter.tracked_clients(), 4);
-        assert_eq!(limiter.stored_clients(), 4);
+        assert_eq!(limiter.tracked_clients(), 2);
+        assert_eq!(limiter.stored_clients(), 2);
     });
 }
 
-/// A sweep racing the insert of a new client into a full table: clients 1,
-/// 10 and 11 (admitted at 0) are idle at 1,000 and go; client 2, created at
-/// 1,000, is busy once its call is decided, and its insert waits for the
+/// A sweep racing the insert of a new client into a full table: client 1
+/// (admitted at 0) is idle at 1,000 and goes; client 2, created at 1,000, is busy once its call is decided, and its insert waits for the
 /// sweep if it needs the table rebuilt. Counts stay exact either way.
 #[test]
 fn a_sweep_races_an_insert() {
@@ -154,8 +130,8 @@ fn a_sweep_races_an_insert() {
         // decision, while its state is fresh (idle): then it is removed, and
         // its call finds the mark and creates it again.
         assert!(
-            removed == 3 || removed == 4,
-            "clients 1, 10 and 11 are idle at 1,000: {removed} removed"
+            removed == 1 || removed == 2,
+            "client 1 is idle at 1,000: {removed} removed"
         );
         assert_eq!(limiter.peek_at(&1, 1_000), None);
         assert_eq!(limiter.peek_at(&2, 1_000), Some(0));
