@@ -773,15 +773,7 @@ where
 
     /// Takes a place under `cap`; false at the cap.
     fn reserve(&self, cap: Option<usize>) -> bool {
-        let Some(cap) = cap else {
-            self.tracked.fetch_add(1, Ordering::Relaxed);
-            return true;
-        };
-        self.tracked
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |tracked| {
-                (tracked < cap).then_some(tracked + 1)
-            })
-            .is_ok()
+        super::reserve(&self.tracked, cap)
     }
 
     /// Removes `key`'s client and retires its state with `retire`; whether

@@ -10,6 +10,22 @@ mod keyed;
 pub(crate) use inline::{InlineStore, Lifecycle};
 pub(crate) use keyed::{Client, KeyedStore};
 
+/// Takes one of the places counted by `tracked` under `cap`; false at the
+/// cap. Relaxed: a lone counter moved only by read-modify-writes, which are
+/// totally ordered whatever the ordering, publishing nothing.
+fn reserve(tracked: &crate::sync::AtomicUsize, cap: Option<usize>) -> bool {
+    use crate::sync::Ordering;
+    let Some(cap) = cap else {
+        tracked.fetch_add(1, Ordering::Relaxed);
+        return true;
+    };
+    tracked
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |places| {
+            (places < cap).then_some(places + 1)
+        })
+        .is_ok()
+}
+
 /// What a new client's arrival came to.
 pub(crate) enum Arrival<T> {
     /// This call created the client: its state, or what the call did with it.
