@@ -81,6 +81,23 @@
 //! in a slot still `FULL` (a sweep between its two CASes) waits for the
 //! slot to change.
 //!
+//! # Orderings
+//!
+//! What carries data between threads is the tag: an entry is written before
+//! the Release store of `FULL` and read only after an Acquire load that saw
+//! `FULL`, `DEAD`, `MOVING` or `MOVED` (or by the thread that wrote it). A
+//! rebuild publishes the new table through `next` (Release store, Acquire
+//! load) before any probe can reach it, and each moved client through the
+//! new slot's `FULL` and then the old slot's `MOVED` (both Release), so a
+//! probe that follows `MOVED` sees the client placed. The remaining CASes
+//! on tags are weaker where nothing is read on their strength: claiming an
+//! empty slot and sealing one publish no entry (the claimer's entry goes out
+//! with its own `FULL`), and a sweep's `FULL → DEAD` comes after its own
+//! Acquire load of that slot. The counters (`claimed`, `tracked`, `stored`)
+//! are Relaxed: each is moved only by read-modify-writes, publishes nothing,
+//! and decides when to rebuild or whether there is a place, never what a
+//! decision answers. The states' own words keep their orderings (`cell`).
+//!
 //! # Sweeps and time, the cap
 //!
 //! As in the tiers' store (`store::keyed`, same sections): `swept` is the
