@@ -153,6 +153,10 @@ fn fingerprint(hash: u64) -> u64 {
 /// publication are one step for other writers, see `wait_for_writer`).
 const FIRST_CAPACITY: usize = if cfg!(floodgate_loom) { 2 } else { 64 };
 
+/// The largest table a capped store allocates up front (32 MiB of 32-byte
+/// slots); a larger cap's table starts small and grows.
+const MOST_PRESIZED: usize = 1 << 20;
+
 /// A client's key and state, on their way into a slot.
 struct Entry<K, S> {
     key: K,
@@ -430,13 +434,14 @@ where
     S: Send + Sync + 'static,
 {
     pub(crate) fn new(bounds: Bounds) -> Self {
-        let (capacity, grows) = match bounds.cap() {
+        let (capacity, grows) = match bounds.cap().map(Self::capacity_for_cap) {
             // The room (7/8 of the slots) exceeds the cap by at least 1/8
-            // of it, so the DEAD slots evictions leave behind are dropped by
-            // a rebuild at most once per cap/8 new clients, and the table
-            // never needs to grow.
-            Some(cap) => ((cap / 7 * 9 + 2).next_power_of_two(), false),
-            None => (FIRST_CAPACITY, true),
+            // of it and one, so the DEAD slots evictions leave behind are
+            // dropped by a rebuild at most once per cap/8 + 1 new clients,
+            // and the table never needs to grow.
+            Some(capacity) if capacity <= MOST_PRESIZED => (capacity, false),
+            // A cap too large to allocate for up front: grow towards it.
+            _ => (FIRST_CAPACITY, true),
         };
         Self {
             table: TableCell::new(Table::new(capacity)),
@@ -459,6 +464,16 @@ where
 
     pub(crate) fn bounds(&self) -> Bounds {
         self.schedule.bounds()
+    }
+
+    /// Slots whose room holds `cap` clients plus an eighth and one more.
+    fn capacity_for_cap(cap: usize) -> usize {
+        let need = cap.saturating_add(cap / 8).saturating_add(1);
+        (need / 7)
+            .saturating_mul(8)
+            .saturating_add(if cfg!(floodgate_loom) { 2 } else { 16 })
+            .checked_next_power_of_two()
+            .unwrap_or(usize::MAX)
     }
 
     #[inline]
@@ -704,7 +719,9 @@ where
             .iter()
             .filter(|slot| matches!(slot.tag.load(Ordering::Relaxed) & STATE, BUSY | FULL))
             .count();
-        let capacity = if self.grows && live * 2 > table.room {
+        // A table that could not hold its live clients again is doubled
+        // even when capped (the sizing above makes that never happen).
+        let capacity = if (self.grows && live * 2 > table.room) || live >= table.room {
             table.capacity() * 2
         } else {
             table.capacity()
@@ -890,5 +907,39 @@ where
     /// count them. O(1).
     pub(crate) fn stored(&self) -> usize {
         self.stored.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(all(test, not(floodgate_loom)))]
+mod tests {
+    use super::*;
+
+    fn first_table(bounds: Bounds) -> (usize, usize, bool) {
+        let store = InlineStore::<u64, AtomicU64>::new(bounds);
+        let guard = Guard::new();
+        let table = store.table.load(&guard);
+        (table.capacity(), table.room, store.grows)
+    }
+
+    /// A capped table's room holds the cap and an eighth more, from a cap
+    /// of one up (a room below the cap would rebuild without end), and a
+    /// cap too large to allocate for starts small and grows.
+    #[test]
+    fn capped_tables_hold_their_cap_with_slack() {
+        for cap in [0, 1, 3, 7, 8, 100, 100_000, 800_000] {
+            let (capacity, room, grows) = first_table(Bounds::new().max_clients(cap));
+            assert!(!grows, "cap {cap}");
+            assert!(room >= cap + cap / 8 + 1, "cap {cap}: room {room}");
+            assert!(capacity <= 4 * (cap + 16), "cap {cap}: {capacity} slots");
+        }
+        assert_eq!(first_table(Bounds::new().max_clients(100_000)).0, 131_072);
+        assert_eq!(
+            first_table(Bounds::new().max_clients(usize::MAX)),
+            (FIRST_CAPACITY, FIRST_CAPACITY - FIRST_CAPACITY / 8, true)
+        );
+        assert_eq!(
+            first_table(Bounds::new()),
+            (FIRST_CAPACITY, FIRST_CAPACITY - FIRST_CAPACITY / 8, true)
+        );
     }
 }
