@@ -87,8 +87,7 @@ impl AsyncRedisLimiter {
     ///
     /// As [`RedisLimiter::try_check_at`](super::RedisLimiter::try_check_at).
     pub async fn try_check_at(&self, key: &str, now: u64) -> Result<Decision, RedisError> {
-        self.core
-            .decision(self.call(key, Op::Check, Some(now)).await?)
+        self.decide(key, 1, Some(now)).await
     }
 
     /// Decides one request of cost `cost` of `key` at `now`, all or nothing:
@@ -103,8 +102,7 @@ impl AsyncRedisLimiter {
         now: u64,
         cost: u64,
     ) -> Result<Decision, RedisError> {
-        let reply = self.call(key, self.core.weighed(cost), Some(now)).await?;
-        self.core.weighed_decision(reply, cost)
+        self.decide(key, cost, Some(now)).await
     }
 
     /// Decides one request of `key` now (by Redis's clock with
@@ -114,8 +112,7 @@ impl AsyncRedisLimiter {
     ///
     /// As [`try_check_at`](Self::try_check_at).
     pub async fn try_check(&self, key: &str) -> Result<Decision, RedisError> {
-        self.core
-            .decision(self.call(key, Op::Check, self.core.implicit_now()).await?)
+        self.decide(key, 1, self.core.implicit_now()).await
     }
 
     /// How many requests of `key` would be admitted one after another at
@@ -168,10 +165,12 @@ impl AsyncRedisLimiter {
     /// [`RedisError::Timeout`] and [`RedisError::Unavailable`] the state may
     /// have been deleted.
     pub async fn try_forget(&self, key: &str) -> Result<bool, RedisError> {
-        let deleted: u64 = self
-            .command(::redis::cmd("DEL").arg(self.core.key(key)))
-            .await?;
-        Ok(deleted > 0)
+        let deleted = self
+            .command::<u64>(::redis::cmd("DEL").arg(self.core.key(key)))
+            .await;
+        // Whether or not the answer came, the state may be gone.
+        self.core.invalidate(Some(key));
+        Ok(deleted? > 0)
     }
 
     /// [`try_peek_at`](Self::try_peek_at); `None` when Redis fails.
@@ -198,8 +197,7 @@ impl AsyncRedisLimiter {
     /// answers when Redis fails.
     pub async fn check_n(&self, key: &str, cost: u64) -> Decision {
         let now = self.core.implicit_now();
-        let answer = self.call(key, self.core.weighed(cost), now).await;
-        match answer.and_then(|reply| self.core.weighed_decision(reply, cost)) {
+        match self.decide(key, cost, now).await {
             Ok(decision) => decision,
             Err(_) => self.core.check_n_on_failure(key, now, cost),
         }
@@ -209,11 +207,7 @@ impl AsyncRedisLimiter {
     /// [`TimeSource::Server`]); the fault rule answers when Redis fails.
     pub async fn check(&self, key: &str) -> Decision {
         let now = self.core.implicit_now();
-        match self
-            .call(key, Op::Check, now)
-            .await
-            .and_then(|reply| self.core.decision(reply))
-        {
+        match self.decide(key, 1, now).await {
             Ok(decision) => decision,
             Err(_) => self.core.check_on_failure(key, now),
         }
@@ -247,6 +241,17 @@ impl AsyncRedisLimiter {
         self.core.faults.load(Ordering::Relaxed)
     }
 
+    /// How many decisions the local rejection cache answered without a
+    /// round trip ([`RedisOptions::rejection_cache`]).
+    pub fn answered_locally(&self) -> u64 {
+        self.core.answered_locally()
+    }
+
+    /// How many rejected clients the local rejection cache remembers now.
+    pub fn cached_rejections(&self) -> usize {
+        self.core.cached_rejections()
+    }
+
     /// The policy this limiter applies.
     pub fn policy(&self) -> PolicyKind {
         self.core.policy
@@ -265,6 +270,20 @@ impl AsyncRedisLimiter {
     /// The key that holds `client`'s state.
     pub fn key(&self, client: &str) -> String {
         self.core.key(client)
+    }
+
+    /// A request of cost `cost` of `key` at `now` (`None`: by the time
+    /// source): from the rejection cache, or one script call whose
+    /// rejection the cache remembers.
+    async fn decide(&self, key: &str, cost: u64, now: Option<u64>) -> Result<Decision, RedisError> {
+        let ticket = match self.core.cached(key, cost, now) {
+            Ok(decision) => return Ok(decision),
+            Err(ticket) => ticket,
+        };
+        let reply = self.call(key, self.core.weighed(cost), now).await?;
+        let decision = self.core.weighed_decision(reply, cost)?;
+        self.core.remember(key, cost, ticket, &decision);
+        Ok(decision)
     }
 
     /// One script call, sent at most once, within the timeout. A call cut

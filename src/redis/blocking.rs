@@ -89,8 +89,7 @@ impl RedisLimiter {
     /// [`RedisError::Timeout`] and [`RedisError::Unavailable`] the request
     /// may have been counted.
     pub fn try_check_at(&self, key: &str, now: u64) -> Result<Decision, RedisError> {
-        self.call(key, Op::Check, Some(now))
-            .and_then(|reply| self.core.decision(reply))
+        self.decide(key, 1, Some(now))
     }
 
     /// Decides one request of cost `cost` of `key` at `now`, all or nothing
@@ -101,8 +100,7 @@ impl RedisLimiter {
     ///
     /// As [`try_check_at`](Self::try_check_at).
     pub fn try_check_n_at(&self, key: &str, now: u64, cost: u64) -> Result<Decision, RedisError> {
-        self.call(key, self.core.weighed(cost), Some(now))
-            .and_then(|reply| self.core.weighed_decision(reply, cost))
+        self.decide(key, cost, Some(now))
     }
 
     /// Decides one request of cost `cost` of `key` now (the clock as
@@ -112,8 +110,7 @@ impl RedisLimiter {
     ///
     /// As [`try_check_at`](Self::try_check_at).
     pub fn try_check_n(&self, key: &str, cost: u64) -> Result<Decision, RedisError> {
-        self.call(key, self.core.weighed(cost), self.core.implicit_now())
-            .and_then(|reply| self.core.weighed_decision(reply, cost))
+        self.decide(key, cost, self.core.implicit_now())
     }
 
     /// Decides one request of `key` now: by Redis's clock with
@@ -123,8 +120,7 @@ impl RedisLimiter {
     ///
     /// As [`try_check_at`](Self::try_check_at).
     pub fn try_check(&self, key: &str) -> Result<Decision, RedisError> {
-        self.call(key, Op::Check, self.core.implicit_now())
-            .and_then(|reply| self.core.decision(reply))
+        self.decide(key, 1, self.core.implicit_now())
     }
 
     /// How many requests of `key` would be admitted one after another at
@@ -177,10 +173,12 @@ impl RedisLimiter {
     /// have been deleted.
     pub fn try_forget(&self, key: &str) -> Result<bool, RedisError> {
         let stored = self.core.key(key);
-        let deleted: u64 = self
+        let deleted = self
             .pool
-            .with(|connection| ::redis::cmd("DEL").arg(&stored).query(connection))?;
-        Ok(deleted > 0)
+            .with(|connection| ::redis::cmd("DEL").arg(&stored).query::<u64>(connection));
+        // Whether or not the answer came, the state may be gone.
+        self.core.invalidate(Some(key));
+        Ok(deleted? > 0)
     }
 
     /// How many clients of this limiter (this prefix, policy, configuration
@@ -215,7 +213,7 @@ impl RedisLimiter {
     /// As [`try_check_at`](Self::try_check_at).
     pub fn clear_prefix(&self, prefix: &str) -> Result<usize, RedisError> {
         let pattern = prefix_pattern(prefix);
-        self.pool.with(|connection| {
+        let cleared = self.pool.with(|connection| {
             let keys: Vec<String> = ::redis::cmd("SCAN")
                 .cursor_arg(0)
                 .arg("MATCH")
@@ -229,12 +227,26 @@ impl RedisLimiter {
                 ::redis::cmd("UNLINK").arg(batch).exec(connection)?;
             }
             Ok(keys.len())
-        })
+        });
+        self.core.invalidate(None);
+        cleared
     }
 
     /// How many [`RateLimiter`] calls the fault rule has answered.
     pub fn faults(&self) -> u64 {
         self.core.faults.load(Ordering::Relaxed)
+    }
+
+    /// How many decisions the local rejection cache answered without a
+    /// round trip ([`RedisOptions::rejection_cache`]).
+    pub fn answered_locally(&self) -> u64 {
+        self.core.answered_locally()
+    }
+
+    /// How many rejected clients the local rejection cache remembers now
+    /// (at most [`RedisOptions::rejection_cache`]).
+    pub fn cached_rejections(&self) -> usize {
+        self.core.cached_rejections()
     }
 
     /// The options' time source.
@@ -245,6 +257,21 @@ impl RedisLimiter {
     /// The key that holds `client`'s state.
     pub fn key(&self, client: &str) -> String {
         self.core.key(client)
+    }
+
+    /// A request of cost `cost` of `key` at `now` (`None`: Redis's clock or
+    /// the local Unix time, as the time source says): from the rejection
+    /// cache, or one script call whose rejection the cache remembers.
+    fn decide(&self, key: &str, cost: u64, now: Option<u64>) -> Result<Decision, RedisError> {
+        let ticket = match self.core.cached(key, cost, now) {
+            Ok(decision) => return Ok(decision),
+            Err(ticket) => ticket,
+        };
+        let decision = self
+            .call(key, self.core.weighed(cost), now)
+            .and_then(|reply| self.core.weighed_decision(reply, cost))?;
+        self.core.remember(key, cost, ticket, &decision);
+        Ok(decision)
     }
 
     /// One script call, sent at most once (see the module's Faults).
@@ -313,15 +340,13 @@ impl RateLimiter<str> for RedisLimiter {
     /// With the server's clock, the script reads Redis `TIME`.
     fn check(&self, key: &str) -> Decision {
         let now = self.core.implicit_now();
-        self.call(key, Op::Check, now)
-            .and_then(|reply| self.core.decision(reply))
+        self.decide(key, 1, now)
             .unwrap_or_else(|_| self.core.check_on_failure(key, now))
     }
 
     fn check_n(&self, key: &str, cost: u64) -> Decision {
         let now = self.core.implicit_now();
-        self.call(key, self.core.weighed(cost), now)
-            .and_then(|reply| self.core.weighed_decision(reply, cost))
+        self.decide(key, cost, now)
             .unwrap_or_else(|_| self.core.check_n_on_failure(key, now, cost))
     }
 

@@ -128,6 +128,7 @@
 
 mod aio;
 mod blocking;
+mod rejections;
 mod script;
 
 use std::fmt;
@@ -136,12 +137,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub use aio::AsyncRedisLimiter;
 pub use blocking::RedisLimiter;
+pub use rejections::DEFAULT_REJECTION_CACHE;
 pub use script::{MAX_COUNTER_PRODUCT, MAX_NOW, MAX_WINDOW};
 
 use crate::{
     build_bounded, Bounds, Clock, Config, ConfigError, Decision, Engine, Overflow, PolicyKind,
     RateLimiter, Tick,
 };
+use rejections::{Rejections, Stamp};
 use script::Arguments;
 
 /// Where a decision's `now` comes from.
@@ -236,6 +239,7 @@ pub struct RedisOptions {
     local_bounds: Bounds,
     min_ttl: Duration,
     connections: usize,
+    rejection_cache: usize,
 }
 
 impl Default for RedisOptions {
@@ -247,7 +251,8 @@ impl Default for RedisOptions {
 impl RedisOptions {
     /// Prefix `floodgate`, Redis's clock, a 100 ms timeout, fail closed
     /// (with [`DEFAULT_LOCAL_BOUNDS`] should the rule become
-    /// [`OnFailure::Local`]), no least TTL, 8 blocking connections.
+    /// [`OnFailure::Local`]), no least TTL, 8 blocking connections, and a
+    /// rejection cache of [`DEFAULT_REJECTION_CACHE`] clients.
     pub fn new() -> Self {
         Self {
             prefix: "floodgate".to_owned(),
@@ -257,6 +262,7 @@ impl RedisOptions {
             local_bounds: DEFAULT_LOCAL_BOUNDS,
             min_ttl: Duration::ZERO,
             connections: 8,
+            rejection_cache: DEFAULT_REJECTION_CACHE,
         }
     }
 
@@ -315,6 +321,20 @@ impl RedisOptions {
     pub fn connections(mut self, connections: usize) -> Self {
         self.connections = connections;
         self
+    }
+
+    /// How many rejected clients the local rejection cache remembers at
+    /// most (default [`DEFAULT_REJECTION_CACHE`]); 0 turns the cache off,
+    /// and every decision is then a round trip. See the module's
+    /// "A flood is answered locally".
+    pub fn rejection_cache(mut self, max_clients: usize) -> Self {
+        self.rejection_cache = max_clients;
+        self
+    }
+
+    /// The rejection cache's cap (0: off).
+    pub fn get_rejection_cache(&self) -> usize {
+        self.rejection_cache
     }
 
     /// The key prefix.
@@ -516,6 +536,16 @@ struct Core {
     /// How many trait calls the fault rule answered. Relaxed: a statistic,
     /// publishing nothing.
     faults: AtomicU64,
+    /// The local rejection cache, unless turned off.
+    rejections: Option<Rejections>,
+}
+
+/// What a call that reaches Redis needs to remember its rejection: when it
+/// was sent, and the cache's generation then.
+#[derive(Clone, Copy, Debug)]
+struct Ticket {
+    stamp: Stamp,
+    generation: u64,
 }
 
 impl Core {
@@ -614,7 +644,69 @@ impl Core {
             on_failure: options.on_failure,
             local,
             faults: AtomicU64::new(0),
+            rejections: (options.rejection_cache > 0).then(|| {
+                Rejections::new(
+                    options.rejection_cache,
+                    u64::try_from(tick_ns).expect("checked above"),
+                )
+            }),
         })
+    }
+
+    /// The rejection cache's answer to a request of cost `cost` of `client`
+    /// at `now` (`None`: now on Redis's clock), or the ticket with which
+    /// Redis's answer is remembered. Costs of 0 and above the limit are
+    /// never cached (their answers are not rejections that end).
+    fn cached(
+        &self,
+        client: &str,
+        cost: u64,
+        now: Option<u64>,
+    ) -> Result<Decision, Option<Ticket>> {
+        let Some(cache) = &self.rejections else {
+            return Err(None);
+        };
+        if cost == 0 || cost > self.config.limit() {
+            return Err(None);
+        }
+        // The stamp is taken before the call is sent (a later send only
+        // makes the remembered deadline earlier than Redis's).
+        let ticket = Ticket {
+            stamp: cache.stamp(now),
+            generation: cache.generation(),
+        };
+        match cache.lookup(client, cost, ticket.stamp) {
+            Some(decision) => Ok(decision.in_ticks(self.tick())),
+            None => Err(Some(ticket)),
+        }
+    }
+
+    /// Remembers Redis's `decision` for a request of cost `cost` of
+    /// `client`, if it is a rejection that ends.
+    fn remember(&self, client: &str, cost: u64, ticket: Option<Ticket>, decision: &Decision) {
+        if let (Some(cache), Some(ticket)) = (&self.rejections, ticket) {
+            if !decision.allowed {
+                cache.insert(client, cost, ticket.stamp, ticket.generation, decision);
+            }
+        }
+    }
+
+    /// After Redis deleted `client`'s state (or every client's, for
+    /// `None`): no rejection remembered from before is used again.
+    fn invalidate(&self, client: Option<&str>) {
+        if let Some(cache) = &self.rejections {
+            cache.invalidate(client);
+        }
+    }
+
+    /// How many decisions the rejection cache answered.
+    fn answered_locally(&self) -> u64 {
+        self.rejections.as_ref().map_or(0, Rejections::hits)
+    }
+
+    /// How many clients the rejection cache remembers.
+    fn cached_rejections(&self) -> usize {
+        self.rejections.as_ref().map_or(0, Rejections::len)
     }
 
     /// The key of `client`'s state.
