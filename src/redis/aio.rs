@@ -4,10 +4,11 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use ::redis::{Client, FromRedisValue};
+use ::redis::cluster_async::ClusterConnection;
+use ::redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, Value};
 
 use super::script::{Op, Reply};
-use super::{Core, RedisConfigError, RedisError, RedisOptions, TimeSource};
+use super::{Core, RedisConfigError, RedisError, RedisOptions, Target, TimeSource};
 use crate::{Config, Decision, PolicyKind};
 
 /// A per-client limiter whose state lives in Redis, for tokio: the
@@ -15,9 +16,12 @@ use crate::{Config, Decision, PolicyKind};
 ///
 /// All calls share one multiplexed connection (a [`ConnectionManager`]):
 /// concurrent calls are pipelined on it, and after a failure it reconnects
-/// in the background, so the limiter outlives a restart of Redis. Each call
-/// is bounded by [`RedisOptions::timeout`], waiting for a reconnection
-/// included. Cloning is cheap and shares the connection.
+/// in the background, so the limiter outlives a restart of Redis. With a
+/// `redis-cluster://` URL it is the cluster client's multiplexed connection
+/// to every node instead, which routes each call by its key's slot and
+/// reconnects to a node that comes back. Each call is bounded by
+/// [`RedisOptions::timeout`], waiting for a reconnection included. Cloning
+/// is cheap and shares the connection.
 ///
 /// The infallible methods answer by the [`OnFailure`](super::OnFailure)
 /// rule when Redis fails; the `try_*` methods return the error.
@@ -47,13 +51,62 @@ use crate::{Config, Decision, PolicyKind};
 #[derive(Clone, Debug)]
 pub struct AsyncRedisLimiter {
     core: std::sync::Arc<Core>,
-    connection: ConnectionManager,
+    connection: Connection,
+}
+
+/// The shared connection: to one server, or to a cluster.
+#[derive(Clone)]
+enum Connection {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Connection::Single(_) => "Connection::Single",
+            Connection::Cluster(_) => "Connection::Cluster",
+        })
+    }
+}
+
+impl ::redis::aio::ConnectionLike for Connection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Connection::Single(connection) => connection.req_packed_command(cmd),
+            Connection::Cluster(connection) => connection.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Connection::Single(connection) => {
+                connection.req_packed_commands(pipeline, offset, count)
+            }
+            Connection::Cluster(connection) => {
+                connection.req_packed_commands(pipeline, offset, count)
+            }
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Connection::Single(connection) => connection.get_db(),
+            Connection::Cluster(connection) => connection.get_db(),
+        }
+    }
 }
 
 impl AsyncRedisLimiter {
-    /// A limiter applying `policy` with `config` to the Redis at `url`.
-    /// Connects on first use (Redis need not be up yet); call it inside a
-    /// tokio runtime.
+    /// A limiter applying `policy` with `config` to the Redis at `url`
+    /// (`redis://…`, or `redis-cluster://host:port[,host:port…]` for a
+    /// cluster). Connects on first use (Redis need not be up yet); call it
+    /// inside a tokio runtime.
     ///
     /// # Errors
     ///
@@ -65,16 +118,31 @@ impl AsyncRedisLimiter {
         options: RedisOptions,
     ) -> Result<Self, RedisConfigError> {
         let core = Core::new(policy, config, &options)?;
-        let client = Client::open(url).map_err(RedisConfigError::Url)?;
-        let manager = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(core.timeout))
-            .set_response_timeout(Some(core.timeout))
-            // Reconnection attempts back off from 10 ms to 1 s, so traffic
-            // resumes within about a second of Redis coming back.
-            .set_min_delay(Duration::from_millis(10))
-            .set_max_delay(Duration::from_secs(1));
-        let connection = ConnectionManager::new_lazy_with_config(client, manager)
-            .map_err(RedisConfigError::Url)?;
+        let connection = match Target::open(url, core.timeout)? {
+            Target::Single(client) => {
+                let manager = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(core.timeout))
+                    .set_response_timeout(Some(core.timeout))
+                    // Reconnection attempts back off from 10 ms to 1 s, so
+                    // traffic resumes within about a second of Redis coming
+                    // back.
+                    .set_min_delay(Duration::from_millis(10))
+                    .set_max_delay(Duration::from_secs(1));
+                Connection::Single(
+                    ConnectionManager::new_lazy_with_config(client, manager)
+                        .map_err(RedisConfigError::Url)?,
+                )
+            }
+            // Connects to the nodes in the background: the first calls
+            // wait for it (within their timeout).
+            Target::Cluster(client) => Connection::Cluster(
+                client.get_pending_async_connection_with_config(
+                    ::redis::cluster::ClusterConfig::new()
+                        .set_connection_timeout(core.timeout)
+                        .set_response_timeout(core.timeout),
+                ),
+            ),
+        };
         Ok(Self {
             core: std::sync::Arc::new(core),
             connection,

@@ -5,10 +5,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use ::redis::{Client, Connection, ConnectionLike, FromRedisValue, RedisResult};
+use ::redis::cluster::ClusterConnection;
+use ::redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use ::redis::{Connection, ConnectionLike, FromRedisValue, RedisResult};
 
 use super::script::{Op, Reply};
-use super::{prefix_pattern, Core, RedisConfigError, RedisError, RedisOptions, TimeSource};
+use super::{
+    cluster_primaries, prefix_pattern, Core, RedisConfigError, RedisError, RedisOptions, Target,
+    TimeSource,
+};
 use crate::{Config, Decision, PolicyKind, RateLimiter};
 
 /// A per-client limiter whose state lives in Redis, for threads that block:
@@ -59,7 +64,9 @@ pub struct RedisLimiter {
 
 impl RedisLimiter {
     /// A limiter applying `policy` with `config` to the Redis at `url`
-    /// (`redis://[user:password@]host:port[/db]`). Connects on first use.
+    /// (`redis://[user:password@]host:port[/db]`), or to the Redis Cluster
+    /// whose nodes it names (`redis-cluster://host:port[,host:port…]`; see
+    /// the module's "Redis Cluster"). Connects on first use.
     ///
     /// # Errors
     ///
@@ -73,9 +80,9 @@ impl RedisLimiter {
         options: RedisOptions,
     ) -> Result<Self, RedisConfigError> {
         let core = Core::new(policy, config, &options)?;
-        let client = Client::open(url).map_err(RedisConfigError::Url)?;
+        let target = Target::open(url, core.timeout)?;
         Ok(Self {
-            pool: Pool::new(client, options.connections, core.timeout),
+            pool: Pool::new(target, options.connections, core.timeout),
             core,
         })
     }
@@ -182,26 +189,17 @@ impl RedisLimiter {
     }
 
     /// How many clients of this limiter (this prefix, policy, configuration
-    /// and clock) have state in Redis: one `SCAN` through the database, so
-    /// meant for tests and diagnostics, not for a hot path.
+    /// and clock) have state in Redis: one `SCAN` through the database (of
+    /// every primary, in a cluster), so meant for tests and diagnostics, not
+    /// for a hot path.
     ///
     /// # Errors
     ///
     /// As [`try_check_at`](Self::try_check_at).
     pub fn try_tracked_clients(&self) -> Result<usize, RedisError> {
         let pattern = self.core.pattern();
-        self.pool.with(|connection| {
-            let keys: Vec<String> = ::redis::cmd("SCAN")
-                .cursor_arg(0)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(1_000)
-                .clone()
-                .iter(connection)?
-                .collect::<RedisResult<_>>()?;
-            Ok(keys.len())
-        })
+        self.pool
+            .with_raw(|connection| Ok(connection.keys(&pattern)?.len()))
     }
 
     /// Deletes every key under `prefix` (any policy, configuration or clock)
@@ -213,18 +211,23 @@ impl RedisLimiter {
     /// As [`try_check_at`](Self::try_check_at).
     pub fn clear_prefix(&self, prefix: &str) -> Result<usize, RedisError> {
         let pattern = prefix_pattern(prefix);
-        let cleared = self.pool.with(|connection| {
-            let keys: Vec<String> = ::redis::cmd("SCAN")
-                .cursor_arg(0)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(1_000)
-                .clone()
-                .iter(connection)?
-                .collect::<RedisResult<_>>()?;
+        let cleared = self.pool.with_raw(|connection| {
+            let keys = connection.keys(&pattern)?;
             for batch in keys.chunks(512) {
-                ::redis::cmd("UNLINK").arg(batch).exec(connection)?;
+                match connection {
+                    Conn::Single(connection) => {
+                        ::redis::cmd("UNLINK").arg(batch).exec(connection)?;
+                    }
+                    // Keys of different slots cannot share one command: one
+                    // UNLINK each, pipelined per node.
+                    Conn::Cluster(connection) => {
+                        let mut pipe = ::redis::cluster::cluster_pipe();
+                        for key in batch {
+                            pipe.cmd("UNLINK").arg(key).ignore();
+                        }
+                        pipe.exec(connection)?;
+                    }
+                }
             }
             Ok(keys.len())
         });
@@ -359,10 +362,75 @@ impl RateLimiter<str> for RedisLimiter {
     }
 }
 
+/// One connection of the pool: to one server, or to a cluster (itself a
+/// connection per node, routing each call by its key's slot).
+enum Conn {
+    Single(Connection),
+    Cluster(ClusterConnection),
+}
+
+impl Conn {
+    fn as_dyn(&mut self) -> &mut dyn ConnectionLike {
+        match self {
+            Conn::Single(connection) => connection,
+            Conn::Cluster(connection) => connection,
+        }
+    }
+
+    fn is_open(&self) -> bool {
+        match self {
+            Conn::Single(connection) => connection.is_open(),
+            Conn::Cluster(connection) => connection.is_open(),
+        }
+    }
+
+    /// Every key matching `pattern`, by `SCAN`: of the server, or of each
+    /// primary of the cluster in turn.
+    fn keys(&mut self, pattern: &str) -> RedisResult<Vec<String>> {
+        let scan = |cursor: u64| {
+            let mut scan = ::redis::cmd("SCAN");
+            scan.arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(1_000);
+            scan
+        };
+        match self {
+            Conn::Single(connection) => scan(0).iter(connection)?.collect(),
+            Conn::Cluster(connection) => {
+                let slots = connection.route_command(
+                    &::redis::cmd("CLUSTER").arg("SLOTS").clone(),
+                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+                )?;
+                let mut keys = Vec::new();
+                for (host, port) in cluster_primaries(&slots) {
+                    let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                        host: host.clone(),
+                        port,
+                    });
+                    let mut cursor = 0;
+                    loop {
+                        let reply = connection.route_command(&scan(cursor), route.clone())?;
+                        let (next, mut batch): (u64, Vec<String>) =
+                            ::redis::FromRedisValue::from_redis_value(reply)?;
+                        keys.append(&mut batch);
+                        if next == 0 {
+                            break;
+                        }
+                        cursor = next;
+                    }
+                }
+                Ok(keys)
+            }
+        }
+    }
+}
+
 /// Connections made on demand, each slot behind its own lock.
 struct Pool {
-    client: Client,
-    slots: Box<[Mutex<Option<Connection>>]>,
+    target: Target,
+    slots: Box<[Mutex<Option<Conn>>]>,
     /// Where the next call starts looking for a free slot, so that
     /// concurrent calls spread over the slots. Relaxed: any value is a
     /// correct starting point.
@@ -373,6 +441,7 @@ struct Pool {
 impl std::fmt::Debug for Pool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Pool")
+            .field("cluster", &matches!(self.target, Target::Cluster(_)))
             .field("connections", &self.slots.len())
             .field("timeout", &self.timeout)
             .finish_non_exhaustive()
@@ -380,13 +449,21 @@ impl std::fmt::Debug for Pool {
 }
 
 impl Pool {
-    fn new(client: Client, size: usize, timeout: Duration) -> Self {
+    fn new(target: Target, size: usize, timeout: Duration) -> Self {
         Self {
-            client,
+            target,
             slots: (0..size).map(|_| Mutex::new(None)).collect(),
             next: AtomicUsize::new(0),
             timeout,
         }
+    }
+
+    /// Runs `work` on a connection (see [`with_raw`](Self::with_raw)).
+    fn with<T>(
+        &self,
+        work: impl FnOnce(&mut dyn ConnectionLike) -> RedisResult<T>,
+    ) -> Result<T, RedisError> {
+        self.with_raw(|connection| work(connection.as_dyn()))
     }
 
     /// Runs `work` on a connection: a free slot's if there is one, else
@@ -394,10 +471,7 @@ impl Pool {
     /// connects first. A connection whose call failed other than by a
     /// server's error reply is dropped: it may be broken, or a late reply
     /// may still be on its way.
-    fn with<T>(
-        &self,
-        work: impl FnOnce(&mut Connection) -> RedisResult<T>,
-    ) -> Result<T, RedisError> {
+    fn with_raw<T>(&self, work: impl FnOnce(&mut Conn) -> RedisResult<T>) -> Result<T, RedisError> {
         let start = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
         let mut slot = (0..self.slots.len())
             .find_map(|offset| {
@@ -424,7 +498,7 @@ impl Pool {
     /// Takes a slot's lock. A panic while it was held (in `work`) may have
     /// left its connection in the middle of a reply, so a poisoned slot's
     /// connection is dropped.
-    fn lock(slot: &Mutex<Option<Connection>>) -> MutexGuard<'_, Option<Connection>> {
+    fn lock(slot: &Mutex<Option<Conn>>) -> MutexGuard<'_, Option<Conn>> {
         slot.lock().unwrap_or_else(|poisoned| {
             let mut guard = PoisonError::into_inner(poisoned);
             *guard = None;
@@ -433,15 +507,27 @@ impl Pool {
     }
 
     /// A new connection whose reads and writes time out after the timeout.
-    fn connect(&self) -> Result<Connection, RedisError> {
-        let connection = self
-            .client
-            .get_connection_with_timeout(self.timeout)
-            .map_err(RedisError::from_client)?;
-        connection
-            .set_read_timeout(Some(self.timeout))
-            .and_then(|()| connection.set_write_timeout(Some(self.timeout)))
-            .map_err(RedisError::from_client)?;
-        Ok(connection)
+    /// A cluster's connects to the nodes it is given and learns the rest.
+    fn connect(&self) -> Result<Conn, RedisError> {
+        match &self.target {
+            Target::Single(client) => {
+                let connection = client
+                    .get_connection_with_timeout(self.timeout)
+                    .map_err(RedisError::from_client)?;
+                connection
+                    .set_read_timeout(Some(self.timeout))
+                    .and_then(|()| connection.set_write_timeout(Some(self.timeout)))
+                    .map_err(RedisError::from_client)?;
+                Ok(Conn::Single(connection))
+            }
+            Target::Cluster(client) => {
+                let connection = client.get_connection().map_err(RedisError::from_client)?;
+                connection
+                    .set_read_timeout(Some(self.timeout))
+                    .and_then(|()| connection.set_write_timeout(Some(self.timeout)))
+                    .map_err(RedisError::from_client)?;
+                Ok(Conn::Cluster(connection))
+            }
+        }
     }
 }

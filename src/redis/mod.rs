@@ -39,6 +39,44 @@
 //! arithmetic, field by field, and the tests compare every answer with the
 //! in-memory engine's.
 //!
+//! # A flood is answered locally
+//!
+//! A rejected request changes nothing, and other instances' admissions can
+//! only make a client's state stricter; so a client that Redis rejected
+//! with `retry_after = d` is rejected by every instance until `now + d`,
+//! whatever happens elsewhere. Each limiter remembers such rejections in a
+//! bounded local cache ([`RedisOptions::rejection_cache`], default
+//! [`DEFAULT_REJECTION_CACHE`] clients, 0 turns it off; entries whose
+//! deadline passed are dropped) and answers from it without a round trip.
+//! The one app that floods then costs Redis one call per `d`, not one per
+//! request.
+//!
+//! - **The decision is Redis's**: `allowed` is false exactly when Redis
+//!   would answer false, and `delay` is 0, as in every rejection.
+//! - **`retry_after` is a lower bound** of Redis's own: the part of `d` that
+//!   is left. Admissions by other instances since may have moved Redis's
+//!   answer later.
+//! - **`remaining`** is Redis's at the rejection. For a request of cost 1
+//!   that is 0, exact until the deadline; a rejection of a larger cost `n`
+//!   leaves up to `n − 1`, which drips may raise and other instances lower
+//!   meanwhile.
+//! - **Costs.** A rejection of cost `n` says nothing about a smaller cost.
+//!   The cache keeps, per client, the smallest rejected cost and its
+//!   deadline, and answers a request of cost `m ≥ n` before that deadline;
+//!   a smaller cost goes to Redis. Costs of 0 and above the limit are never
+//!   cached (the first is always admitted, the second never, and both
+//!   carry Redis's `remaining`).
+//! - **Times.** A call that passes its `now` (every call with
+//!   [`TimeSource::Caller`]) is rejected until `now + d` on the caller's
+//!   time line; one on Redis's clock until the instant it was sent, on the
+//!   local monotonic clock, plus `d` (Redis read `TIME` after that, so its
+//!   deadline is no earlier, unless its clock jumps forward). A call whose
+//!   time is before the rejection's goes to Redis.
+//! - **What it does not see**: a [`forget`](RedisLimiter::try_forget) on
+//!   another instance (the one on this instance drops the entry), or a key
+//!   deleted behind the limiter's back. Either makes Redis more lenient
+//!   than the cache until the deadline.
+//!
 //! # Keys
 //!
 //! One hash per client:
@@ -426,6 +464,89 @@ impl From<ConfigError> for RedisConfigError {
     fn from(error: ConfigError) -> Self {
         RedisConfigError::Config(error)
     }
+}
+
+/// The URL scheme of a Redis Cluster: `redis-cluster://HOST:PORT[,HOST:PORT…]`
+/// names some of its nodes (any will do; the client finds the others).
+pub const CLUSTER_SCHEME: &str = "redis-cluster://";
+
+/// How many times a cluster call is sent again after a redirection
+/// (`MOVED`, `ASK`), a `TRYAGAIN` or `CLUSTERDOWN`, or a broken connection;
+/// see the module's "Redis Cluster".
+pub const CLUSTER_RETRIES: u32 = 3;
+
+/// Where a limiter's state lives: one server, or a cluster.
+#[derive(Clone, Debug)]
+enum Target {
+    /// `redis://…`
+    Single(::redis::Client),
+    /// `redis-cluster://…`
+    Cluster(::redis::cluster::ClusterClient),
+}
+
+impl Target {
+    /// Reads `url`: a cluster's for [`CLUSTER_SCHEME`], one server's
+    /// otherwise. Connects to nothing.
+    fn open(url: &str, timeout: Duration) -> Result<Self, RedisConfigError> {
+        let Some(nodes) = url.strip_prefix(CLUSTER_SCHEME) else {
+            return ::redis::Client::open(url)
+                .map(Target::Single)
+                .map_err(RedisConfigError::Url);
+        };
+        let nodes: Vec<String> = nodes
+            .split(',')
+            .map(str::trim)
+            .filter(|node| !node.is_empty())
+            .map(|node| format!("redis://{node}"))
+            .collect();
+        if nodes.is_empty() {
+            return Err(RedisConfigError::Url(::redis::RedisError::from((
+                ::redis::ErrorKind::InvalidClientConfig,
+                "a redis-cluster:// URL names no node (redis-cluster://HOST:PORT[,HOST:PORT…])",
+            ))));
+        }
+        ::redis::cluster::ClusterClient::builder(nodes)
+            .connection_timeout(timeout)
+            .response_timeout(timeout)
+            .retries(CLUSTER_RETRIES)
+            .min_retry_wait(2)
+            .max_retry_wait(timeout.as_millis().try_into().unwrap_or(u64::MAX).max(2))
+            .build()
+            .map(Target::Cluster)
+            .map_err(RedisConfigError::Url)
+    }
+}
+
+/// The primaries of a cluster, as `CLUSTER SLOTS` lists them: each slot
+/// range's first node.
+fn cluster_primaries(slots: &::redis::Value) -> Vec<(String, u16)> {
+    use ::redis::Value;
+    let mut primaries = Vec::new();
+    let Value::Array(ranges) = slots else {
+        return primaries;
+    };
+    for range in ranges {
+        let Value::Array(fields) = range else {
+            continue;
+        };
+        let Some(Value::Array(node)) = fields.get(2) else {
+            continue;
+        };
+        let host = match node.first() {
+            Some(Value::BulkString(host)) => String::from_utf8_lossy(host).into_owned(),
+            Some(Value::SimpleString(host)) => host.clone(),
+            _ => continue,
+        };
+        let Some(Value::Int(port)) = node.get(1) else {
+            continue;
+        };
+        if let Ok(port) = u16::try_from(*port) {
+            if !primaries.contains(&(host.clone(), port)) {
+                primaries.push((host, port));
+            }
+        }
+    }
+    primaries
 }
 
 /// Why one call got no answer from Redis.
