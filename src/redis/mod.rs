@@ -32,7 +32,9 @@
 //!
 //! # One round trip per decision
 //!
-//! Each policy's step is one Lua script (`src/redis/scripts/`), loaded once
+//! Each decision that reaches Redis is one round trip (the rejection
+//! cache, below, answers some without any). Each policy's step is one Lua
+//! script (`src/redis/scripts/`), loaded once
 //! and called by its SHA1 with `EVALSHA`; Redis runs a script alone, so the
 //! read, the step and the write are atomic with no `WATCH`/`MULTI` and no
 //! retry. The scripts are the contract of `SPEC.md` written out in integer
@@ -144,6 +146,29 @@
 //! `L × W` above [`MAX_COUNTER_PRODUCT`] (2^52) for
 //! `sliding-window-counter`; within those every value a script computes is
 //! an exact integer.
+//!
+//! # Redis Cluster
+//!
+//! A URL `redis-cluster://HOST:PORT[,HOST:PORT…]` ([`CLUSTER_SCHEME`])
+//! names some nodes of a Redis Cluster (one is enough; the client learns
+//! the others and the slot map). Both limiters then use the `redis`
+//! crate's cluster clients: the blocking one keeps a pool of cluster
+//! connections, the async one shares the multiplexed cluster connection.
+//! Every key of a client lives in one slot (the client is the hash tag,
+//! above), so each decision is still one script call, on the node that
+//! serves the client, and the answers are those of a single Redis. The
+//! client follows `MOVED` and `ASK`, so slots can be moved while traffic
+//! flows; `tracked_clients` and `clear_prefix` scan every primary.
+//!
+//! A cluster call is sent again up to [`CLUSTER_RETRIES`] times: after a
+//! redirection, `TRYAGAIN` or `CLUSTERDOWN` the script did not run, so that
+//! is safe; but the cluster client also resends after a connection that
+//! broke or timed out mid-call, when the script may have run, so on a
+//! cluster such a fault may count a request twice (the single-server
+//! client never resends; see Faults). A node that is down fails the calls
+//! of the clients it serves, by the fault rule, while the other nodes
+//! serve theirs; when it returns the calls resume, without rebuilding the
+//! limiter. The blocking limiter's timeout then applies to each attempt.
 //!
 //! # Faults
 //!
