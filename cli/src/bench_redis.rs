@@ -12,10 +12,16 @@
 //!
 //! Every decision is one `EVALSHA` on Redis's clock (the script reads
 //! `TIME`), for 10,000 clients drawn uniformly, so the rows measure the
-//! round trip and the script, not one hot key.
+//! round trip and the script, not one hot key. For each connection count
+//! the floors and every policy take turns in three rounds, and each figure
+//! is the median of its rounds: a ratio compares figures that shared the
+//! machine's noise.
 //!
 //! Then one flood row per policy: one client checked as fast as one thread
-//! can, beside 1,000 clients checked by three threads within their limits
+//! can (yielding the CPU between decisions to every thread that is ready,
+//! so that the flood is not a core taken from Redis and the other clients
+//! on a small machine), beside 1,000 clients checked by three threads
+//! within their limits
 //! ([`FLOOD_LIMIT`] per second each), first without the flood and then
 //! with it. The flooding client has a limiter of its own (an instance of
 //! its own, as the buggy app would), so its Redis calls are the server's
@@ -55,6 +61,16 @@ struct Row {
     floors: Floors,
 }
 
+/// Rounds per row: the floors and every policy take turns.
+const ROUNDS: usize = 3;
+
+/// The element whose `key` is the median (the upper one of an even count).
+fn median_by<T: Copy>(items: &[T], key: impl Fn(&T) -> f64) -> T {
+    let mut sorted: Vec<T> = items.to_vec();
+    sorted.sort_by(|a, b| key(a).total_cmp(&key(b)));
+    sorted[sorted.len() / 2]
+}
+
 /// The floors at one client count.
 #[derive(Clone, Copy, Default)]
 struct Floors {
@@ -64,6 +80,24 @@ struct Floors {
     script: Option<Benchmark>,
     /// The crate's own client doing `INCR`, per second.
     client_incr: Option<f64>,
+}
+
+impl Floors {
+    /// Each floor's median over `rounds` (a floor missing from a round is
+    /// left out; missing from all, it stays `None`).
+    fn median(rounds: &[Floors]) -> Floors {
+        let median = |values: Vec<Benchmark>| {
+            (!values.is_empty()).then(|| median_by(&values, |b| b.per_sec))
+        };
+        Floors {
+            incr: median(rounds.iter().filter_map(|f| f.incr).collect()),
+            script: median(rounds.iter().filter_map(|f| f.script).collect()),
+            client_incr: {
+                let values: Vec<f64> = rounds.iter().filter_map(|f| f.client_incr).collect();
+                (!values.is_empty()).then(|| median_by(&values, |&v| v))
+            },
+        }
+    }
 }
 
 /// One `redis-benchmark` result.
@@ -128,20 +162,6 @@ pub fn run(
         Ok(server) => server,
         Err(error) => return fail(&error),
     };
-    let mut counts: Vec<usize> = connections.to_vec();
-    if !counts.contains(&(FLOOD_THREADS + 1)) {
-        counts.push(FLOOD_THREADS + 1);
-    }
-    let floors: Vec<(usize, Floors)> = counts
-        .iter()
-        .map(|&clients| (clients, server.floors(clients, slice)))
-        .collect();
-    let floors_at = |clients: usize| {
-        floors
-            .iter()
-            .find(|(count, _)| *count == clients)
-            .map_or_else(Floors::default, |(_, floors)| *floors)
-    };
     let build = |policy, config, threads| {
         let options = RedisOptions::new()
             .prefix(PREFIX)
@@ -149,35 +169,67 @@ pub fn run(
             .connections(threads);
         RedisLimiter::new(url, policy, config, options)
     };
+    let keys: Vec<String> = (0..CLIENTS).map(|id| format!("client-{id}")).collect();
+    let round = slice / ROUNDS as u32;
     let mut rows = Vec::new();
-    let mut floods = Vec::new();
-    for &policy in policies {
-        for &threads in connections {
-            let limiter = match build(policy, config, threads) {
-                Ok(limiter) => limiter,
+    let mut floors_by_count = Vec::new();
+    for &threads in connections {
+        let mut limiters = Vec::new();
+        for &policy in policies {
+            match build(policy, config, threads) {
+                Ok(limiter) => limiters.push((policy, limiter)),
                 Err(error) => {
                     eprintln!("floodgate bench: --backend: {error}");
                     return ExitCode::from(2);
                 }
-            };
-            if let Err(error) = limiter.clear_prefix(PREFIX) {
-                return fail(&error);
             }
-            let keys: Vec<String> = (0..CLIENTS).map(|id| format!("client-{id}")).collect();
-            match measure(&limiter, threads, &keys, slice, None) {
-                Ok(measured) => rows.push(Row {
-                    policy,
-                    connections: threads,
-                    decisions_per_sec: measured.decisions_per_sec,
-                    admitted: measured.admitted,
-                    p50_us: measured.p50_us,
-                    p99_us: measured.p99_us,
-                    floors: floors_at(threads),
-                }),
-                Err(error) => return fail(&error),
-            }
-            let _ = limiter.clear_prefix(PREFIX);
         }
+        if let Err(error) = limiters[0].1.clear_prefix(PREFIX) {
+            return fail(&error);
+        }
+        // Rounds: the floors, then every policy, then again; each figure
+        // is the median of its rounds, so a ratio compares figures that
+        // shared the machine's noise.
+        let mut floors = Vec::new();
+        let mut measured: Vec<Vec<Measured>> = limiters.iter().map(|_| Vec::new()).collect();
+        for _ in 0..ROUNDS {
+            floors.push(server.floors(threads, round));
+            for ((_, limiter), rounds) in limiters.iter().zip(&mut measured) {
+                match measure(limiter, threads, &keys, round, None) {
+                    Ok(one) => rounds.push(one),
+                    Err(error) => return fail(&error),
+                }
+            }
+        }
+        let floors = Floors::median(&floors);
+        floors_by_count.push((threads, floors));
+        for ((policy, _), rounds) in limiters.iter().zip(&measured) {
+            let median = median_by(rounds, |m| m.decisions_per_sec);
+            rows.push(Row {
+                policy: *policy,
+                connections: threads,
+                decisions_per_sec: median.decisions_per_sec,
+                admitted: median.admitted,
+                p50_us: median.p50_us,
+                p99_us: median.p99_us,
+                floors,
+            });
+        }
+        let _ = limiters[0].1.clear_prefix(PREFIX);
+    }
+    rows.sort_by_key(|row| {
+        let policy = policies.iter().position(|&p| p == row.policy);
+        (policy, row.connections)
+    });
+    let flood_floors = floors_by_count
+        .iter()
+        .find(|(count, _)| *count == FLOOD_THREADS + 1)
+        .map_or_else(
+            || server.floors(FLOOD_THREADS + 1, slice),
+            |(_, floors)| *floors,
+        );
+    let mut floods = Vec::new();
+    for &policy in policies {
         let (others, flooder) = match (
             build(policy, flood_config, FLOOD_THREADS),
             build(policy, flood_config, 1),
@@ -190,7 +242,7 @@ pub fn run(
         };
         match flood(&server, policy, &others, &flooder, slice) {
             Ok(mut row) => {
-                row.floors = floors_at(FLOOD_THREADS + 1);
+                row.floors = flood_floors;
                 floods.push(row);
             }
             Err(error) => return fail(&error),
@@ -240,6 +292,14 @@ fn measure(
                         let nanos = before.elapsed().as_nanos();
                         latencies.push(u32::try_from(nanos).unwrap_or(u32::MAX));
                         admitted += u64::from(decision.allowed);
+                        if stop.is_some() {
+                            // The flooder: as fast as it can, but giving
+                            // way to every thread that is ready (Redis's and
+                            // the other clients'), so that it measures what
+                            // the flood costs them through Redis, not a
+                            // core taken from them.
+                            std::thread::yield_now();
+                        }
                     }
                     Ok((latencies, admitted))
                 })
@@ -634,7 +694,8 @@ fn table(rows: &[Row], floods: &[Flood]) -> String {
     }
     let _ = writeln!(
         out,
-        "\nflood: one thread checks one client of its own limiter instance as fast as it can, \
+        "\nflood: one thread checks one client of its own limiter instance as fast as it can \
+         (yielding between decisions), \
          beside {FLOOD_THREADS} threads checking {FLOOD_OTHERS} clients of another ({FLOOD_LIMIT} \
          per second each, which they stay within); alone: those {FLOOD_THREADS} threads before \
          the flood. calls/dec: the flooder's Redis calls per decision, from INFO commandstats."
