@@ -10,6 +10,9 @@
 //! - the client floor: the `redis` crate's own blocking client (the one the
 //!   limiter uses) doing `INCR`, one thread and connection each.
 //!
+//! At the largest connection count, the async limiter as well: as many
+//! calls in flight on its one multiplexed connection, which pipelines them.
+//!
 //! Every decision is one `EVALSHA` on Redis's clock (the script reads
 //! `TIME`), for 10,000 clients drawn uniformly, so the rows measure the
 //! round trip and the script, not one hot key. For each connection count
@@ -37,7 +40,7 @@ use std::process::{Command, ExitCode};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use floodgate::redis::{RedisError, RedisLimiter, RedisOptions, CLUSTER_SCHEME};
+use floodgate::redis::{AsyncRedisLimiter, RedisError, RedisLimiter, RedisOptions, CLUSTER_SCHEME};
 use floodgate::{Config, PolicyKind};
 
 const PREFIX: &str = "floodgate-bench";
@@ -53,6 +56,9 @@ const FLOOD_THREADS: usize = 3;
 /// One measured row.
 struct Row {
     policy: PolicyKind,
+    /// The blocking limiter with one thread per connection, or the async
+    /// one with `connections` calls in flight on its one connection.
+    pipelined: bool,
     connections: usize,
     decisions_per_sec: f64,
     admitted: f64,
@@ -190,8 +196,12 @@ pub fn run(
         // Rounds: the floors, then every policy, then again; each figure
         // is the median of its rounds, so a ratio compares figures that
         // shared the machine's noise.
+        // At the largest count, the async limiter too: as many calls in
+        // flight, pipelined on its one multiplexed connection.
+        let pipelined = threads == connections.iter().copied().max().unwrap_or(0);
         let mut floors = Vec::new();
         let mut measured: Vec<Vec<Measured>> = limiters.iter().map(|_| Vec::new()).collect();
+        let mut measured_async: Vec<Vec<Measured>> = limiters.iter().map(|_| Vec::new()).collect();
         for _ in 0..ROUNDS {
             floors.push(server.floors(threads, round));
             for ((_, limiter), rounds) in limiters.iter().zip(&mut measured) {
@@ -200,26 +210,40 @@ pub fn run(
                     Err(error) => return fail(&error),
                 }
             }
+            if pipelined {
+                for ((policy, _), rounds) in limiters.iter().zip(&mut measured_async) {
+                    match measure_async(url, *policy, config, threads, &keys, round) {
+                        Ok(one) => rounds.push(one),
+                        Err(error) => return fail(&error),
+                    }
+                }
+            }
         }
         let floors = Floors::median(&floors);
         floors_by_count.push((threads, floors));
-        for ((policy, _), rounds) in limiters.iter().zip(&measured) {
-            let median = median_by(rounds, |m| m.decisions_per_sec);
-            rows.push(Row {
-                policy: *policy,
-                connections: threads,
-                decisions_per_sec: median.decisions_per_sec,
-                admitted: median.admitted,
-                p50_us: median.p50_us,
-                p99_us: median.p99_us,
-                floors,
-            });
+        for (async_rows, measured) in [(false, &measured), (true, &measured_async)] {
+            for ((policy, _), rounds) in limiters.iter().zip(measured) {
+                if rounds.is_empty() {
+                    continue;
+                }
+                let median = median_by(rounds, |m| m.decisions_per_sec);
+                rows.push(Row {
+                    policy: *policy,
+                    pipelined: async_rows,
+                    connections: threads,
+                    decisions_per_sec: median.decisions_per_sec,
+                    admitted: median.admitted,
+                    p50_us: median.p50_us,
+                    p99_us: median.p99_us,
+                    floors,
+                });
+            }
         }
         let _ = limiters[0].1.clear_prefix(PREFIX);
     }
     rows.sort_by_key(|row| {
         let policy = policies.iter().position(|&p| p == row.policy);
-        (policy, row.connections)
+        (policy, row.pipelined, row.connections)
     });
     let flood_floors = floors_by_count
         .iter()
@@ -319,6 +343,58 @@ fn measure(
         admitted += own_admitted;
     }
     Ok(summarise(latencies, admitted, elapsed))
+}
+
+/// `in_flight` tasks on one [`AsyncRedisLimiter`] (its one multiplexed
+/// connection, which pipelines them), on two tokio worker threads, checking
+/// `keys` drawn uniformly for `slice`.
+fn measure_async(
+    url: &str,
+    policy: PolicyKind,
+    config: Config,
+    in_flight: usize,
+    keys: &[String],
+    slice: Duration,
+) -> Result<Measured, Box<dyn std::error::Error>> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let keys: std::sync::Arc<[String]> = keys.into();
+    runtime.block_on(async {
+        let options = RedisOptions::new()
+            .prefix(PREFIX)
+            .timeout(Duration::from_secs(2));
+        let limiter = AsyncRedisLimiter::new(url, policy, config, options).await?;
+        let start = Instant::now();
+        let tasks: Vec<_> = (0..in_flight)
+            .map(|task| {
+                let (limiter, keys) = (limiter.clone(), std::sync::Arc::clone(&keys));
+                tokio::spawn(async move {
+                    let mut rng = fastrand::Rng::with_seed(0xA5EED ^ task as u64);
+                    let mut latencies = Vec::with_capacity(1 << 14);
+                    let mut admitted = 0;
+                    while start.elapsed() < slice {
+                        let key = &keys[rng.usize(..keys.len())];
+                        let before = Instant::now();
+                        let decision = limiter.try_check(key).await?;
+                        let nanos = before.elapsed().as_nanos();
+                        latencies.push(u32::try_from(nanos).unwrap_or(u32::MAX));
+                        admitted += u64::from(decision.allowed);
+                    }
+                    Ok::<_, RedisError>((latencies, admitted))
+                })
+            })
+            .collect();
+        let mut latencies = Vec::new();
+        let mut admitted = 0;
+        for task in tasks {
+            let (mut own, own_admitted) = task.await??;
+            latencies.append(&mut own);
+            admitted += own_admitted;
+        }
+        Ok(summarise(latencies, admitted, start.elapsed()))
+    })
 }
 
 fn summarise(mut latencies: Vec<u32>, admitted: u64, elapsed: Duration) -> Measured {
@@ -635,7 +711,11 @@ fn table(rows: &[Row], floods: &[Flood]) -> String {
         let _ = writeln!(
             out,
             "{:<24} {:>5} {:>11.0} {:>7.1} {:>7.1} {:>7.1}% {:>9} {:>8} {:>10} {:>10} {:>9} {:>9} {:>9}",
-            row.policy.name(),
+            if row.pipelined {
+                format!("{} (async)", row.policy.name())
+            } else {
+                row.policy.name().to_owned()
+            },
             row.connections,
             row.decisions_per_sec,
             row.p50_us,
@@ -653,7 +733,9 @@ fn table(rows: &[Row], floods: &[Flood]) -> String {
         );
     }
     out.push_str(
-        "\nINCR: redis-benchmark -t incr; EVALSHA: redis-benchmark EVALSHA of an empty script \
+        "\n(async): the async limiter, as many calls in flight on its one multiplexed \
+         connection (pipelined), two tokio worker threads; conns is the calls in flight.\n\
+         INCR: redis-benchmark -t incr; EVALSHA: redis-benchmark EVALSHA of an empty script \
          (the Lua floor); client: the redis crate's blocking client doing INCR (the client \
          floor). Each with as many clients, same server, same run (latencies in us; n/a \
          without redis-benchmark on the PATH).\n",
@@ -726,9 +808,10 @@ fn to_json(rows: &[Row], floods: &[Flood]) -> String {
         merge(
             serde_json::json!({
                 "policy": row.policy.name(),
-                "engine": "redis",
+                "engine": if row.pipelined { "redis-async" } else { "redis" },
                 "keys": "uniform",
-                "connections": row.connections,
+                "connections": if row.pipelined { 1 } else { row.connections },
+                "in_flight": row.connections,
                 "ops_per_sec": row.decisions_per_sec.round(),
                 "p50_us": row.p50_us,
                 "p99_us": row.p99_us,
