@@ -366,14 +366,15 @@ impl RateLimiter<str> for RedisLimiter {
 /// connection per node, routing each call by its key's slot).
 enum Conn {
     Single(Connection),
-    Cluster(ClusterConnection),
+    /// Boxed: it is several times the size of a single connection.
+    Cluster(Box<ClusterConnection>),
 }
 
 impl Conn {
     fn as_dyn(&mut self) -> &mut dyn ConnectionLike {
         match self {
             Conn::Single(connection) => connection,
-            Conn::Cluster(connection) => connection,
+            Conn::Cluster(connection) => &mut **connection,
         }
     }
 
@@ -526,7 +527,7 @@ impl Pool {
                     .set_read_timeout(Some(self.timeout))
                     .and_then(|()| connection.set_write_timeout(Some(self.timeout)))
                     .map_err(RedisError::from_client)?;
-                Ok(Conn::Cluster(connection))
+                Ok(Conn::Cluster(Box::new(connection)))
             }
         }
     }

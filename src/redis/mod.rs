@@ -505,8 +505,8 @@ pub const CLUSTER_RETRIES: u32 = 3;
 enum Target {
     /// `redis://…`
     Single(::redis::Client),
-    /// `redis-cluster://…`
-    Cluster(::redis::cluster::ClusterClient),
+    /// `redis-cluster://…` (boxed: several times a single client's size).
+    Cluster(Box<::redis::cluster::ClusterClient>),
 }
 
 impl Target {
@@ -537,7 +537,7 @@ impl Target {
             .min_retry_wait(2)
             .max_retry_wait(timeout.as_millis().try_into().unwrap_or(u64::MAX).max(2))
             .build()
-            .map(Target::Cluster)
+            .map(|client| Target::Cluster(Box::new(client)))
             .map_err(RedisConfigError::Url)
     }
 }
