@@ -228,12 +228,13 @@ fn trace(policy: PolicyKind, rng: &mut fastrand::Rng) -> Trace {
 /// the contract promises identical answers only then. Backward times are
 /// held to the contract's bound instead, by [`time_backwards`].
 fn differential(policy: PolicyKind, traces: usize) {
-    differential_through(&shared_url(), policy, traces);
+    differential_through(&[&shared_url()], policy, traces);
 }
 
-/// [`differential`] through the Redis (or cluster) at `url`.
-fn differential_through(url: &str, policy: PolicyKind, traces: usize) {
-    let url = url.to_owned();
+/// [`differential`] through each Redis (or cluster) of `urls` at once:
+/// every call goes to each of them and to the in-memory engine, and every
+/// answer must be the engine's, so the backends agree with each other too.
+fn differential_through(urls: &[&str], policy: PolicyKind, traces: usize) {
     let prefix = prefix(&format!("differential_{}", policy.name()));
     let mut rng = fastrand::Rng::with_seed(0xF100D ^ policy as u64);
     let mut compared = 0;
@@ -243,13 +244,17 @@ fn differential_through(url: &str, policy: PolicyKind, traces: usize) {
         let memory = in_memory(policy, config);
         // A fresh client name per trace: configurations repeat across
         // traces, and each trace starts from new clients.
-        let redis = RedisLimiter::new(&url, policy, config, exact_options(&prefix)).unwrap();
+        let backends: Vec<RedisLimiter> = urls
+            .iter()
+            .map(|url| RedisLimiter::new(url, policy, config, exact_options(&prefix)).unwrap())
+            .collect();
         for (index, &(allow, client, now)) in trace.calls.iter().enumerate() {
             let key = format!("t{number}c{client}");
             let cost = trace.costs[index];
-            let context = || {
+            let context = |url: &str| {
                 format!(
-                    "{policy} L={} W={} trace {number} call {index}: {} {key} {now} {cost}\n{:?}",
+                    "{url}: {policy} L={} W={} trace {number} call {index}: {} {key} {now} \
+                     {cost}\n{:?}",
                     trace.limit,
                     trace.window,
                     if allow { "allow" } else { "remaining" },
@@ -257,30 +262,42 @@ fn differential_through(url: &str, policy: PolicyKind, traces: usize) {
                 )
             };
             if allow {
-                let (expected, got) = if cost == 1 {
-                    (memory.check_at(&key, now), redis.try_check_at(&key, now))
+                let expected = if cost == 1 {
+                    memory.check_at(&key, now)
                 } else {
-                    (
-                        memory.check_n_at(&key, now, cost),
-                        redis.try_check_n_at(&key, now, cost),
-                    )
+                    memory.check_n_at(&key, now, cost)
                 };
-                let got = got.unwrap_or_else(|e| panic!("{e}: {}", context()));
-                assert_eq!(got, expected, "{}", context());
+                for (redis, url) in backends.iter().zip(urls) {
+                    let got = if cost == 1 {
+                        redis.try_check_at(&key, now)
+                    } else {
+                        redis.try_check_n_at(&key, now, cost)
+                    };
+                    let got = got.unwrap_or_else(|e| panic!("{e}: {}", context(url)));
+                    assert_eq!(got, expected, "{}", context(url));
+                }
             } else {
                 let expected = memory.remaining_at(&key, now);
-                let got = redis
-                    .try_remaining_at(&key, now)
-                    .unwrap_or_else(|e| panic!("{e}: {}", context()));
-                assert_eq!(got, expected, "{}", context());
+                for (redis, url) in backends.iter().zip(urls) {
+                    let got = redis
+                        .try_remaining_at(&key, now)
+                        .unwrap_or_else(|e| panic!("{e}: {}", context(url)));
+                    assert_eq!(got, expected, "{}", context(url));
+                }
             }
             compared += 1;
         }
         if number + 1 == traces {
-            redis.clear_prefix(&prefix).unwrap();
+            for redis in &backends {
+                redis.clear_prefix(&prefix).unwrap();
+            }
         }
     }
-    eprintln!("{policy}: {compared} answers of {traces} traces identical to the in-memory engine");
+    eprintln!(
+        "{policy}: {compared} answers of {traces} traces through {} backends identical to the \
+         in-memory engine",
+        urls.len()
+    );
 }
 
 #[test]
@@ -1641,10 +1658,16 @@ fn the_async_limiter_fails_by_its_rule_and_reconnects_on_its_own() {
 /// removed when dropped. A stopped node that comes back on its port with
 /// its `nodes.conf` rejoins with its slots (and no keys).
 struct Cluster {
+    _turn: std::sync::MutexGuard<'static, ()>,
     dir: std::path::PathBuf,
     ports: Vec<u16>,
     children: Vec<Option<Child>>,
 }
+
+/// Held by each cluster test: clusters start one at a time, so that two
+/// never race for the same free ports (a node's bus port is its port +
+/// 10,000, which nothing reserves while the first is checked).
+static CLUSTERS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl Cluster {
     /// # Panics
@@ -1652,6 +1675,9 @@ impl Cluster {
     /// When `redis-server` or `redis-cli` cannot be run, or the cluster
     /// does not form.
     fn start(name: &str) -> Self {
+        let turn = CLUSTERS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let dir =
             std::env::temp_dir().join(format!("floodgate-cluster-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -1668,6 +1694,7 @@ impl Cluster {
             }
         }
         let mut cluster = Cluster {
+            _turn: turn,
             dir,
             children: ports.iter().map(|_| None).collect(),
             ports,
@@ -1799,17 +1826,19 @@ fn free_port() -> u16 {
 }
 
 /// The contract traces and the spec's sessions through a three-node
-/// cluster: every answer is the in-memory engine's, as through one Redis
-/// (the same seeded traces as the `differential_*` tests), on both APIs;
-/// and `clear_prefix` and `tracked_clients` reach every node.
+/// cluster and through one Redis side by side: every answer of each is the
+/// in-memory engine's (the same seeded traces as the `differential_*`
+/// tests), on both APIs; and `clear_prefix` and `tracked_clients` reach
+/// every node.
 #[test]
 #[ignore = "needs redis-server and redis-cli on the PATH: run with --include-ignored"]
 fn through_a_cluster_the_contract_traces_give_one_redis_answers() {
     let cluster = Cluster::start("differential");
+    let single = Server::start();
     let url = cluster.url();
     spec_examples(&url);
     for policy in PolicyKind::ALL {
-        differential_through(&url, policy, 60);
+        differential_through(&[&url, &single.url()], policy, 60);
     }
     // Keys of many clients land on every node, and are all found again.
     let prefix = prefix("cluster_keys");

@@ -219,13 +219,19 @@ impl RedisLimiter {
                         ::redis::cmd("UNLINK").arg(batch).exec(connection)?;
                     }
                     // Keys of different slots cannot share one command: one
-                    // UNLINK each, pipelined per node.
+                    // UNLINK each, pipelined per node. A pipeline that meets
+                    // a moved slot fails as a whole; then each key on its
+                    // own, which follows MOVED and ASK.
                     Conn::Cluster(connection) => {
                         let mut pipe = ::redis::cluster::cluster_pipe();
                         for key in batch {
                             pipe.cmd("UNLINK").arg(key).ignore();
                         }
-                        pipe.exec(connection)?;
+                        if pipe.exec(connection).is_err() {
+                            for key in batch {
+                                ::redis::cmd("UNLINK").arg(key).exec(&mut **connection)?;
+                            }
+                        }
                     }
                 }
             }

@@ -278,7 +278,11 @@ impl Rejections {
         }
         self.len.fetch_sub(1, Ordering::Relaxed);
         let pace = (self.capacity / 8).max(1);
-        if !self.refused.fetch_add(1, Ordering::Relaxed).is_multiple_of(pace) {
+        if !self
+            .refused
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(pace)
+        {
             return false;
         }
         if self.sweep(at) >= pace {
