@@ -394,17 +394,20 @@ impl Conn {
     /// Every key matching `pattern`, by `SCAN`: of the server, or of each
     /// primary of the cluster in turn.
     fn keys(&mut self, pattern: &str) -> RedisResult<Vec<String>> {
-        let scan = |cursor: u64| {
+        // `Cmd::iter` sends the command again with each cursor it is given
+        // back, in the place `cursor_arg` marks; the cluster's own loop
+        // below passes the cursor as a plain argument.
+        let scan = |cursor: Option<u64>| {
             let mut scan = ::redis::cmd("SCAN");
-            scan.arg(cursor)
-                .arg("MATCH")
-                .arg(pattern)
-                .arg("COUNT")
-                .arg(1_000);
+            match cursor {
+                Some(cursor) => scan.arg(cursor),
+                None => scan.cursor_arg(0),
+            };
+            scan.arg("MATCH").arg(pattern).arg("COUNT").arg(1_000);
             scan
         };
         match self {
-            Conn::Single(connection) => scan(0).iter(connection)?.collect(),
+            Conn::Single(connection) => scan(None).iter(connection)?.collect(),
             Conn::Cluster(connection) => {
                 let slots = connection.route_command(
                     &::redis::cmd("CLUSTER").arg("SLOTS").clone(),
@@ -418,7 +421,7 @@ impl Conn {
                     });
                     let mut cursor = 0;
                     loop {
-                        let reply = connection.route_command(&scan(cursor), route.clone())?;
+                        let reply = connection.route_command(&scan(Some(cursor)), route.clone())?;
                         let (next, mut batch): (u64, Vec<String>) =
                             ::redis::FromRedisValue::from_redis_value(reply)?;
                         keys.append(&mut batch);
