@@ -64,13 +64,17 @@ fn prefix(test: &str) -> String {
 
 /// Options for exact comparisons: times passed in milliseconds, and keys
 /// kept an hour, so that no key expires in real time while a trace whose
-/// times run far faster than real time is replayed.
+/// times run far faster than real time is replayed. The rejection cache is
+/// off: every answer is then Redis's own, field by field (a cached weighted
+/// rejection keeps the `remaining` of its time); the cache has tests of its
+/// own ([`cache_differential`]).
 fn exact_options(prefix: &str) -> RedisOptions {
     RedisOptions::new()
         .prefix(prefix)
         .time(TimeSource::MILLIS)
         .timeout(Duration::from_secs(5))
         .min_ttl(Duration::from_secs(3_600))
+        .rejection_cache(0)
 }
 
 fn in_memory(policy: PolicyKind, config: Config) -> Box<dyn RateLimiter<str>> {
@@ -107,7 +111,12 @@ impl Drop for Cleanup<'_> {
 #[test]
 #[ignore = "needs a Redis server: FLOODGATE_REDIS_URL and --include-ignored"]
 fn the_spec_example_sessions_replay_exactly() {
-    let url = shared_url();
+    spec_examples(&shared_url());
+}
+
+/// The spec's two example sessions through the Redis (or cluster) at `url`.
+fn spec_examples(url: &str) {
+    let url = url.to_owned();
     let prefix = prefix("examples");
     let sliding = RedisLimiter::new(
         &url,
@@ -219,7 +228,13 @@ fn trace(policy: PolicyKind, rng: &mut fastrand::Rng) -> Trace {
 /// the contract promises identical answers only then. Backward times are
 /// held to the contract's bound instead, by [`time_backwards`].
 fn differential(policy: PolicyKind, traces: usize) {
-    let url = shared_url();
+    differential_through(&[&shared_url()], policy, traces);
+}
+
+/// [`differential`] through each Redis (or cluster) of `urls` at once:
+/// every call goes to each of them and to the in-memory engine, and every
+/// answer must be the engine's, so the backends agree with each other too.
+fn differential_through(urls: &[&str], policy: PolicyKind, traces: usize) {
     let prefix = prefix(&format!("differential_{}", policy.name()));
     let mut rng = fastrand::Rng::with_seed(0xF100D ^ policy as u64);
     let mut compared = 0;
@@ -229,13 +244,22 @@ fn differential(policy: PolicyKind, traces: usize) {
         let memory = in_memory(policy, config);
         // A fresh client name per trace: configurations repeat across
         // traces, and each trace starts from new clients.
-        let redis = RedisLimiter::new(&url, policy, config, exact_options(&prefix)).unwrap();
+        // A long timeout: a trace may write a million-field log, and a
+        // cluster test sends every trace to two backends at once.
+        let backends: Vec<RedisLimiter> = urls
+            .iter()
+            .map(|url| {
+                let options = exact_options(&prefix).timeout(Duration::from_secs(60));
+                RedisLimiter::new(url, policy, config, options).unwrap()
+            })
+            .collect();
         for (index, &(allow, client, now)) in trace.calls.iter().enumerate() {
             let key = format!("t{number}c{client}");
             let cost = trace.costs[index];
-            let context = || {
+            let context = |url: &str| {
                 format!(
-                    "{policy} L={} W={} trace {number} call {index}: {} {key} {now} {cost}\n{:?}",
+                    "{url}: {policy} L={} W={} trace {number} call {index}: {} {key} {now} \
+                     {cost}\n{:?}",
                     trace.limit,
                     trace.window,
                     if allow { "allow" } else { "remaining" },
@@ -243,30 +267,42 @@ fn differential(policy: PolicyKind, traces: usize) {
                 )
             };
             if allow {
-                let (expected, got) = if cost == 1 {
-                    (memory.check_at(&key, now), redis.try_check_at(&key, now))
+                let expected = if cost == 1 {
+                    memory.check_at(&key, now)
                 } else {
-                    (
-                        memory.check_n_at(&key, now, cost),
-                        redis.try_check_n_at(&key, now, cost),
-                    )
+                    memory.check_n_at(&key, now, cost)
                 };
-                let got = got.unwrap_or_else(|e| panic!("{e}: {}", context()));
-                assert_eq!(got, expected, "{}", context());
+                for (redis, url) in backends.iter().zip(urls) {
+                    let got = if cost == 1 {
+                        redis.try_check_at(&key, now)
+                    } else {
+                        redis.try_check_n_at(&key, now, cost)
+                    };
+                    let got = got.unwrap_or_else(|e| panic!("{e}: {}", context(url)));
+                    assert_eq!(got, expected, "{}", context(url));
+                }
             } else {
                 let expected = memory.remaining_at(&key, now);
-                let got = redis
-                    .try_remaining_at(&key, now)
-                    .unwrap_or_else(|e| panic!("{e}: {}", context()));
-                assert_eq!(got, expected, "{}", context());
+                for (redis, url) in backends.iter().zip(urls) {
+                    let got = redis
+                        .try_remaining_at(&key, now)
+                        .unwrap_or_else(|e| panic!("{e}: {}", context(url)));
+                    assert_eq!(got, expected, "{}", context(url));
+                }
             }
             compared += 1;
         }
         if number + 1 == traces {
-            redis.clear_prefix(&prefix).unwrap();
+            for redis in &backends {
+                redis.clear_prefix(&prefix).unwrap();
+            }
         }
     }
-    eprintln!("{policy}: {compared} answers of {traces} traces identical to the in-memory engine");
+    eprintln!(
+        "{policy}: {compared} answers of {traces} traces through {} backends identical to the \
+         in-memory engine",
+        urls.len()
+    );
 }
 
 #[test]
@@ -549,6 +585,301 @@ fn the_async_api_answers_as_the_blocking_one() {
     )
     .unwrap();
     cleaner.clear_prefix(&prefix).unwrap();
+}
+
+// The local rejection cache ------------------------------------------------------
+
+/// Several instances with the rejection cache (prefix `cached`) and one
+/// without (prefix `plain`) on the same Redis see the same requests in the
+/// same order, one of the instances flooding one client. A rejection
+/// changes nothing, so the two prefixes hold the same states throughout,
+/// and the uncached answer is Redis's own. Every cached instance's answer
+/// is then Redis's: the same `allowed` and `delay`, and when it was
+/// answered locally, a `retry_after` of at least 1 and at most Redis's
+/// (other instances' admissions may have moved Redis's later) and a
+/// `remaining` below the cost; otherwise the very same decision.
+fn cache_differential(policy: PolicyKind, traces: usize) {
+    let url = shared_url();
+    let prefix = prefix(&format!("cache_{}", policy.name()));
+    let cached_prefix = format!("{prefix}:cached");
+    let plain_prefix = format!("{prefix}:plain");
+    let mut rng = fastrand::Rng::with_seed(0xCAC4E ^ policy as u64);
+    let (mut local, mut compared) = (0, 0);
+    for number in 0..traces {
+        let limit = match rng.u8(..4) {
+            0 => rng.u64(9..=100),
+            _ => rng.u64(1..=6),
+        };
+        let least = if policy.drips() { limit } else { 1 };
+        let window = match rng.u8(..3) {
+            0 => rng.u64(least..=least + 10),
+            1 => least * rng.u64(1..=20),
+            _ => rng.u64(least..=least.max(10_000)),
+        };
+        let window = if policy == PolicyKind::SlidingWindowCounter {
+            window.min(floodgate::redis::MAX_COUNTER_PRODUCT / limit)
+        } else {
+            window
+        };
+        let config = Config::per_ticks(limit, window).unwrap();
+        let instances: Vec<RedisLimiter> = (0..3)
+            .map(|_| {
+                RedisLimiter::new(&url, policy, config, cached_options(&cached_prefix)).unwrap()
+            })
+            .collect();
+        let plain = RedisLimiter::new(&url, policy, config, exact_options(&plain_prefix)).unwrap();
+        let mut now = rng.u64(0..=1_000);
+        for call in 0..rng.usize(50..=300) {
+            // Instance 0 floods client 0; the others call any client.
+            let (instance, client) = if rng.u8(..10) < 6 {
+                (0, 0)
+            } else {
+                (rng.usize(1..3), rng.usize(..3))
+            };
+            now += match rng.u8(..10) {
+                0..=5 => 0,
+                6 | 7 => rng.u64(1..=3),
+                8 => rng.u64(0..=window),
+                _ => window / 2,
+            };
+            let cost = match rng.u8(..10) {
+                0 => rng.u64(1..=limit),
+                1 => limit,
+                2 => limit + 1,
+                3 => 0,
+                _ => 1,
+            };
+            let key = format!("t{number}c{client}");
+            let before = instances[instance].answered_locally();
+            let got = instances[instance].try_check_n_at(&key, now, cost).unwrap();
+            let answered_locally = instances[instance].answered_locally() > before;
+            let expected = plain.try_check_n_at(&key, now, cost).unwrap();
+            let context = format!(
+                "{policy} L={limit} W={window} trace {number} call {call}: instance {instance} \
+                 {key} at {now} cost {cost}, locally: {answered_locally}"
+            );
+            if answered_locally {
+                local += 1;
+                assert!(!expected.allowed, "admitted by Redis: {context}");
+                assert!(!got.allowed, "{context}");
+                assert_eq!(got.delay, 0, "{context}");
+                assert!(
+                    (1..=expected.retry_after).contains(&got.retry_after),
+                    "retry_after {} past Redis's {}: {context}",
+                    got.retry_after,
+                    expected.retry_after
+                );
+                assert!(got.remaining < cost, "{context}");
+                if cost == 1 {
+                    assert_eq!(got.remaining, expected.remaining, "{context}");
+                }
+            } else {
+                assert_eq!(got, expected, "{context}");
+            }
+            compared += 1;
+        }
+    }
+    let cleaner = RedisLimiter::new(
+        &url,
+        policy,
+        Config::per_ticks(1, 1).unwrap(),
+        exact_options(&prefix),
+    )
+    .unwrap();
+    cleaner.clear_prefix(&prefix).unwrap();
+    assert!(
+        local * 20 > compared,
+        "{policy}: only {local} of {compared} answered locally"
+    );
+    eprintln!("{policy}: {compared} answers, {local} of them from the cache, all Redis's");
+}
+
+/// [`exact_options`] with the rejection cache on (its default).
+fn cached_options(prefix: &str) -> RedisOptions {
+    exact_options(prefix).rejection_cache(floodgate::redis::DEFAULT_REJECTION_CACHE)
+}
+
+#[test]
+#[ignore = "needs a Redis server: FLOODGATE_REDIS_URL and --include-ignored"]
+fn the_rejection_cache_answers_as_redis_with_instances_sharing_one_redis() {
+    for policy in PolicyKind::ALL {
+        cache_differential(policy, 25);
+    }
+}
+
+/// On Redis's clock the cache keeps its deadlines on the local monotonic
+/// clock, from before the call that Redis rejected. A cached answer's
+/// `retry_after` is then at least 1 and never reaches past that rejection's
+/// `d` counted from when its answer arrived (a bound that holds whatever
+/// the machine's speed): the cache never rejects past `now + d`. The
+/// flood ends with an admission from Redis once the deadline has passed.
+#[test]
+#[ignore = "needs a Redis server: FLOODGATE_REDIS_URL and --include-ignored"]
+fn on_redis_clock_the_cache_rejects_no_longer_than_redis() {
+    let url = shared_url();
+    let prefix = prefix("cache_server_clock");
+    let config = Config::per_ticks(2, 200_000).unwrap();
+    let options = RedisOptions::new()
+        .prefix(&prefix)
+        .timeout(Duration::from_secs(5));
+    for policy in PolicyKind::ALL {
+        let cached = RedisLimiter::new(&url, policy, config, options.clone()).unwrap();
+        let key = format!("flooder-{policy}");
+        let mut admitted = 0;
+        // When the last rejection from Redis arrived, and its retry_after.
+        let mut last: Option<(Instant, u64)> = None;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while admitted < 3 || cached.answered_locally() == 0 {
+            assert!(Instant::now() < deadline, "{policy}: the flood never ended");
+            let locally = cached.answered_locally();
+            let before = Instant::now();
+            let decision = cached.try_check(&key).unwrap();
+            if cached.answered_locally() > locally {
+                let (arrived, d) = last.expect("a cached rejection follows one from Redis");
+                let since =
+                    i128::try_from(before.saturating_duration_since(arrived).as_micros()).unwrap();
+                assert!(!decision.allowed);
+                assert!(decision.retry_after >= 1, "{policy}: {decision:?}");
+                assert!(
+                    i128::from(decision.retry_after) <= i128::from(d) - since,
+                    "{policy}: {decision:?} past Redis's {d} µs, {since} µs after it"
+                );
+            } else if decision.allowed {
+                admitted += 1;
+            } else {
+                last = Some((Instant::now(), decision.retry_after));
+            }
+        }
+        cached.clear_prefix(&prefix).unwrap();
+    }
+}
+
+#[test]
+#[ignore = "needs a Redis server: FLOODGATE_REDIS_URL and --include-ignored"]
+fn the_rejection_cache_stays_under_its_cap_while_100000_flooders_pass() {
+    let url = shared_url();
+    let prefix = prefix("cache_cap");
+    let cap = floodgate::redis::DEFAULT_REJECTION_CACHE;
+    let limiter = RedisLimiter::new(
+        &url,
+        PolicyKind::Gcra,
+        Config::per_ticks(1, 40).unwrap(),
+        exact_options(&prefix).rejection_cache(cap).connections(4),
+    )
+    .unwrap();
+    let _cleanup = Cleanup {
+        limiter: &limiter,
+        prefix: prefix.clone(),
+    };
+    const FLOODERS: u64 = 100_000;
+    const THREADS: u64 = 4;
+    // Flooder `i` calls at time `i`: admitted, then rejected until `i + 40`,
+    // so the live rejections are about the last 40 clients, and the rest
+    // die and are swept as time passes. Each thread floods its own share.
+    std::thread::scope(|scope| {
+        for thread in 0..THREADS {
+            let limiter = &limiter;
+            scope.spawn(move || {
+                for id in (thread..FLOODERS).step_by(THREADS as usize) {
+                    let key = format!("flooder-{id}");
+                    assert!(limiter.try_check_at(&key, id).unwrap().allowed);
+                    assert!(!limiter.try_check_at(&key, id).unwrap().allowed);
+                    assert!(!limiter.try_check_at(&key, id + 1).unwrap().allowed);
+                    assert!(limiter.cached_rejections() <= cap);
+                }
+            });
+        }
+    });
+    assert!(limiter.cached_rejections() <= cap);
+    // The third call of every flooder met its cached rejection.
+    assert!(
+        limiter.answered_locally() >= FLOODERS * 9 / 10,
+        "{}",
+        limiter.answered_locally()
+    );
+
+    // Frozen time: nothing dies, so the cache fills and then refuses
+    // newcomers, which are asked of Redis and still rejected.
+    let small = RedisLimiter::new(
+        &url,
+        PolicyKind::FixedWindow,
+        Config::per_ticks(1, 1_000).unwrap(),
+        exact_options(&prefix).rejection_cache(100),
+    )
+    .unwrap();
+    for id in 0..1_000 {
+        let key = format!("frozen-{id}");
+        assert!(small.try_check_at(&key, 5).unwrap().allowed);
+        assert!(!small.try_check_at(&key, 5).unwrap().allowed);
+        assert!(small.cached_rejections() <= 100);
+    }
+    assert_eq!(small.cached_rejections(), 100);
+    assert!(!small.try_check_at("frozen-999", 6).unwrap().allowed);
+    assert!(!small.try_check_at("frozen-0", 6).unwrap().allowed);
+}
+
+#[test]
+#[ignore = "needs a Redis server: FLOODGATE_REDIS_URL and --include-ignored"]
+fn forget_drops_the_cached_rejection_and_the_cache_can_be_turned_off() {
+    let url = shared_url();
+    let prefix = prefix("cache_forget");
+    let config = Config::per_ticks(1, 1_000).unwrap();
+    let limiter =
+        RedisLimiter::new(&url, PolicyKind::Gcra, config, cached_options(&prefix)).unwrap();
+    let _cleanup = Cleanup {
+        limiter: &limiter,
+        prefix: prefix.clone(),
+    };
+    assert!(limiter.try_check_at("f", 0).unwrap().allowed);
+    assert!(!limiter.try_check_at("f", 1).unwrap().allowed);
+    assert_eq!(limiter.answered_locally(), 0);
+    let cached = limiter.try_check_at("f", 2).unwrap();
+    assert_eq!(limiter.answered_locally(), 1);
+    assert_eq!((cached.allowed, cached.retry_after), (false, 998));
+    // Weighted: a rejection of cost 1 covers every larger cost.
+    assert!(!limiter.try_check_n_at("f", 3, 1).unwrap().allowed);
+    assert_eq!(limiter.answered_locally(), 2);
+    // Time that steps back goes to Redis.
+    assert!(!limiter.try_check_at("f", 0).unwrap().allowed);
+    assert_eq!(limiter.answered_locally(), 2);
+    assert!(limiter.try_forget("f").unwrap());
+    assert!(limiter.try_check_at("f", 4).unwrap().allowed);
+    assert_eq!(limiter.cached_rejections(), 0);
+
+    let off = RedisLimiter::new(
+        &url,
+        PolicyKind::Gcra,
+        config,
+        cached_options(&prefix).rejection_cache(0),
+    )
+    .unwrap();
+    for now in 0..5 {
+        assert_eq!(off.try_check_at("g", now).unwrap().allowed, now == 0);
+    }
+    assert_eq!((off.answered_locally(), off.cached_rejections()), (0, 0));
+
+    // The async limiter shares the rule.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let limiter = AsyncRedisLimiter::new(
+            &url,
+            PolicyKind::SlidingWindow,
+            config,
+            cached_options(&prefix),
+        )
+        .await
+        .unwrap();
+        assert!(limiter.try_check_at("a", 0).await.unwrap().allowed);
+        assert!(!limiter.try_check_at("a", 10).await.unwrap().allowed);
+        let cached = limiter.try_check_at("a", 20).await.unwrap();
+        assert_eq!((cached.allowed, cached.retry_after), (false, 980));
+        assert_eq!(limiter.answered_locally(), 1);
+        assert!(limiter.try_forget("a").await.unwrap());
+        assert!(limiter.try_check_at("a", 30).await.unwrap().allowed);
+    });
 }
 
 #[test]
@@ -1321,5 +1652,425 @@ fn the_async_limiter_fails_by_its_rule_and_reconnects_on_its_own() {
                 tick: floodgate::Tick::MILLISECOND,
             }
         );
+    });
+}
+
+// Redis Cluster ---------------------------------------------------------------------
+
+/// A three-primary Redis Cluster of the test's own on free loopback ports
+/// (no replicas, no persistence), in a directory of its own; stopped and
+/// removed when dropped. A stopped node that comes back on its port with
+/// its `nodes.conf` rejoins with its slots (and no keys).
+struct Cluster {
+    _turn: std::sync::MutexGuard<'static, ()>,
+    dir: std::path::PathBuf,
+    ports: Vec<u16>,
+    children: Vec<Option<Child>>,
+}
+
+/// Held by each cluster test: clusters start one at a time, so that two
+/// never race for the same free ports (a node's bus port is its port +
+/// 10,000, which nothing reserves while the first is checked).
+static CLUSTERS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+impl Cluster {
+    /// # Panics
+    ///
+    /// When `redis-server` or `redis-cli` cannot be run, or the cluster
+    /// does not form.
+    fn start(name: &str) -> Self {
+        let turn = CLUSTERS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let dir =
+            std::env::temp_dir().join(format!("floodgate-cluster-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut ports = Vec::new();
+        while ports.len() < 3 {
+            let port = free_port();
+            // The cluster bus listens on the port + 10,000.
+            if port < 55_000
+                && !ports.contains(&port)
+                && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok()
+            {
+                ports.push(port);
+            }
+        }
+        let mut cluster = Cluster {
+            _turn: turn,
+            dir,
+            children: ports.iter().map(|_| None).collect(),
+            ports,
+        };
+        for node in 0..3 {
+            cluster.spawn(node);
+        }
+        let nodes: Vec<String> = cluster
+            .ports
+            .iter()
+            .map(|port| format!("127.0.0.1:{port}"))
+            .collect();
+        let status = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&nodes)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdout(Stdio::null())
+            .status()
+            .expect("cannot run redis-cli; install redis-tools to run the cluster tests");
+        assert!(status.success(), "redis-cli --cluster create failed");
+        cluster.wait_until_ok();
+        cluster
+    }
+
+    fn url(&self) -> String {
+        let nodes: Vec<String> = self
+            .ports
+            .iter()
+            .map(|port| format!("127.0.0.1:{port}"))
+            .collect();
+        format!("redis-cluster://{}", nodes.join(","))
+    }
+
+    fn spawn(&mut self, node: usize) {
+        let port = self.ports[node].to_string();
+        let config = self.dir.join(format!("nodes-{port}.conf"));
+        let child = Command::new("redis-server")
+            .args(["--port", &port, "--bind", "127.0.0.1"])
+            .args(["--cluster-enabled", "yes"])
+            .arg("--cluster-config-file")
+            .arg(&config)
+            .args(["--cluster-node-timeout", "1000"])
+            // The other nodes keep serving their slots while one is down.
+            .args(["--cluster-require-full-coverage", "no"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .args(["--save", "", "--appendonly", "no", "--loglevel", "warning"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("cannot run redis-server; install it to run the cluster tests");
+        self.children[node] = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.query(node, &["PING"]).is_none() {
+            assert!(Instant::now() < deadline, "node {port} did not start");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// One node's answer to a command, as text; `None` if it gave none.
+    fn query(&self, node: usize, args: &[&str]) -> Option<String> {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{}", self.ports[node])).ok()?;
+        let mut connection = client
+            .get_connection_with_timeout(Duration::from_secs(1))
+            .ok()?;
+        let mut command = redis::cmd(args[0]);
+        for arg in &args[1..] {
+            command.arg(*arg);
+        }
+        let value: redis::Value = command.query(&mut connection).ok()?;
+        Some(match value {
+            redis::Value::BulkString(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            redis::Value::SimpleString(text) => text,
+            redis::Value::VerbatimString { text, .. } => text,
+            redis::Value::Int(n) => n.to_string(),
+            other => format!("{other:?}"),
+        })
+    }
+
+    /// Waits until every running node sees every slot served; the deadline
+    /// only turns a hang into a failure.
+    fn wait_until_ok(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let ok = (0..3)
+                .filter(|&node| self.children[node].is_some())
+                .all(|node| {
+                    self.query(node, &["CLUSTER", "INFO"]).is_some_and(|info| {
+                        info.contains("cluster_state:ok") && info.contains("cluster_slots_ok:16384")
+                    })
+                });
+            if ok {
+                return;
+            }
+            assert!(Instant::now() < deadline, "the cluster did not converge");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn id(&self, node: usize) -> String {
+        self.query(node, &["CLUSTER", "MYID"]).expect("node id")
+    }
+
+    fn keys(&self, node: usize) -> u64 {
+        self.query(node, &["DBSIZE"]).unwrap().parse().unwrap()
+    }
+
+    fn stop(&mut self, node: usize) {
+        if let Some(mut child) = self.children[node].take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for node in 0..3 {
+            self.stop(node);
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// The contract traces and the spec's sessions through a three-node
+/// cluster and through one Redis side by side: every answer of each is the
+/// in-memory engine's (the same seeded traces as the `differential_*`
+/// tests), on both APIs; and `clear_prefix` and `tracked_clients` reach
+/// every node.
+#[test]
+#[ignore = "needs redis-server and redis-cli on the PATH: run with --include-ignored"]
+fn through_a_cluster_the_contract_traces_give_one_redis_answers() {
+    let cluster = Cluster::start("differential");
+    let single = Server::start();
+    let url = cluster.url();
+    spec_examples(&url);
+    for policy in PolicyKind::ALL {
+        differential_through(&[&url, &single.url()], policy, 60);
+    }
+    // Keys of many clients land on every node, and are all found again.
+    let prefix = prefix("cluster_keys");
+    let limiter = RedisLimiter::new(
+        &url,
+        PolicyKind::FixedWindow,
+        Config::per_ticks(5, 1_000).unwrap(),
+        exact_options(&prefix),
+    )
+    .unwrap();
+    for id in 0..300 {
+        assert!(limiter.try_check_at(&format!("k{id}"), 0).unwrap().allowed);
+    }
+    assert_eq!(limiter.try_tracked_clients().unwrap(), 300);
+    assert!(
+        (0..3).all(|node| cluster.keys(node) > 50),
+        "keys on every node"
+    );
+    assert_eq!(limiter.clear_prefix(&prefix).unwrap(), 300);
+    assert_eq!(limiter.try_tracked_clients().unwrap(), 0);
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut rng = fastrand::Rng::with_seed(0xC1);
+        for policy in PolicyKind::ALL {
+            for number in 0..10 {
+                let trace = trace(policy, &mut rng);
+                let config = Config::per_ticks(trace.limit, trace.window).unwrap();
+                let memory = in_memory(policy, config);
+                let redis = AsyncRedisLimiter::new(&url, policy, config, exact_options(&prefix))
+                    .await
+                    .unwrap();
+                for (index, &(allow, client, now)) in trace.calls.iter().enumerate() {
+                    let key = format!("{policy}-{number}-{client}");
+                    let cost = trace.costs[index];
+                    if allow {
+                        assert_eq!(
+                            redis.try_check_n_at(&key, now, cost).await.unwrap(),
+                            memory.check_n_at(&key, now, cost),
+                            "{policy} {key} at {now} cost {cost}"
+                        );
+                    } else {
+                        assert_eq!(
+                            redis.try_remaining_at(&key, now).await.unwrap(),
+                            memory.remaining_at(&key, now),
+                            "{policy} {key} at {now}"
+                        );
+                    }
+                }
+            }
+        }
+    });
+    limiter.clear_prefix(&prefix).unwrap();
+}
+
+/// Slots move from one node to another (`redis-cli --cluster reshard`)
+/// while four threads check 600 clients: the client follows `MOVED` and
+/// `ASK`, no call fails, and afterwards every client's count in Redis is
+/// exactly the admissions its callers saw: nothing lost, nothing counted
+/// twice.
+#[test]
+#[ignore = "needs redis-server and redis-cli on the PATH: run with --include-ignored"]
+fn a_slot_migration_under_traffic_loses_nothing_and_counts_nothing_twice() {
+    let cluster = Cluster::start("reshard");
+    let url = cluster.url();
+    let prefix = prefix("reshard");
+    const LIMIT: u64 = 1_000_000;
+    const CLIENTS: usize = 600;
+    let limiter = RedisLimiter::new(
+        &url,
+        PolicyKind::FixedWindow,
+        Config::per_ticks(LIMIT, 1 << 40).unwrap(),
+        exact_options(&prefix).connections(4),
+    )
+    .unwrap();
+    let keys_before = cluster.keys(1);
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let counts: Vec<std::sync::atomic::AtomicU64> = (0..CLIENTS)
+        .map(|_| std::sync::atomic::AtomicU64::new(0))
+        .collect();
+    let (from, to) = (cluster.id(0), cluster.id(1));
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..4)
+            .map(|thread| {
+                let (limiter, done, counts) = (&limiter, &done, &counts);
+                scope.spawn(move || {
+                    let mut rng = fastrand::Rng::with_seed(thread);
+                    let mut calls = 0u64;
+                    // At least a pass over every client, and on until the
+                    // reshard is over.
+                    while calls < CLIENTS as u64 || !done.load(std::sync::atomic::Ordering::SeqCst)
+                    {
+                        let client = rng.usize(..CLIENTS);
+                        let decision = limiter
+                            .try_check_at(&format!("c{client}"), 0)
+                            .unwrap_or_else(|e| panic!("a call failed during the reshard: {e}"));
+                        assert!(decision.allowed);
+                        counts[client].fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        calls += 1;
+                    }
+                    calls
+                })
+            })
+            .collect();
+        let status = Command::new("redis-cli")
+            .args([
+                "--cluster",
+                "reshard",
+                &format!("127.0.0.1:{}", cluster.ports[0]),
+            ])
+            .args(["--cluster-from", &from, "--cluster-to", &to])
+            .args(["--cluster-slots", "2000", "--cluster-yes"])
+            .stdout(Stdio::null())
+            .status()
+            .expect("run redis-cli --cluster reshard");
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        assert!(status.success(), "the reshard failed");
+        let calls: u64 = workers.into_iter().map(|w| w.join().unwrap()).sum();
+        eprintln!("{calls} decisions during the reshard");
+    });
+    cluster.wait_until_ok();
+    assert!(
+        cluster.keys(1) > keys_before,
+        "no key moved to the new node"
+    );
+    for (client, count) in counts.iter().enumerate() {
+        let count = count.load(std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(
+            limiter.try_remaining_at(&format!("c{client}"), 0).unwrap(),
+            LIMIT - count,
+            "client c{client}, admitted {count} times"
+        );
+    }
+    limiter.clear_prefix(&prefix).unwrap();
+}
+
+/// A node is killed: calls for the clients it served fail, and the fault
+/// rule answers them; the other nodes' clients are served as before. When
+/// the node returns, traffic to its clients resumes without rebuilding the
+/// limiter, on both APIs.
+#[test]
+#[ignore = "needs redis-server and redis-cli on the PATH: run with --include-ignored"]
+fn a_killed_cluster_node_fails_by_the_rule_and_traffic_resumes() {
+    let mut cluster = Cluster::start("faults");
+    let url = cluster.url();
+    let config = Config::per_ticks(1_000, 1_000).unwrap();
+    let limiter = RedisLimiter::new(
+        &url,
+        PolicyKind::Gcra,
+        config,
+        fault_options(OnFailure::FailClosed),
+    )
+    .unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let async_limiter = runtime.block_on(async {
+        AsyncRedisLimiter::new(
+            &url,
+            PolicyKind::Gcra,
+            config,
+            fault_options(OnFailure::FailClosed).prefix("faults-async"),
+        )
+        .await
+        .unwrap()
+    });
+    let clients: Vec<String> = (0..30).map(|id| format!("n{id}")).collect();
+    for client in &clients {
+        assert!(limiter.try_check_at(client, 0).unwrap().allowed);
+        assert!(
+            runtime
+                .block_on(async_limiter.try_check_at(client, 0))
+                .unwrap()
+                .allowed
+        );
+    }
+    cluster.stop(2);
+    let mut lost = Vec::new();
+    for client in &clients {
+        match limiter.try_check_at(client, 1) {
+            Ok(decision) => assert!(decision.allowed),
+            Err(error) => {
+                assert!(
+                    matches!(error, RedisError::Unavailable(_) | RedisError::Timeout),
+                    "{error}"
+                );
+                lost.push(client.clone());
+            }
+        }
+    }
+    assert!(!lost.is_empty() && lost.len() < clients.len(), "{lost:?}");
+    let faults = limiter.faults();
+    let decision = limiter.check_at(&lost[0], 1);
+    assert_eq!(
+        (decision.allowed, decision.retry_after, limiter.faults()),
+        (false, 200, faults + 1),
+        "the fault rule answers"
+    );
+    let async_decision = runtime.block_on(async_limiter.check_at(&lost[0], 1));
+    assert_eq!((async_decision.allowed, async_limiter.faults()), (false, 1));
+
+    cluster.spawn(2);
+    cluster.wait_until_ok();
+    for client in &lost {
+        // The node came back empty: its clients are new again.
+        let decision = until_ok(|| limiter.try_check_at(client, 2));
+        assert_eq!(
+            (decision.allowed, decision.remaining),
+            (true, 999),
+            "{client}"
+        );
+    }
+    runtime.block_on(async {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            match async_limiter.try_check_at(&lost[0], 2).await {
+                Ok(decision) => {
+                    assert!(decision.allowed);
+                    break;
+                }
+                Err(error) => assert!(Instant::now() < deadline, "never recovered: {error}"),
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     });
 }

@@ -186,11 +186,14 @@ pub struct Args {
           value_parser = clap::value_parser!(u32).range(1..))]
     cost: u32,
 
-    /// Measure through Redis instead: decisions per second and latency with
-    /// --connections connections, beside redis-benchmark's INCR rate. The
-    /// window is --window-ns in microseconds of Redis's clock.
+    /// Measure through Redis (redis://HOST:PORT) or a Redis Cluster
+    /// (redis-cluster://HOST:PORT[,HOST:PORT...]) instead: decisions per
+    /// second and latency with --connections connections, beside
+    /// redis-benchmark's INCR and empty-script rates and the client's own
+    /// INCR rate, then a flood row per policy. The window is --window-ns in
+    /// microseconds of Redis's clock.
     #[cfg(feature = "redis")]
-    #[arg(long, value_name = "redis://HOST:PORT")]
+    #[arg(long, value_name = "URL")]
     backend: Option<String>,
 
     /// Connection (and calling thread) counts for --backend.

@@ -96,10 +96,13 @@ pub struct Args {
     policy_name: String,
 
     /// Keep the limits in Redis, shared by every proxy that uses it:
-    /// redis://HOST:PORT[/DB]. Decisions use Redis's clock; when Redis
-    /// does not answer within 100 ms the request is rejected.
+    /// redis://HOST:PORT[/DB], or a Redis Cluster:
+    /// redis-cluster://HOST:PORT[,HOST:PORT...]. Decisions use Redis's
+    /// clock; when Redis does not answer within 100 ms the request is
+    /// rejected. A client Redis rejected is rejected locally until its
+    /// Retry-After, without asking Redis again.
     #[cfg(feature = "redis")]
-    #[arg(long = "backend", value_name = "redis://HOST:PORT")]
+    #[arg(long = "backend", value_name = "URL")]
     backend: Option<String>,
 
     /// Also send X-RateLimit-Limit, X-RateLimit-Remaining and

@@ -1,5 +1,6 @@
-//! `floodgate replay --backend redis://HOST:PORT`: the same trace answered
-//! from Redis, through the scripts of `floodgate::redis`.
+//! `floodgate replay --backend redis://HOST:PORT` (or
+//! `redis-cluster://HOST:PORT[,HOST:PORT…]` for a Redis Cluster): the same
+//! trace answered from Redis, through the scripts of `floodgate::redis`.
 //!
 //! The trace's times are passed to Redis as they are, in milliseconds, so
 //! the answers are the in-memory engine's. Before the trace, every key under
@@ -10,6 +11,10 @@
 //! replay ends, so replays sharing one Redis never see or delete each
 //! other's keys. An explicit `--prefix` is cleared before the trace only:
 //! its keys stay for a look afterwards.
+//!
+//! Every answer is Redis's own: the local rejection cache is off (a cached
+//! weighted rejection keeps the `remaining` of its time, and the replay
+//! prints `remaining`).
 //!
 //! Written keys live at least a day, whatever the policy's own expiry: a
 //! trace's times need not follow real time (a person typing calls is slower
@@ -32,14 +37,15 @@ use floodgate::{Config, Decision, PolicyKind, RateLimiter};
 /// The Redis options of `floodgate replay`.
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct Backend {
-    /// Answer from Redis instead of memory: redis://HOST:PORT[/DB]. Only
-    /// keys under the replay's prefix are touched; they are deleted before
-    /// the trace.
+    /// Answer from Redis instead of memory: redis://HOST:PORT[/DB], or a
+    /// Redis Cluster: redis-cluster://HOST:PORT[,HOST:PORT...]. Only keys
+    /// under the replay's prefix are touched; they are deleted before the
+    /// trace.
     /// Redis forgets idle clients by itself (keys expire), so the in-memory
     /// options --engine, --evict-idle and --max-clients do not go with it.
     #[arg(
         long = "backend",
-        value_name = "redis://HOST:PORT",
+        value_name = "URL",
         conflicts_with_all = ["engine", "evict_idle", "max_clients"]
     )]
     pub url: Option<String>,
@@ -90,7 +96,8 @@ pub fn limiter(
         .time(TimeSource::MILLIS)
         .timeout(TIMEOUT)
         .min_ttl(KEEP)
-        .connections(1);
+        .connections(1)
+        .rejection_cache(0);
     let limiter =
         RedisLimiter::new(url, policy, config, options).map_err(|e| format!("--backend: {e}"))?;
     limiter

@@ -4,10 +4,11 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use ::redis::{Client, FromRedisValue};
+use ::redis::cluster_async::ClusterConnection;
+use ::redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, Value};
 
 use super::script::{Op, Reply};
-use super::{Core, RedisConfigError, RedisError, RedisOptions, TimeSource};
+use super::{Core, RedisConfigError, RedisError, RedisOptions, Target, TimeSource};
 use crate::{Config, Decision, PolicyKind};
 
 /// A per-client limiter whose state lives in Redis, for tokio: the
@@ -15,9 +16,12 @@ use crate::{Config, Decision, PolicyKind};
 ///
 /// All calls share one multiplexed connection (a [`ConnectionManager`]):
 /// concurrent calls are pipelined on it, and after a failure it reconnects
-/// in the background, so the limiter outlives a restart of Redis. Each call
-/// is bounded by [`RedisOptions::timeout`], waiting for a reconnection
-/// included. Cloning is cheap and shares the connection.
+/// in the background, so the limiter outlives a restart of Redis. With a
+/// `redis-cluster://` URL it is the cluster client's multiplexed connection
+/// to every node instead, which routes each call by its key's slot and
+/// reconnects to a node that comes back. Each call is bounded by
+/// [`RedisOptions::timeout`], waiting for a reconnection included. Cloning
+/// is cheap and shares the connection.
 ///
 /// The infallible methods answer by the [`OnFailure`](super::OnFailure)
 /// rule when Redis fails; the `try_*` methods return the error.
@@ -47,13 +51,62 @@ use crate::{Config, Decision, PolicyKind};
 #[derive(Clone, Debug)]
 pub struct AsyncRedisLimiter {
     core: std::sync::Arc<Core>,
-    connection: ConnectionManager,
+    connection: Connection,
+}
+
+/// The shared connection: to one server, or to a cluster.
+#[derive(Clone)]
+enum Connection {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Connection::Single(_) => "Connection::Single",
+            Connection::Cluster(_) => "Connection::Cluster",
+        })
+    }
+}
+
+impl ::redis::aio::ConnectionLike for Connection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Connection::Single(connection) => connection.req_packed_command(cmd),
+            Connection::Cluster(connection) => connection.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Connection::Single(connection) => {
+                connection.req_packed_commands(pipeline, offset, count)
+            }
+            Connection::Cluster(connection) => {
+                connection.req_packed_commands(pipeline, offset, count)
+            }
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Connection::Single(connection) => connection.get_db(),
+            Connection::Cluster(connection) => connection.get_db(),
+        }
+    }
 }
 
 impl AsyncRedisLimiter {
-    /// A limiter applying `policy` with `config` to the Redis at `url`.
-    /// Connects on first use (Redis need not be up yet); call it inside a
-    /// tokio runtime.
+    /// A limiter applying `policy` with `config` to the Redis at `url`
+    /// (`redis://…`, or `redis-cluster://host:port[,host:port…]` for a
+    /// cluster). Connects on first use (Redis need not be up yet); call it
+    /// inside a tokio runtime.
     ///
     /// # Errors
     ///
@@ -65,16 +118,31 @@ impl AsyncRedisLimiter {
         options: RedisOptions,
     ) -> Result<Self, RedisConfigError> {
         let core = Core::new(policy, config, &options)?;
-        let client = Client::open(url).map_err(RedisConfigError::Url)?;
-        let manager = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(core.timeout))
-            .set_response_timeout(Some(core.timeout))
-            // Reconnection attempts back off from 10 ms to 1 s, so traffic
-            // resumes within about a second of Redis coming back.
-            .set_min_delay(Duration::from_millis(10))
-            .set_max_delay(Duration::from_secs(1));
-        let connection = ConnectionManager::new_lazy_with_config(client, manager)
-            .map_err(RedisConfigError::Url)?;
+        let connection = match Target::open(url, core.timeout)? {
+            Target::Single(client) => {
+                let manager = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(core.timeout))
+                    .set_response_timeout(Some(core.timeout))
+                    // Reconnection attempts back off from 10 ms to 1 s, so
+                    // traffic resumes within about a second of Redis coming
+                    // back.
+                    .set_min_delay(Duration::from_millis(10))
+                    .set_max_delay(Duration::from_secs(1));
+                Connection::Single(
+                    ConnectionManager::new_lazy_with_config(client, manager)
+                        .map_err(RedisConfigError::Url)?,
+                )
+            }
+            // Connects to the nodes in the background: the first calls
+            // wait for it (within their timeout).
+            Target::Cluster(client) => Connection::Cluster(
+                client.get_pending_async_connection_with_config(
+                    ::redis::cluster::ClusterConfig::new()
+                        .set_connection_timeout(core.timeout)
+                        .set_response_timeout(core.timeout),
+                ),
+            ),
+        };
         Ok(Self {
             core: std::sync::Arc::new(core),
             connection,
@@ -87,8 +155,7 @@ impl AsyncRedisLimiter {
     ///
     /// As [`RedisLimiter::try_check_at`](super::RedisLimiter::try_check_at).
     pub async fn try_check_at(&self, key: &str, now: u64) -> Result<Decision, RedisError> {
-        self.core
-            .decision(self.call(key, Op::Check, Some(now)).await?)
+        self.decide(key, 1, Some(now)).await
     }
 
     /// Decides one request of cost `cost` of `key` at `now`, all or nothing:
@@ -103,8 +170,7 @@ impl AsyncRedisLimiter {
         now: u64,
         cost: u64,
     ) -> Result<Decision, RedisError> {
-        let reply = self.call(key, self.core.weighed(cost), Some(now)).await?;
-        self.core.weighed_decision(reply, cost)
+        self.decide(key, cost, Some(now)).await
     }
 
     /// Decides one request of `key` now (by Redis's clock with
@@ -114,8 +180,7 @@ impl AsyncRedisLimiter {
     ///
     /// As [`try_check_at`](Self::try_check_at).
     pub async fn try_check(&self, key: &str) -> Result<Decision, RedisError> {
-        self.core
-            .decision(self.call(key, Op::Check, self.core.implicit_now()).await?)
+        self.decide(key, 1, self.core.implicit_now()).await
     }
 
     /// How many requests of `key` would be admitted one after another at
@@ -168,10 +233,12 @@ impl AsyncRedisLimiter {
     /// [`RedisError::Timeout`] and [`RedisError::Unavailable`] the state may
     /// have been deleted.
     pub async fn try_forget(&self, key: &str) -> Result<bool, RedisError> {
-        let deleted: u64 = self
-            .command(::redis::cmd("DEL").arg(self.core.key(key)))
-            .await?;
-        Ok(deleted > 0)
+        let deleted = self
+            .command::<u64>(::redis::cmd("DEL").arg(self.core.key(key)))
+            .await;
+        // Whether or not the answer came, the state may be gone.
+        self.core.invalidate(Some(key));
+        Ok(deleted? > 0)
     }
 
     /// [`try_peek_at`](Self::try_peek_at); `None` when Redis fails.
@@ -198,8 +265,7 @@ impl AsyncRedisLimiter {
     /// answers when Redis fails.
     pub async fn check_n(&self, key: &str, cost: u64) -> Decision {
         let now = self.core.implicit_now();
-        let answer = self.call(key, self.core.weighed(cost), now).await;
-        match answer.and_then(|reply| self.core.weighed_decision(reply, cost)) {
+        match self.decide(key, cost, now).await {
             Ok(decision) => decision,
             Err(_) => self.core.check_n_on_failure(key, now, cost),
         }
@@ -209,11 +275,7 @@ impl AsyncRedisLimiter {
     /// [`TimeSource::Server`]); the fault rule answers when Redis fails.
     pub async fn check(&self, key: &str) -> Decision {
         let now = self.core.implicit_now();
-        match self
-            .call(key, Op::Check, now)
-            .await
-            .and_then(|reply| self.core.decision(reply))
-        {
+        match self.decide(key, 1, now).await {
             Ok(decision) => decision,
             Err(_) => self.core.check_on_failure(key, now),
         }
@@ -247,6 +309,17 @@ impl AsyncRedisLimiter {
         self.core.faults.load(Ordering::Relaxed)
     }
 
+    /// How many decisions the local rejection cache answered without a
+    /// round trip ([`RedisOptions::rejection_cache`]).
+    pub fn answered_locally(&self) -> u64 {
+        self.core.answered_locally()
+    }
+
+    /// How many rejected clients the local rejection cache remembers now.
+    pub fn cached_rejections(&self) -> usize {
+        self.core.cached_rejections()
+    }
+
     /// The policy this limiter applies.
     pub fn policy(&self) -> PolicyKind {
         self.core.policy
@@ -265,6 +338,20 @@ impl AsyncRedisLimiter {
     /// The key that holds `client`'s state.
     pub fn key(&self, client: &str) -> String {
         self.core.key(client)
+    }
+
+    /// A request of cost `cost` of `key` at `now` (`None`: by the time
+    /// source): from the rejection cache, or one script call whose
+    /// rejection the cache remembers.
+    async fn decide(&self, key: &str, cost: u64, now: Option<u64>) -> Result<Decision, RedisError> {
+        let ticket = match self.core.cached(key, cost, now) {
+            Ok(decision) => return Ok(decision),
+            Err(ticket) => ticket,
+        };
+        let reply = self.call(key, self.core.weighed(cost), now).await?;
+        let decision = self.core.weighed_decision(reply, cost)?;
+        self.core.remember(key, cost, ticket, &decision);
+        Ok(decision)
     }
 
     /// One script call, sent at most once, within the timeout. A call cut

@@ -5,10 +5,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use ::redis::{Client, Connection, ConnectionLike, FromRedisValue, RedisResult};
+use ::redis::cluster::ClusterConnection;
+use ::redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use ::redis::{Connection, ConnectionLike, FromRedisValue, RedisResult};
 
 use super::script::{Op, Reply};
-use super::{prefix_pattern, Core, RedisConfigError, RedisError, RedisOptions, TimeSource};
+use super::{
+    cluster_primaries, prefix_pattern, Core, RedisConfigError, RedisError, RedisOptions, Target,
+    TimeSource,
+};
 use crate::{Config, Decision, PolicyKind, RateLimiter};
 
 /// A per-client limiter whose state lives in Redis, for threads that block:
@@ -59,7 +64,9 @@ pub struct RedisLimiter {
 
 impl RedisLimiter {
     /// A limiter applying `policy` with `config` to the Redis at `url`
-    /// (`redis://[user:password@]host:port[/db]`). Connects on first use.
+    /// (`redis://[user:password@]host:port[/db]`), or to the Redis Cluster
+    /// whose nodes it names (`redis-cluster://host:port[,host:port…]`; see
+    /// the module's "Redis Cluster"). Connects on first use.
     ///
     /// # Errors
     ///
@@ -73,9 +80,9 @@ impl RedisLimiter {
         options: RedisOptions,
     ) -> Result<Self, RedisConfigError> {
         let core = Core::new(policy, config, &options)?;
-        let client = Client::open(url).map_err(RedisConfigError::Url)?;
+        let target = Target::open(url, core.timeout)?;
         Ok(Self {
-            pool: Pool::new(client, options.connections, core.timeout),
+            pool: Pool::new(target, options.connections, core.timeout),
             core,
         })
     }
@@ -89,8 +96,7 @@ impl RedisLimiter {
     /// [`RedisError::Timeout`] and [`RedisError::Unavailable`] the request
     /// may have been counted.
     pub fn try_check_at(&self, key: &str, now: u64) -> Result<Decision, RedisError> {
-        self.call(key, Op::Check, Some(now))
-            .and_then(|reply| self.core.decision(reply))
+        self.decide(key, 1, Some(now))
     }
 
     /// Decides one request of cost `cost` of `key` at `now`, all or nothing
@@ -101,8 +107,7 @@ impl RedisLimiter {
     ///
     /// As [`try_check_at`](Self::try_check_at).
     pub fn try_check_n_at(&self, key: &str, now: u64, cost: u64) -> Result<Decision, RedisError> {
-        self.call(key, self.core.weighed(cost), Some(now))
-            .and_then(|reply| self.core.weighed_decision(reply, cost))
+        self.decide(key, cost, Some(now))
     }
 
     /// Decides one request of cost `cost` of `key` now (the clock as
@@ -112,8 +117,7 @@ impl RedisLimiter {
     ///
     /// As [`try_check_at`](Self::try_check_at).
     pub fn try_check_n(&self, key: &str, cost: u64) -> Result<Decision, RedisError> {
-        self.call(key, self.core.weighed(cost), self.core.implicit_now())
-            .and_then(|reply| self.core.weighed_decision(reply, cost))
+        self.decide(key, cost, self.core.implicit_now())
     }
 
     /// Decides one request of `key` now: by Redis's clock with
@@ -123,8 +127,7 @@ impl RedisLimiter {
     ///
     /// As [`try_check_at`](Self::try_check_at).
     pub fn try_check(&self, key: &str) -> Result<Decision, RedisError> {
-        self.call(key, Op::Check, self.core.implicit_now())
-            .and_then(|reply| self.core.decision(reply))
+        self.decide(key, 1, self.core.implicit_now())
     }
 
     /// How many requests of `key` would be admitted one after another at
@@ -177,33 +180,26 @@ impl RedisLimiter {
     /// have been deleted.
     pub fn try_forget(&self, key: &str) -> Result<bool, RedisError> {
         let stored = self.core.key(key);
-        let deleted: u64 = self
+        let deleted = self
             .pool
-            .with(|connection| ::redis::cmd("DEL").arg(&stored).query(connection))?;
-        Ok(deleted > 0)
+            .with(|connection| ::redis::cmd("DEL").arg(&stored).query::<u64>(connection));
+        // Whether or not the answer came, the state may be gone.
+        self.core.invalidate(Some(key));
+        Ok(deleted? > 0)
     }
 
     /// How many clients of this limiter (this prefix, policy, configuration
-    /// and clock) have state in Redis: one `SCAN` through the database, so
-    /// meant for tests and diagnostics, not for a hot path.
+    /// and clock) have state in Redis: one `SCAN` through the database (of
+    /// every primary, in a cluster), so meant for tests and diagnostics, not
+    /// for a hot path.
     ///
     /// # Errors
     ///
     /// As [`try_check_at`](Self::try_check_at).
     pub fn try_tracked_clients(&self) -> Result<usize, RedisError> {
         let pattern = self.core.pattern();
-        self.pool.with(|connection| {
-            let keys: Vec<String> = ::redis::cmd("SCAN")
-                .cursor_arg(0)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(1_000)
-                .clone()
-                .iter(connection)?
-                .collect::<RedisResult<_>>()?;
-            Ok(keys.len())
-        })
+        self.pool
+            .with_raw(|connection| Ok(connection.keys(&pattern)?.len()))
     }
 
     /// Deletes every key under `prefix` (any policy, configuration or clock)
@@ -215,26 +211,51 @@ impl RedisLimiter {
     /// As [`try_check_at`](Self::try_check_at).
     pub fn clear_prefix(&self, prefix: &str) -> Result<usize, RedisError> {
         let pattern = prefix_pattern(prefix);
-        self.pool.with(|connection| {
-            let keys: Vec<String> = ::redis::cmd("SCAN")
-                .cursor_arg(0)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(1_000)
-                .clone()
-                .iter(connection)?
-                .collect::<RedisResult<_>>()?;
+        let cleared = self.pool.with_raw(|connection| {
+            let keys = connection.keys(&pattern)?;
             for batch in keys.chunks(512) {
-                ::redis::cmd("UNLINK").arg(batch).exec(connection)?;
+                match connection {
+                    Conn::Single(connection) => {
+                        ::redis::cmd("UNLINK").arg(batch).exec(connection)?;
+                    }
+                    // Keys of different slots cannot share one command: one
+                    // UNLINK each, pipelined per node. A pipeline that meets
+                    // a moved slot fails as a whole; then each key on its
+                    // own, which follows MOVED and ASK.
+                    Conn::Cluster(connection) => {
+                        let mut pipe = ::redis::cluster::cluster_pipe();
+                        for key in batch {
+                            pipe.cmd("UNLINK").arg(key).ignore();
+                        }
+                        if pipe.exec(connection).is_err() {
+                            for key in batch {
+                                ::redis::cmd("UNLINK").arg(key).exec(&mut **connection)?;
+                            }
+                        }
+                    }
+                }
             }
             Ok(keys.len())
-        })
+        });
+        self.core.invalidate(None);
+        cleared
     }
 
     /// How many [`RateLimiter`] calls the fault rule has answered.
     pub fn faults(&self) -> u64 {
         self.core.faults.load(Ordering::Relaxed)
+    }
+
+    /// How many decisions the local rejection cache answered without a
+    /// round trip ([`RedisOptions::rejection_cache`]).
+    pub fn answered_locally(&self) -> u64 {
+        self.core.answered_locally()
+    }
+
+    /// How many rejected clients the local rejection cache remembers now
+    /// (at most [`RedisOptions::rejection_cache`]).
+    pub fn cached_rejections(&self) -> usize {
+        self.core.cached_rejections()
     }
 
     /// The options' time source.
@@ -245,6 +266,21 @@ impl RedisLimiter {
     /// The key that holds `client`'s state.
     pub fn key(&self, client: &str) -> String {
         self.core.key(client)
+    }
+
+    /// A request of cost `cost` of `key` at `now` (`None`: Redis's clock or
+    /// the local Unix time, as the time source says): from the rejection
+    /// cache, or one script call whose rejection the cache remembers.
+    fn decide(&self, key: &str, cost: u64, now: Option<u64>) -> Result<Decision, RedisError> {
+        let ticket = match self.core.cached(key, cost, now) {
+            Ok(decision) => return Ok(decision),
+            Err(ticket) => ticket,
+        };
+        let decision = self
+            .call(key, self.core.weighed(cost), now)
+            .and_then(|reply| self.core.weighed_decision(reply, cost))?;
+        self.core.remember(key, cost, ticket, &decision);
+        Ok(decision)
     }
 
     /// One script call, sent at most once (see the module's Faults).
@@ -313,15 +349,13 @@ impl RateLimiter<str> for RedisLimiter {
     /// With the server's clock, the script reads Redis `TIME`.
     fn check(&self, key: &str) -> Decision {
         let now = self.core.implicit_now();
-        self.call(key, Op::Check, now)
-            .and_then(|reply| self.core.decision(reply))
+        self.decide(key, 1, now)
             .unwrap_or_else(|_| self.core.check_on_failure(key, now))
     }
 
     fn check_n(&self, key: &str, cost: u64) -> Decision {
         let now = self.core.implicit_now();
-        self.call(key, self.core.weighed(cost), now)
-            .and_then(|reply| self.core.weighed_decision(reply, cost))
+        self.decide(key, cost, now)
             .unwrap_or_else(|_| self.core.check_n_on_failure(key, now, cost))
     }
 
@@ -334,10 +368,79 @@ impl RateLimiter<str> for RedisLimiter {
     }
 }
 
+/// One connection of the pool: to one server, or to a cluster (itself a
+/// connection per node, routing each call by its key's slot).
+enum Conn {
+    Single(Connection),
+    /// Boxed: it is several times the size of a single connection.
+    Cluster(Box<ClusterConnection>),
+}
+
+impl Conn {
+    fn as_dyn(&mut self) -> &mut dyn ConnectionLike {
+        match self {
+            Conn::Single(connection) => connection,
+            Conn::Cluster(connection) => &mut **connection,
+        }
+    }
+
+    fn is_open(&self) -> bool {
+        match self {
+            Conn::Single(connection) => connection.is_open(),
+            Conn::Cluster(connection) => connection.is_open(),
+        }
+    }
+
+    /// Every key matching `pattern`, by `SCAN`: of the server, or of each
+    /// primary of the cluster in turn.
+    fn keys(&mut self, pattern: &str) -> RedisResult<Vec<String>> {
+        // `Cmd::iter` sends the command again with each cursor it is given
+        // back, in the place `cursor_arg` marks; the cluster's own loop
+        // below passes the cursor as a plain argument.
+        let scan = |cursor: Option<u64>| {
+            let mut scan = ::redis::cmd("SCAN");
+            match cursor {
+                Some(cursor) => scan.arg(cursor),
+                None => scan.cursor_arg(0),
+            };
+            scan.arg("MATCH").arg(pattern).arg("COUNT").arg(1_000);
+            scan
+        };
+        match self {
+            Conn::Single(connection) => scan(None).iter(connection)?.collect(),
+            Conn::Cluster(connection) => {
+                let slots = connection.route_command(
+                    &::redis::cmd("CLUSTER").arg("SLOTS").clone(),
+                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+                )?;
+                let mut keys = Vec::new();
+                for (host, port) in cluster_primaries(&slots) {
+                    let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                        host: host.clone(),
+                        port,
+                    });
+                    let mut cursor = 0;
+                    loop {
+                        let reply = connection.route_command(&scan(Some(cursor)), route.clone())?;
+                        let (next, mut batch): (u64, Vec<String>) =
+                            ::redis::FromRedisValue::from_redis_value(reply)?;
+                        keys.append(&mut batch);
+                        if next == 0 {
+                            break;
+                        }
+                        cursor = next;
+                    }
+                }
+                Ok(keys)
+            }
+        }
+    }
+}
+
 /// Connections made on demand, each slot behind its own lock.
 struct Pool {
-    client: Client,
-    slots: Box<[Mutex<Option<Connection>>]>,
+    target: Target,
+    slots: Box<[Mutex<Option<Conn>>]>,
     /// Where the next call starts looking for a free slot, so that
     /// concurrent calls spread over the slots. Relaxed: any value is a
     /// correct starting point.
@@ -348,6 +451,7 @@ struct Pool {
 impl std::fmt::Debug for Pool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Pool")
+            .field("cluster", &matches!(self.target, Target::Cluster(_)))
             .field("connections", &self.slots.len())
             .field("timeout", &self.timeout)
             .finish_non_exhaustive()
@@ -355,13 +459,21 @@ impl std::fmt::Debug for Pool {
 }
 
 impl Pool {
-    fn new(client: Client, size: usize, timeout: Duration) -> Self {
+    fn new(target: Target, size: usize, timeout: Duration) -> Self {
         Self {
-            client,
+            target,
             slots: (0..size).map(|_| Mutex::new(None)).collect(),
             next: AtomicUsize::new(0),
             timeout,
         }
+    }
+
+    /// Runs `work` on a connection (see [`with_raw`](Self::with_raw)).
+    fn with<T>(
+        &self,
+        work: impl FnOnce(&mut dyn ConnectionLike) -> RedisResult<T>,
+    ) -> Result<T, RedisError> {
+        self.with_raw(|connection| work(connection.as_dyn()))
     }
 
     /// Runs `work` on a connection: a free slot's if there is one, else
@@ -369,10 +481,7 @@ impl Pool {
     /// connects first. A connection whose call failed other than by a
     /// server's error reply is dropped: it may be broken, or a late reply
     /// may still be on its way.
-    fn with<T>(
-        &self,
-        work: impl FnOnce(&mut Connection) -> RedisResult<T>,
-    ) -> Result<T, RedisError> {
+    fn with_raw<T>(&self, work: impl FnOnce(&mut Conn) -> RedisResult<T>) -> Result<T, RedisError> {
         let start = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
         let mut slot = (0..self.slots.len())
             .find_map(|offset| {
@@ -399,7 +508,7 @@ impl Pool {
     /// Takes a slot's lock. A panic while it was held (in `work`) may have
     /// left its connection in the middle of a reply, so a poisoned slot's
     /// connection is dropped.
-    fn lock(slot: &Mutex<Option<Connection>>) -> MutexGuard<'_, Option<Connection>> {
+    fn lock(slot: &Mutex<Option<Conn>>) -> MutexGuard<'_, Option<Conn>> {
         slot.lock().unwrap_or_else(|poisoned| {
             let mut guard = PoisonError::into_inner(poisoned);
             *guard = None;
@@ -408,15 +517,27 @@ impl Pool {
     }
 
     /// A new connection whose reads and writes time out after the timeout.
-    fn connect(&self) -> Result<Connection, RedisError> {
-        let connection = self
-            .client
-            .get_connection_with_timeout(self.timeout)
-            .map_err(RedisError::from_client)?;
-        connection
-            .set_read_timeout(Some(self.timeout))
-            .and_then(|()| connection.set_write_timeout(Some(self.timeout)))
-            .map_err(RedisError::from_client)?;
-        Ok(connection)
+    /// A cluster's connects to the nodes it is given and learns the rest.
+    fn connect(&self) -> Result<Conn, RedisError> {
+        match &self.target {
+            Target::Single(client) => {
+                let connection = client
+                    .get_connection_with_timeout(self.timeout)
+                    .map_err(RedisError::from_client)?;
+                connection
+                    .set_read_timeout(Some(self.timeout))
+                    .and_then(|()| connection.set_write_timeout(Some(self.timeout)))
+                    .map_err(RedisError::from_client)?;
+                Ok(Conn::Single(connection))
+            }
+            Target::Cluster(client) => {
+                let connection = client.get_connection().map_err(RedisError::from_client)?;
+                connection
+                    .set_read_timeout(Some(self.timeout))
+                    .and_then(|()| connection.set_write_timeout(Some(self.timeout)))
+                    .map_err(RedisError::from_client)?;
+                Ok(Conn::Cluster(Box::new(connection)))
+            }
+        }
     }
 }

@@ -32,12 +32,52 @@
 //!
 //! # One round trip per decision
 //!
-//! Each policy's step is one Lua script (`src/redis/scripts/`), loaded once
+//! Each decision that reaches Redis is one round trip (the rejection
+//! cache, below, answers some without any). Each policy's step is one Lua
+//! script (`src/redis/scripts/`), loaded once
 //! and called by its SHA1 with `EVALSHA`; Redis runs a script alone, so the
 //! read, the step and the write are atomic with no `WATCH`/`MULTI` and no
 //! retry. The scripts are the contract of `SPEC.md` written out in integer
 //! arithmetic, field by field, and the tests compare every answer with the
 //! in-memory engine's.
+//!
+//! # A flood is answered locally
+//!
+//! A rejected request changes nothing, and other instances' admissions can
+//! only make a client's state stricter; so a client that Redis rejected
+//! with `retry_after = d` is rejected by every instance until `now + d`,
+//! whatever happens elsewhere. Each limiter remembers such rejections in a
+//! bounded local cache ([`RedisOptions::rejection_cache`], default
+//! [`DEFAULT_REJECTION_CACHE`] clients, 0 turns it off; entries whose
+//! deadline passed are dropped) and answers from it without a round trip.
+//! The one app that floods then costs Redis one call per `d`, not one per
+//! request.
+//!
+//! - **The decision is Redis's**: `allowed` is false exactly when Redis
+//!   would answer false, and `delay` is 0, as in every rejection.
+//! - **`retry_after` is a lower bound** of Redis's own: the part of `d` that
+//!   is left. Admissions by other instances since may have moved Redis's
+//!   answer later.
+//! - **`remaining`** is Redis's at the rejection. For a request of cost 1
+//!   that is 0, exact until the deadline; a rejection of a larger cost `n`
+//!   leaves up to `n − 1`, which drips may raise and other instances lower
+//!   meanwhile.
+//! - **Costs.** A rejection of cost `n` says nothing about a smaller cost.
+//!   The cache keeps, per client, the smallest rejected cost and its
+//!   deadline, and answers a request of cost `m ≥ n` before that deadline;
+//!   a smaller cost goes to Redis. Costs of 0 and above the limit are never
+//!   cached (the first is always admitted, the second never, and both
+//!   carry Redis's `remaining`).
+//! - **Times.** A call that passes its `now` (every call with
+//!   [`TimeSource::Caller`]) is rejected until `now + d` on the caller's
+//!   time line; one on Redis's clock until the instant it was sent, on the
+//!   local monotonic clock, plus `d` (Redis read `TIME` after that, so its
+//!   deadline is no earlier, unless its clock jumps forward). A call whose
+//!   time is before the rejection's goes to Redis.
+//! - **What it does not see**: a [`forget`](RedisLimiter::try_forget) on
+//!   another instance (the one on this instance drops the entry), or a key
+//!   deleted behind the limiter's back. Either makes Redis more lenient
+//!   than the cache until the deadline.
 //!
 //! # Keys
 //!
@@ -107,6 +147,29 @@
 //! `sliding-window-counter`; within those every value a script computes is
 //! an exact integer.
 //!
+//! # Redis Cluster
+//!
+//! A URL `redis-cluster://HOST:PORT[,HOST:PORT…]` ([`CLUSTER_SCHEME`])
+//! names some nodes of a Redis Cluster (one is enough; the client learns
+//! the others and the slot map). Both limiters then use the `redis`
+//! crate's cluster clients: the blocking one keeps a pool of cluster
+//! connections, the async one shares the multiplexed cluster connection.
+//! Every key of a client lives in one slot (the client is the hash tag,
+//! above), so each decision is still one script call, on the node that
+//! serves the client, and the answers are those of a single Redis. The
+//! client follows `MOVED` and `ASK`, so slots can be moved while traffic
+//! flows; `tracked_clients` and `clear_prefix` scan every primary.
+//!
+//! A cluster call is sent again up to [`CLUSTER_RETRIES`] times: after a
+//! redirection, `TRYAGAIN` or `CLUSTERDOWN` the script did not run, so that
+//! is safe; but the cluster client also resends after a connection that
+//! broke or timed out mid-call, when the script may have run, so on a
+//! cluster such a fault may count a request twice (the single-server
+//! client never resends; see Faults). A node that is down fails the calls
+//! of the clients it serves, by the fault rule, while the other nodes
+//! serve theirs; when it returns the calls resume, without rebuilding the
+//! limiter. The blocking limiter's timeout then applies to each attempt.
+//!
 //! # Faults
 //!
 //! The inherent `try_*` methods return [`RedisError`] when Redis cannot be
@@ -128,6 +191,7 @@
 
 mod aio;
 mod blocking;
+mod rejections;
 mod script;
 
 use std::fmt;
@@ -136,12 +200,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub use aio::AsyncRedisLimiter;
 pub use blocking::RedisLimiter;
+pub use rejections::DEFAULT_REJECTION_CACHE;
 pub use script::{MAX_COUNTER_PRODUCT, MAX_NOW, MAX_WINDOW};
 
 use crate::{
     build_bounded, Bounds, Clock, Config, ConfigError, Decision, Engine, Overflow, PolicyKind,
     RateLimiter, Tick,
 };
+use rejections::{Rejections, Stamp};
 use script::Arguments;
 
 /// Where a decision's `now` comes from.
@@ -236,6 +302,7 @@ pub struct RedisOptions {
     local_bounds: Bounds,
     min_ttl: Duration,
     connections: usize,
+    rejection_cache: usize,
 }
 
 impl Default for RedisOptions {
@@ -247,7 +314,8 @@ impl Default for RedisOptions {
 impl RedisOptions {
     /// Prefix `floodgate`, Redis's clock, a 100 ms timeout, fail closed
     /// (with [`DEFAULT_LOCAL_BOUNDS`] should the rule become
-    /// [`OnFailure::Local`]), no least TTL, 8 blocking connections.
+    /// [`OnFailure::Local`]), no least TTL, 8 blocking connections, and a
+    /// rejection cache of [`DEFAULT_REJECTION_CACHE`] clients.
     pub fn new() -> Self {
         Self {
             prefix: "floodgate".to_owned(),
@@ -257,6 +325,7 @@ impl RedisOptions {
             local_bounds: DEFAULT_LOCAL_BOUNDS,
             min_ttl: Duration::ZERO,
             connections: 8,
+            rejection_cache: DEFAULT_REJECTION_CACHE,
         }
     }
 
@@ -315,6 +384,20 @@ impl RedisOptions {
     pub fn connections(mut self, connections: usize) -> Self {
         self.connections = connections;
         self
+    }
+
+    /// How many rejected clients the local rejection cache remembers at
+    /// most (default [`DEFAULT_REJECTION_CACHE`]); 0 turns the cache off,
+    /// and every decision is then a round trip. See the module's
+    /// "A flood is answered locally".
+    pub fn rejection_cache(mut self, max_clients: usize) -> Self {
+        self.rejection_cache = max_clients;
+        self
+    }
+
+    /// The rejection cache's cap (0: off).
+    pub fn get_rejection_cache(&self) -> usize {
+        self.rejection_cache
     }
 
     /// The key prefix.
@@ -406,6 +489,89 @@ impl From<ConfigError> for RedisConfigError {
     fn from(error: ConfigError) -> Self {
         RedisConfigError::Config(error)
     }
+}
+
+/// The URL scheme of a Redis Cluster: `redis-cluster://HOST:PORT[,HOST:PORT…]`
+/// names some of its nodes (any will do; the client finds the others).
+pub const CLUSTER_SCHEME: &str = "redis-cluster://";
+
+/// How many times a cluster call is sent again after a redirection
+/// (`MOVED`, `ASK`), a `TRYAGAIN` or `CLUSTERDOWN`, or a broken connection;
+/// see the module's "Redis Cluster".
+pub const CLUSTER_RETRIES: u32 = 3;
+
+/// Where a limiter's state lives: one server, or a cluster.
+#[derive(Clone, Debug)]
+enum Target {
+    /// `redis://…`
+    Single(::redis::Client),
+    /// `redis-cluster://…` (boxed: several times a single client's size).
+    Cluster(Box<::redis::cluster::ClusterClient>),
+}
+
+impl Target {
+    /// Reads `url`: a cluster's for [`CLUSTER_SCHEME`], one server's
+    /// otherwise. Connects to nothing.
+    fn open(url: &str, timeout: Duration) -> Result<Self, RedisConfigError> {
+        let Some(nodes) = url.strip_prefix(CLUSTER_SCHEME) else {
+            return ::redis::Client::open(url)
+                .map(Target::Single)
+                .map_err(RedisConfigError::Url);
+        };
+        let nodes: Vec<String> = nodes
+            .split(',')
+            .map(str::trim)
+            .filter(|node| !node.is_empty())
+            .map(|node| format!("redis://{node}"))
+            .collect();
+        if nodes.is_empty() {
+            return Err(RedisConfigError::Url(::redis::RedisError::from((
+                ::redis::ErrorKind::InvalidClientConfig,
+                "a redis-cluster:// URL names no node (redis-cluster://HOST:PORT[,HOST:PORT…])",
+            ))));
+        }
+        ::redis::cluster::ClusterClient::builder(nodes)
+            .connection_timeout(timeout)
+            .response_timeout(timeout)
+            .retries(CLUSTER_RETRIES)
+            .min_retry_wait(2)
+            .max_retry_wait(timeout.as_millis().try_into().unwrap_or(u64::MAX).max(2))
+            .build()
+            .map(|client| Target::Cluster(Box::new(client)))
+            .map_err(RedisConfigError::Url)
+    }
+}
+
+/// The primaries of a cluster, as `CLUSTER SLOTS` lists them: each slot
+/// range's first node.
+fn cluster_primaries(slots: &::redis::Value) -> Vec<(String, u16)> {
+    use ::redis::Value;
+    let mut primaries = Vec::new();
+    let Value::Array(ranges) = slots else {
+        return primaries;
+    };
+    for range in ranges {
+        let Value::Array(fields) = range else {
+            continue;
+        };
+        let Some(Value::Array(node)) = fields.get(2) else {
+            continue;
+        };
+        let host = match node.first() {
+            Some(Value::BulkString(host)) => String::from_utf8_lossy(host).into_owned(),
+            Some(Value::SimpleString(host)) => host.clone(),
+            _ => continue,
+        };
+        let Some(Value::Int(port)) = node.get(1) else {
+            continue;
+        };
+        if let Ok(port) = u16::try_from(*port) {
+            if !primaries.contains(&(host.clone(), port)) {
+                primaries.push((host, port));
+            }
+        }
+    }
+    primaries
 }
 
 /// Why one call got no answer from Redis.
@@ -516,6 +682,16 @@ struct Core {
     /// How many trait calls the fault rule answered. Relaxed: a statistic,
     /// publishing nothing.
     faults: AtomicU64,
+    /// The local rejection cache, unless turned off.
+    rejections: Option<Rejections>,
+}
+
+/// What a call that reaches Redis needs to remember its rejection: when it
+/// was sent, and the cache's generation then.
+#[derive(Clone, Copy, Debug)]
+struct Ticket {
+    stamp: Stamp,
+    generation: u64,
 }
 
 impl Core {
@@ -614,7 +790,69 @@ impl Core {
             on_failure: options.on_failure,
             local,
             faults: AtomicU64::new(0),
+            rejections: (options.rejection_cache > 0).then(|| {
+                Rejections::new(
+                    options.rejection_cache,
+                    u64::try_from(tick_ns).expect("checked above"),
+                )
+            }),
         })
+    }
+
+    /// The rejection cache's answer to a request of cost `cost` of `client`
+    /// at `now` (`None`: now on Redis's clock), or the ticket with which
+    /// Redis's answer is remembered. Costs of 0 and above the limit are
+    /// never cached (their answers are not rejections that end).
+    fn cached(
+        &self,
+        client: &str,
+        cost: u64,
+        now: Option<u64>,
+    ) -> Result<Decision, Option<Ticket>> {
+        let Some(cache) = &self.rejections else {
+            return Err(None);
+        };
+        if cost == 0 || cost > self.config.limit() {
+            return Err(None);
+        }
+        // The stamp is taken before the call is sent (a later send only
+        // makes the remembered deadline earlier than Redis's).
+        let ticket = Ticket {
+            stamp: cache.stamp(now),
+            generation: cache.generation(),
+        };
+        match cache.lookup(client, cost, ticket.stamp) {
+            Some(decision) => Ok(decision.in_ticks(self.tick())),
+            None => Err(Some(ticket)),
+        }
+    }
+
+    /// Remembers Redis's `decision` for a request of cost `cost` of
+    /// `client`, if it is a rejection that ends.
+    fn remember(&self, client: &str, cost: u64, ticket: Option<Ticket>, decision: &Decision) {
+        if let (Some(cache), Some(ticket)) = (&self.rejections, ticket) {
+            if !decision.allowed {
+                cache.insert(client, cost, ticket.stamp, ticket.generation, decision);
+            }
+        }
+    }
+
+    /// After Redis deleted `client`'s state (or every client's, for
+    /// `None`): no rejection remembered from before is used again.
+    fn invalidate(&self, client: Option<&str>) {
+        if let Some(cache) = &self.rejections {
+            cache.invalidate(client);
+        }
+    }
+
+    /// How many decisions the rejection cache answered.
+    fn answered_locally(&self) -> u64 {
+        self.rejections.as_ref().map_or(0, Rejections::hits)
+    }
+
+    /// How many clients the rejection cache remembers.
+    fn cached_rejections(&self) -> usize {
+        self.rejections.as_ref().map_or(0, Rejections::len)
     }
 
     /// The key of `client`'s state.

@@ -46,10 +46,8 @@ pub(super) fn script(policy: PolicyKind) -> Script {
 /// What a script is asked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Op {
-    /// Decide one request.
-    Check,
     /// Decide one request of this cost, `1 <= cost <= L` (the limiter
-    /// answers the other costs from [`Op::Remaining`]).
+    /// answers the other costs from [`Op::Remaining`]); 1 for a plain check.
     CheckN(u64),
     /// How many would be admitted.
     Remaining,
@@ -120,7 +118,7 @@ impl Arguments {
         };
         let mut call = script.key(key);
         call.arg(match op {
-            Op::Check | Op::CheckN(_) => "c",
+            Op::CheckN(_) => "c",
             Op::Remaining => "r",
             Op::Peek => "p",
         })
