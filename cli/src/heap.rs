@@ -15,12 +15,16 @@ thread_local! {
     // Const-initialised, no destructor: touching it never allocates, so the
     // allocator cannot re-enter itself.
     static NET_BYTES: Cell<i64> = const { Cell::new(0) };
+    static ALLOCATED_BYTES: Cell<u64> = const { Cell::new(0) };
 }
 
 fn account(bytes: usize, sign: i64) {
     // A thread being torn down may still allocate or free; it is not being
     // measured, so `try_with` just skips it then.
     let _ = NET_BYTES.try_with(|net| net.set(net.get() + sign * bytes as i64));
+    if sign > 0 {
+        let _ = ALLOCATED_BYTES.try_with(|total| total.set(total.get() + bytes as u64));
+    }
 }
 
 // SAFETY: every method forwards its arguments unchanged to `System`, which
@@ -57,6 +61,14 @@ unsafe impl GlobalAlloc for Counting {
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
+
+/// Bytes this thread allocated since it started, whatever it freed: what a
+/// measurement counts when frees of memory other threads retired (a table
+/// outgrown elsewhere, reclaimed by epochs on whichever thread passes by)
+/// may land inside it.
+pub(crate) fn allocated_bytes() -> u64 {
+    ALLOCATED_BYTES.with(Cell::get)
+}
 
 /// Bytes this thread allocated minus bytes it freed, since it started.
 pub(crate) fn net_bytes() -> i64 {
