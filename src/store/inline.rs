@@ -1,7 +1,9 @@
 //! The limiter's keyed store: an open-addressing table whose slots hold
 //! each client's key and state inline, so that a known client's check reads
-//! one slot — a tag, the key beside it, the state words after them, one
-//! cache line for a `u64` key — with no lock and no pointer to follow.
+//! one slot — a tag, the key beside it, the state words after them, 32
+//! bytes for a `u64` key and a one-word state — with no lock and no pointer
+//! to follow. (The slots are not aligned to cache lines, so one slot in two
+//! spans two adjacent lines.)
 //!
 //! # Slots
 //!
@@ -298,8 +300,7 @@ impl<K, S> Table<K, S> {
         for _ in 0..=self.mask {
             let slot = &self.slots[index];
             let tag = slot.tag.load(Ordering::Acquire);
-            #[allow(clippy::never_loop)] // a block that `break` leaves
-            loop {
+            'slot: {
                 let state = tag & STATE;
                 if tag & !STATE != print {
                     // Another key's slot (or an empty or sealed one: their
@@ -308,7 +309,7 @@ impl<K, S> Table<K, S> {
                     match state {
                         EMPTY => return Probe::Vacant(index),
                         SEALED => return Probe::Onward,
-                        _ => break,
+                        _ => break 'slot,
                     }
                 }
                 match state {
@@ -322,13 +323,13 @@ impl<K, S> Table<K, S> {
                 // SAFETY: `tag` was loaded with Acquire and is FULL, DEAD,
                 // MOVING or MOVED; the caller holds the table.
                 if unsafe { slot.entry() }.key.borrow() != key {
-                    break;
+                    break 'slot;
                 }
                 match state {
                     FULL | MOVING => return Probe::Found(slot),
                     MOVED => return Probe::Onward,
                     // An evicted copy: the key may be further on.
-                    _ => break,
+                    _ => break 'slot,
                 }
             }
             index = (index + 1) & self.mask;
