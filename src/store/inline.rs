@@ -111,7 +111,7 @@
 
 use std::borrow::Borrow;
 use std::cell::UnsafeCell;
-use std::hash::Hash;
+use std::hash::{BuildHasher, Hash, Hasher};
 use std::mem::MaybeUninit;
 
 use crate::bounds::{Bounds, SweepSchedule, SweepTurn};
@@ -477,9 +477,18 @@ where
             .unwrap_or(usize::MAX)
     }
 
+    /// The key's hash, the same for every borrowed form of it (`K`, `Q`,
+    /// a reference to either), as `Borrow` promises. Not `hash_one`: where
+    /// `ahash` specialises (nightly compilers), its answer depends on the
+    /// argument's type — `&u64` takes a dedicated path, `&&u64` the generic
+    /// one — and a rebuild that hashed a key through one more reference
+    /// than the probe placed clients where no probe looked.
     #[inline]
+    #[allow(clippy::manual_hash_one)]
     fn hash<Q: ?Sized + Hash>(&self, key: &Q) -> u64 {
-        self.hasher.hash_one(key)
+        let mut hasher = self.hasher.build_hasher();
+        key.hash(&mut hasher);
+        hasher.finish()
     }
 
     /// The slot holding `key`'s client, in the current table or the one it
@@ -765,7 +774,7 @@ where
                             let entry = unsafe { slot.entry() };
                             let settled = match policy.relocate(&entry.client.state) {
                                 Some(state) => {
-                                    let hash = self.hash(&entry.key);
+                                    let hash = self.hash(entry.key);
                                     #[cfg(floodgate_loom)]
                                     let _writing = self.writing.lock().unwrap();
                                     next.place(
@@ -920,6 +929,23 @@ mod tests {
         let guard = Guard::new();
         let table = store.table.load(&guard);
         (table.capacity(), table.room, store.grows)
+    }
+
+    /// A key hashes the same through any number of references, and as
+    /// any borrowed form: a rebuild hashes the key it moves (`&K`), a probe
+    /// the one it was given (`&Q`). `hash_one` broke this under `ahash`'s
+    /// nightly specialisation (`&u64` and `&&u64` differed), and every
+    /// moved client was lost to its probe.
+    #[test]
+    fn a_key_hashes_the_same_in_every_borrowed_form() {
+        let store = InlineStore::<u64, AtomicU64>::new(Bounds::new());
+        let key = 0x1234_5678_u64;
+        assert_eq!(store.hash(&key), store.hash(&&key));
+        assert_eq!(store.hash(&key), store.hash(&&&key));
+        let strings = InlineStore::<String, AtomicU64>::new(Bounds::new());
+        let owned = String::from("app-7");
+        assert_eq!(strings.hash(&owned), strings.hash("app-7"));
+        assert_eq!(strings.hash(&&owned), strings.hash(&"app-7"));
     }
 
     /// A capped table's room holds the cap and an eighth more, from a cap
