@@ -91,7 +91,8 @@
 //! one compare-and-swap (racing first calls end up sharing one state); the
 //! table grows by moving each client, one frozen slot at a time, into a
 //! larger one while checks go on, and outgrown tables are freed by
-//! epoch-based reclamation (`sdd`). Only a new client that finds its table
+//! epoch-based reclamation whose pin is two plain stores (the rare collect
+//! pays the barrier, with Linux's `membarrier`). Only a new client that finds its table
 //! full waits, for the rebuild. [`Tiers`](tiers::Tiers) keep their clients in
 //! an [`scc::HashIndex`] (lock-free look-ups; one bucket lock to create a
 //! client, to carry one over after its tier's rule changed, and for
@@ -99,8 +100,8 @@
 //! where the machine has a 16-byte compare-and-swap
 //! ([`wide_cas_is_lock_free`]).
 // Unsafe code lives in two places only, each allowing it for itself: the
-// inline store's table (`store::inline`) and the loom stand-in of its
-// reclamation (`sync`).
+// inline store's table (`store::inline`) and the cell that holds its current
+// table (`sync`, the epoch-reclaimed one and its loom stand-in).
 #![deny(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -126,6 +127,14 @@ pub mod tiers;
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub mod wait;
+
+/// The epoch collector of the inline store's tables, for its loom models
+/// (`loom-tests/tests/epoch.rs`); not part of the API.
+#[cfg(floodgate_loom)]
+#[doc(hidden)]
+pub mod __loom {
+    pub use crate::store::epoch::{Collector, Pin, Record};
+}
 
 pub use baseline::MutexLimiter;
 pub use bounds::{Bounds, Overflow, UnknownOverflow};

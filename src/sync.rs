@@ -62,15 +62,16 @@
 //! lock a loom mutex, and a new table has two slots, so the models rebuild
 //! it. Two things are stood in for:
 //!
-//! * **Reclamation.** `sdd` is not loom-aware, so under the cfg
-//!   [`TableCell`] keeps every table it ever held until it is dropped, and
-//!   [`Guard`] is empty. The models therefore check that a rebuild loses
-//!   and double-counts nothing, not when an outgrown table may be freed;
-//!   that rests on `sdd`'s epochs: a table is handed to its collector only
-//!   after it stopped being current, and freed only once every guard taken
-//!   before that has been dropped, and every reader reaches a table (the
-//!   current one, or an outgrown one's `next`) under a guard it holds for
-//!   as long as it uses the slot.
+//! * **Reclamation.** Under the cfg [`TableCell`] keeps every table it
+//!   ever held until it is dropped, and [`Guard`] is empty, so the table
+//!   models check that a rebuild loses and double-counts nothing, not when
+//!   an outgrown table may be freed. That has models of its own
+//!   (`loom-tests/tests/epoch.rs`), on the collector itself
+//!   (`store::epoch`), which every reader reaches a table under: a table
+//!   is retired only after it stopped being current and freed only once
+//!   no pin taken before that is held, and a reader holds its pin (the
+//!   current table, or an outgrown one's `next`) for as long as it uses
+//!   the slot.
 //! * **Waits.** A thread that meets a slot being written (`BUSY`) or a
 //!   state being moved waits for the thread doing it; in production it
 //!   yields and looks again. Several threads spinning like that are a
@@ -113,19 +114,23 @@
 //! entry's bucket lock, so nothing rests on a sweep being one step.
 
 #[cfg(not(floodgate_loom))]
-pub(crate) use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+pub(crate) use core::sync::atomic::{
+    fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+};
 #[cfg(not(floodgate_loom))]
 pub(crate) use portable_atomic::AtomicU128;
 #[cfg(not(floodgate_loom))]
-pub(crate) use std::sync::Mutex;
+pub(crate) use std::sync::{Mutex, MutexGuard};
 // Loom does not model `OnceLock`; the one it guards (the shared overflow
 // state) is set once and then only read, so std's is used under loom too.
 pub(crate) use std::sync::OnceLock;
 
 #[cfg(floodgate_loom)]
-pub(crate) use loom::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+pub(crate) use loom::sync::atomic::{
+    fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+};
 #[cfg(floodgate_loom)]
-pub(crate) use loom::sync::Mutex;
+pub(crate) use loom::sync::{Mutex, MutexGuard};
 
 /// Lets the thread whose step this one waits for run: a wait of the cold
 /// path only (a slot being filled, moved or removed by another thread),
@@ -139,69 +144,91 @@ pub(crate) fn spin() {
 }
 
 /// A thread's pin on the inline store's tables: while one is held, no
-/// table it loaded is freed (`sdd`'s epoch-based reclamation).
+/// table it loaded is freed (`store::epoch`: an epoch pin of two plain
+/// stores, its barrier paid by the rare collect).
 #[cfg(not(floodgate_loom))]
-pub(crate) use sdd::Guard;
+pub(crate) struct Guard(#[allow(dead_code)] crate::store::epoch::Pin<'static>);
 
-/// The current table of the inline store, reclaimed by epochs (`sdd`).
+#[cfg(not(floodgate_loom))]
+impl Guard {
+    #[inline]
+    pub(crate) fn new() -> Self {
+        Guard(crate::store::epoch::pin())
+    }
+}
+
+/// The current table of the inline store, reclaimed by epochs
+/// (`store::epoch`).
 #[cfg(not(floodgate_loom))]
 pub(crate) use self::epoch_table::{Staged, TableCell};
 
 #[cfg(not(floodgate_loom))]
 #[allow(unsafe_code)]
 mod epoch_table {
-    use super::{Guard, Ordering};
+    use super::{AtomicPtr, Guard, Ordering};
+    use crate::store::epoch;
 
     /// A table built but not yet published: owned here, reachable by
-    /// pointer (an outgrown table's `next`) while it is being filled.
-    pub(crate) type Staged<T> = sdd::Owned<T>;
+    /// pointer (an outgrown table's `next`) while it is being filled. A
+    /// box does not move its contents, so that pointer stays good when the
+    /// box becomes the current table.
+    pub(crate) type Staged<T> = Box<T>;
 
-    /// The pointer to the current table. Replacing it hands the old table
-    /// to `sdd`'s collector, which frees it once every thread that held a
-    /// guard when it was replaced has let go.
-    pub(crate) struct TableCell<T>(sdd::AtomicOwned<T>);
+    /// The pointer to the current table, always a `Box` this cell owns.
+    /// Replacing it hands the old table to the epoch collector, which
+    /// frees it once no pin taken before the replacement is held.
+    pub(crate) struct TableCell<T>(AtomicPtr<T>);
 
-    impl<T: 'static> TableCell<T> {
+    impl<T> TableCell<T> {
         pub(crate) fn new(value: T) -> Self {
-            Self(sdd::AtomicOwned::new(value))
+            Self(AtomicPtr::new(Box::into_raw(Box::new(value))))
         }
 
         /// Makes a table that is not yet published.
         pub(crate) fn stage(value: T) -> Staged<T> {
-            sdd::Owned::new(value)
+            Box::new(value)
         }
 
         /// The current table, alive as long as `guard`. Acquire pairs with
-        /// `publish`'s Release: a reader sees the table as it was built.
+        /// `publish`'s swap: a reader sees the table as it was built.
         #[inline]
-        pub(crate) fn load<'g>(&self, guard: &'g Guard) -> &'g T {
-            self.0
-                .load(Ordering::Acquire, guard)
-                .as_ref()
-                .expect("the store always has a table")
+        pub(crate) fn load<'g>(&self, _guard: &'g Guard) -> &'g T {
+            // SAFETY: the pointer came from `Box::into_raw` and is freed
+            // only by the collector, after a `publish` replaced it and
+            // every pin taken before that was dropped (`store::epoch`'s
+            // module docs); `guard` is such a pin, held for `'g`. Or by
+            // `drop`, which no borrow of the cell outlives.
+            unsafe { &*self.0.load(Ordering::Acquire) }
         }
 
         /// Makes `table` the current one and retires the old one.
-        pub(crate) fn publish(&self, table: Staged<T>) {
-            let (old, _) = self.0.swap((Some(table), sdd::Tag::None), Ordering::AcqRel);
-            // Dropping an `sdd::Owned` passes it to the collector: freed
-            // once no guard taken before this point is held.
-            drop(old);
+        pub(crate) fn publish(&self, table: Staged<T>)
+        where
+            T: Send + 'static,
+        {
+            // AcqRel: Release publishes the new table's contents; Acquire
+            // takes the old one's for its drop.
+            let old = self.0.swap(Box::into_raw(table), Ordering::AcqRel);
+            // SAFETY: `old` came from `Box::into_raw` (`new` or an earlier
+            // `publish`) and the swap took it out of the cell, so it is
+            // owned here once; pins that still read it keep it from being
+            // freed (`epoch::retire`).
+            epoch::retire(unsafe { Box::from_raw(old) });
         }
     }
 
     /// The current table goes with the store, at once: `&mut self` means no
     /// thread holds it (a reader borrows the store for as long as it reads
     /// a slot), so there is nothing to wait for, and the heap a dropped
-    /// limiter held is back when the drop returns.
+    /// limiter held is back when the drop returns, outgrown tables too
+    /// unless a pin older than their retirement is still held.
     impl<T> Drop for TableCell<T> {
         fn drop(&mut self) {
-            let (current, _) = self.0.swap((None, sdd::Tag::None), Ordering::Relaxed);
-            if let Some(current) = current {
-                // SAFETY: no other reference to the table exists (above),
-                // and `swap` took it out of the cell, so it is dropped once.
-                unsafe { current.drop_in_place() };
-            }
+            // SAFETY: the pointer came from `Box::into_raw`, no reference
+            // to it outlives `&mut self` (above), and the cell is not used
+            // again.
+            drop(unsafe { Box::from_raw(*self.0.get_mut()) });
+            epoch::collect();
         }
     }
 }

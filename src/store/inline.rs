@@ -61,8 +61,9 @@
 //!    a `FULL` one is claimed for the move (`MOVING`), its state is frozen
 //!    by the policy's retirement mark and continued in `next`
 //!    ([`Lifecycle::relocate`]), and it becomes `MOVED`.
-//! 3. `next` becomes the current table; the old one goes to `sdd`'s
-//!    collector and is freed once no thread holds a guard taken before.
+//! 3. `next` becomes the current table; the old one goes to the epoch
+//!    collector (`store::epoch`) and is freed once no thread holds a pin
+//!    taken before.
 //!
 //! No admission is lost or counted twice: a check's CAS on the old state
 //! either lands before the freeze, and is in what moves, or fails on the

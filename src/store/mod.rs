@@ -3,6 +3,7 @@
 
 // The one module of the engine with unsafe code: the slots' entries are
 // written once and published by their tags (see its module docs).
+pub(crate) mod epoch;
 #[allow(unsafe_code)]
 mod inline;
 mod keyed;

@@ -1,0 +1,501 @@
+//! Reclamation of the inline store's outgrown tables, with a pin that costs
+//! two plain stores.
+//!
+//! Every check of a known client pins the table it reads, so the pin is on
+//! the hot path. The epoch collectors of the field (`sdd`, which `scc` is
+//! built on, `crossbeam-epoch`, and `seize`, papaya's) each spend one locked
+//! instruction per pin or unpin, a full barrier on x86: on a hot `gcra`
+//! check that was 7 of its 22 ns (`benches/README.md`, "The pin"). Tables
+//! are retired rarely (once per rebuild), so here the retiring side pays:
+//!
+//! * a **pin** stores the current epoch into the thread's own [`Record`]
+//!   with a plain store, and an **unpin** stores 0;
+//! * a **collect**, before it reads the records, makes every running thread
+//!   of the process pass a full memory barrier, with Linux's
+//!   `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)` — the asymmetric barrier
+//!   of folly's hazard pointers and of `seize`. Where that is not available
+//!   (another OS, an old kernel, a filtered syscall) a pin issues a SeqCst
+//!   fence instead, and the collect one too: the same proof, paid per pin.
+//!
+//! # Why nothing is freed while a pin can reach it
+//!
+//! A table is **retired** after it stopped being current: the epoch moves
+//! on to `e` (a read-modify-write, AcqRel) and the table is garbage of
+//! epoch `e`. A collect frees garbage of epoch `e` only if every record it
+//! reads holds 0 (not pinned) or an epoch of at least `e`:
+//!
+//! * A pin that read an epoch of at least `e` (Acquire) synchronised with
+//!   the retire's read-modify-write, which came after the table was
+//!   replaced: everything it loads sees a newer table, and a newer table's
+//!   `next` leads only to newer ones. It cannot reach the garbage.
+//! * A pin that read an older epoch stored it, then passed its barrier,
+//!   then loaded the table. The collect passes its own barrier before it
+//!   reads the record. The pair of barriers acts as two SeqCst fences
+//!   (`membarrier(2)`: every thread runs a full barrier between the
+//!   caller's earlier and later accesses): if the collect's read misses the
+//!   pin's store, the pin's barrier came after the collect's, so the pin's
+//!   table load sees the replacement, which happened before the collect
+//!   (the retire pushed the garbage under the lock the collect takes). If
+//!   the read sees the store, the garbage is kept until the record reads 0
+//!   or a newer epoch. The unpin's Release store of 0 follows every read
+//!   the pin made, and the collect's Acquire load of that 0 orders the
+//!   free after them.
+//!
+//! A collect never waits: what it cannot free yet stays, and the next
+//! unpin that sees `pending` tries again (at most once every
+//! [`RETRY_EVERY`] unpins of a thread, so a thread stalled inside a pin
+//! does not make the others' unpins a syscall each).
+
+use crate::sync::{
+    fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering,
+};
+
+/// How many unpins a thread lets pass between two attempts to free what a
+/// collect had to keep.
+const RETRY_EVERY: u32 = 64;
+
+/// Epoch 0 is "not pinned": the epoch starts at 1 and only grows (2^64
+/// rebuilds are never reached).
+const UNPINNED: u64 = 0;
+
+/// Frees outgrown tables once no pin can reach them.
+pub struct Collector {
+    /// The current epoch: moved on by every retire.
+    epoch: AtomicU64,
+    /// Every thread's record, once registered: read by collects, extended
+    /// by registrations. Records are never freed, only reused.
+    records: Mutex<Vec<&'static Record>>,
+    /// What was retired and not yet freed, with its epoch.
+    garbage: Mutex<Vec<(u64, Box<dyn Send>)>>,
+    /// `garbage` is not empty: unpins try to collect. Relaxed: a hint,
+    /// never what makes a free safe.
+    pending: AtomicBool,
+}
+
+/// One thread's pin: written by its thread, read by collects.
+pub struct Record {
+    /// The epoch the thread pinned at, or [`UNPINNED`].
+    pinned: AtomicU64,
+    /// Guards alive on the owning thread (only it reads or writes this,
+    /// so Relaxed; an atomic only to make the record `Sync`).
+    depth: AtomicUsize,
+    /// Unpins left before the next attempt to collect (owner only).
+    countdown: AtomicU32,
+    /// Owned by a thread (or by a guard taken during thread exit).
+    in_use: AtomicBool,
+    /// Taken for one pin alone (a pin during thread exit): given back when
+    /// that pin ends (owner only).
+    lent: AtomicBool,
+    /// The pin's barrier: a compiler fence where collects use membarrier,
+    /// else a SeqCst fence. Fixed at the record's making, from the same
+    /// once-decided answer collects use ([`Collector::asymmetric`]).
+    asymmetric: bool,
+}
+
+/// A pin: while it lives, no table loaded under it is freed. Not `Send`:
+/// it is undone on the thread that took it.
+pub struct Pin<'c> {
+    collector: &'c Collector,
+    record: &'static Record,
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poison| poison.into_inner())
+}
+
+impl Collector {
+    /// A collector with nothing retired (`const`: the process's is a
+    /// static).
+    #[cfg(not(floodgate_loom))]
+    pub(crate) const fn new() -> Self {
+        Self {
+            epoch: AtomicU64::new(1),
+            records: Mutex::new(Vec::new()),
+            garbage: Mutex::new(Vec::new()),
+            pending: AtomicBool::new(false),
+        }
+    }
+
+    /// A collector with nothing retired, one per model (loom's atomics
+    /// cannot be made in a `const`).
+    #[cfg(floodgate_loom)]
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        Self {
+            epoch: AtomicU64::new(1),
+            records: Mutex::new(Vec::new()),
+            garbage: Mutex::new(Vec::new()),
+            pending: AtomicBool::new(false),
+        }
+    }
+
+    /// A record for the calling thread: a free one reused, or a new one
+    /// (leaked: records live as long as the process, one per thread alive
+    /// at once).
+    pub fn register(&self) -> &'static Record {
+        let mut records = lock(&self.records);
+        for record in records.iter() {
+            if record
+                .in_use
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                return record;
+            }
+        }
+        let record: &'static Record = Box::leak(Box::new(Record {
+            pinned: AtomicU64::new(UNPINNED),
+            depth: AtomicUsize::new(0),
+            countdown: AtomicU32::new(0),
+            in_use: AtomicBool::new(true),
+            lent: AtomicBool::new(false),
+            asymmetric: Self::asymmetric(),
+        }));
+        records.push(record);
+        record
+    }
+
+    /// Pins `record` (the calling thread's): tables loaded until the pin
+    /// is dropped stay alive.
+    #[inline]
+    pub fn pin(&self, record: &'static Record) -> Pin<'_> {
+        let depth = record.depth.load(Ordering::Relaxed);
+        record.depth.store(depth + 1, Ordering::Relaxed);
+        if depth == 0 {
+            // Acquire: see the table replacements of every retire up to
+            // this epoch (module docs). Relaxed store: ordered before the
+            // table loads by the barrier below.
+            let epoch = self.epoch.load(Ordering::Acquire);
+            record.pinned.store(epoch, Ordering::Relaxed);
+            light_barrier(record.asymmetric);
+        }
+        Pin {
+            collector: self,
+            record,
+            _not_send: std::marker::PhantomData,
+        }
+    }
+
+    /// Hands over `garbage`, which no new pin can reach any more (it was
+    /// replaced before this call), to be freed once no older pin is held.
+    pub fn retire(&self, garbage: Box<dyn Send>) {
+        let mut list = lock(&self.garbage);
+        // AcqRel: Release so that a pin which reads the new epoch sees the
+        // replacement made before this call; the list's lock orders the
+        // pushes of concurrent retires.
+        let epoch = self.epoch.fetch_add(1, Ordering::AcqRel) + 1;
+        list.push((epoch, garbage));
+        self.pending.store(true, Ordering::Relaxed);
+        self.collect_locked(list);
+    }
+
+    /// Frees what no pin can reach any more; a no-op if another thread is
+    /// collecting.
+    pub fn collect(&self) {
+        if let Ok(list) = self.garbage.try_lock() {
+            self.collect_locked(list);
+        }
+    }
+
+    /// Whether everything retired has been freed.
+    #[cfg(any(test, floodgate_loom))]
+    pub fn is_empty(&self) -> bool {
+        lock(&self.garbage).is_empty()
+    }
+
+    fn collect_locked(&self, mut list: MutexGuard<'_, Vec<(u64, Box<dyn Send>)>>) {
+        if list.is_empty() || !heavy_barrier() {
+            return;
+        }
+        let oldest = lock(&self.records)
+            .iter()
+            // Acquire: a 0 read here follows the unpin's reads (module docs).
+            .map(|record| record.pinned.load(Ordering::Acquire))
+            .filter(|&epoch| epoch != UNPINNED)
+            .min()
+            .unwrap_or(u64::MAX);
+        let mut free = Vec::new();
+        let mut index = 0;
+        while index < list.len() {
+            if list[index].0 <= oldest {
+                free.push(list.swap_remove(index));
+            } else {
+                index += 1;
+            }
+        }
+        self.pending.store(!list.is_empty(), Ordering::Relaxed);
+        drop(list);
+        // Freed outside the lock: a table's drop frees its slots' keys.
+        drop(free);
+    }
+
+    /// Whether collects use membarrier (and pins a compiler fence): decided
+    /// once per process, before the first record is made.
+    #[cfg(all(not(floodgate_loom), any(target_os = "linux", target_os = "android")))]
+    fn asymmetric() -> bool {
+        use rustix::thread::{membarrier, membarrier_query, MembarrierCommand};
+        static ASYMMETRIC: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *ASYMMETRIC.get_or_init(|| {
+            membarrier_query().contains_command(MembarrierCommand::PrivateExpedited)
+                && membarrier(MembarrierCommand::RegisterPrivateExpedited).is_ok()
+        })
+    }
+
+    /// Fences on both sides: loom models these, and other systems have no
+    /// membarrier here.
+    #[cfg(any(floodgate_loom, not(any(target_os = "linux", target_os = "android"))))]
+    fn asymmetric() -> bool {
+        false
+    }
+}
+
+impl Record {
+    /// Gives the record back for another thread to use: only when no pin
+    /// of it is alive (a pin outliving its thread's local is kept pinned
+    /// until it drops, and the record is then simply never reused).
+    pub fn release(&self) {
+        if self.depth.load(Ordering::Relaxed) == 0 {
+            // Release: this thread's last unpin comes before the next
+            // owner's first pin.
+            self.in_use.store(false, Ordering::Release);
+        }
+    }
+}
+
+impl Drop for Pin<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        let record = self.record;
+        let depth = record.depth.load(Ordering::Relaxed) - 1;
+        record.depth.store(depth, Ordering::Relaxed);
+        if depth != 0 {
+            return;
+        }
+        // Release: every read made under the pin comes before a collect
+        // that reads this 0 (module docs).
+        record.pinned.store(UNPINNED, Ordering::Release);
+        if self.collector.pending.load(Ordering::Relaxed) {
+            self.retry(record);
+        }
+        if record.lent.load(Ordering::Relaxed) {
+            record.lent.store(false, Ordering::Relaxed);
+            record.release();
+        }
+    }
+}
+
+impl Pin<'_> {
+    #[cold]
+    #[inline(never)]
+    fn retry(&self, record: &Record) {
+        let left = record.countdown.load(Ordering::Relaxed);
+        if left == 0 {
+            record.countdown.store(RETRY_EVERY, Ordering::Relaxed);
+            self.collector.collect();
+        } else {
+            record.countdown.store(left - 1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The pin's side of the barrier pair.
+#[inline]
+fn light_barrier(asymmetric: bool) {
+    if asymmetric {
+        // The collect's membarrier supplies the full barrier (module docs);
+        // this only keeps the compiler from moving the pin's store past
+        // the table loads.
+        std::sync::atomic::compiler_fence(Ordering::SeqCst);
+    } else {
+        fence(Ordering::SeqCst);
+    }
+}
+
+/// The collect's side: false if the barrier could not be made (nothing may
+/// be freed then).
+#[cfg(all(not(floodgate_loom), any(target_os = "linux", target_os = "android")))]
+fn heavy_barrier() -> bool {
+    if Collector::asymmetric() {
+        rustix::thread::membarrier(rustix::thread::MembarrierCommand::PrivateExpedited).is_ok()
+    } else {
+        fence(Ordering::SeqCst);
+        true
+    }
+}
+
+#[cfg(any(floodgate_loom, not(any(target_os = "linux", target_os = "android"))))]
+fn heavy_barrier() -> bool {
+    fence(Ordering::SeqCst);
+    true
+}
+
+/// The process's collector, and each thread's record in it.
+#[cfg(not(floodgate_loom))]
+mod global {
+    use super::{Collector, Ordering, Pin, Record};
+
+    static COLLECTOR: Collector = Collector::new();
+
+    /// The calling thread's record, given back when the thread exits.
+    struct Local(&'static Record);
+
+    impl Drop for Local {
+        fn drop(&mut self) {
+            self.0.release();
+        }
+    }
+
+    thread_local! {
+        static LOCAL: Local = Local(COLLECTOR.register());
+    }
+
+    /// Pins the calling thread's record of the process's collector.
+    #[inline]
+    pub(crate) fn pin() -> Pin<'static> {
+        match LOCAL.try_with(|local| local.0) {
+            Ok(record) => COLLECTOR.pin(record),
+            Err(_) => pin_exiting(),
+        }
+    }
+
+    /// A pin taken while the thread's local is gone (from another
+    /// thread-local's destructor): a record of its own for the pin.
+    #[cold]
+    fn pin_exiting() -> Pin<'static> {
+        let record = COLLECTOR.register();
+        record.lent.store(true, Ordering::Relaxed);
+        COLLECTOR.pin(record)
+    }
+
+    /// See [`Collector::retire`].
+    pub(crate) fn retire(garbage: Box<dyn Send>) {
+        COLLECTOR.retire(garbage);
+    }
+
+    /// See [`Collector::collect`].
+    pub(crate) fn collect() {
+        COLLECTOR.collect();
+    }
+}
+
+#[cfg(not(floodgate_loom))]
+pub(crate) use global::{collect, pin, retire};
+
+// The tests stand in for the store's table cell, raw pointers and all.
+#[cfg(all(test, not(floodgate_loom)))]
+#[allow(unsafe_code)]
+mod tests {
+    use super::Collector;
+    use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    /// A table stand-in that counts its frees.
+    struct Table {
+        canary: AtomicU64,
+        frees: Arc<AtomicUsize>,
+    }
+
+    const ALIVE: u64 = 0x5afe_5afe_5afe_5afe;
+
+    impl Drop for Table {
+        fn drop(&mut self) {
+            self.canary.store(0, Ordering::Relaxed);
+            self.frees.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Two threads pin and read the current table while the main thread
+    /// replaces it 20,000 times, on this process's barrier (membarrier where
+    /// the kernel has it): every read sees a live table, and once the
+    /// readers are gone every outgrown table has been freed, each once.
+    #[test]
+    fn every_outgrown_table_is_freed_once_and_never_under_a_pin() {
+        static COLLECTOR: Collector = Collector::new();
+        let frees = Arc::new(AtomicUsize::new(0));
+        let table = |frees: &Arc<AtomicUsize>| {
+            Box::into_raw(Box::new(Table {
+                canary: AtomicU64::new(ALIVE),
+                frees: Arc::clone(frees),
+            }))
+        };
+        let current = Arc::new(AtomicPtr::new(table(&frees)));
+        let stop = Arc::new(AtomicUsize::new(0));
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let (current, stop) = (Arc::clone(&current), Arc::clone(&stop));
+                std::thread::spawn(move || {
+                    let record = COLLECTOR.register();
+                    let mut reads = 0u64;
+                    while stop.load(Ordering::Relaxed) == 0 {
+                        let _pin = COLLECTOR.pin(record);
+                        // SAFETY: freed only by the collector, after this
+                        // pin (the property under test).
+                        let table = unsafe { &*current.load(Ordering::Acquire) };
+                        assert_eq!(table.canary.load(Ordering::Relaxed), ALIVE);
+                        // Hold the pin a while, as a check that misses
+                        // the cache does: a free that ignored it lands
+                        // inside this window.
+                        for _ in 0..64 {
+                            std::hint::spin_loop();
+                        }
+                        assert_eq!(table.canary.load(Ordering::Relaxed), ALIVE);
+                        reads += 1;
+                    }
+                    record.release();
+                    reads
+                })
+            })
+            .collect();
+        const REPLACED: usize = 20_000;
+        for _ in 0..REPLACED {
+            let old = current.swap(table(&frees), Ordering::AcqRel);
+            // SAFETY: swapped out above, so owned here once.
+            COLLECTOR.retire(unsafe { Box::from_raw(old) });
+        }
+        stop.store(1, Ordering::Relaxed);
+        let reads: u64 = readers
+            .into_iter()
+            .map(|reader| reader.join().unwrap())
+            .sum();
+        assert!(reads > 0);
+        COLLECTOR.collect();
+        assert!(COLLECTOR.is_empty(), "kept after every pin ended");
+        assert_eq!(frees.load(Ordering::Relaxed), REPLACED);
+        // SAFETY: the last table was never retired; nothing reads it now.
+        drop(unsafe { Box::from_raw(current.load(Ordering::Acquire)) });
+        assert_eq!(frees.load(Ordering::Relaxed), REPLACED + 1);
+    }
+
+    /// A record is given back when its thread is done and reused by the
+    /// next: a thousand short-lived threads in turn leave one record, not a
+    /// thousand.
+    #[test]
+    fn records_of_finished_threads_are_reused() {
+        static COLLECTOR: Collector = Collector::new();
+        for _ in 0..1_000 {
+            std::thread::spawn(|| {
+                let record = COLLECTOR.register();
+                drop(COLLECTOR.pin(record));
+                record.release();
+            })
+            .join()
+            .unwrap();
+        }
+        assert_eq!(super::lock(&COLLECTOR.records).len(), 1);
+    }
+
+    /// Nested pins on one thread: only the outermost unpins.
+    #[test]
+    fn a_nested_pin_keeps_the_outer_one() {
+        static COLLECTOR: Collector = Collector::new();
+        let record = COLLECTOR.register();
+        let outer = COLLECTOR.pin(record);
+        let pinned = record.pinned.load(Ordering::Relaxed);
+        assert_ne!(pinned, super::UNPINNED);
+        drop(COLLECTOR.pin(record));
+        assert_eq!(record.pinned.load(Ordering::Relaxed), pinned);
+        drop(outer);
+        assert_eq!(record.pinned.load(Ordering::Relaxed), super::UNPINNED);
+    }
+}
