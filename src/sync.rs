@@ -147,15 +147,7 @@ pub(crate) fn spin() {
 /// table it loaded is freed (`store::epoch`: an epoch pin of two plain
 /// stores, its barrier paid by the rare collect).
 #[cfg(not(floodgate_loom))]
-pub(crate) struct Guard(#[allow(dead_code)] crate::store::epoch::Pin<'static>);
-
-#[cfg(not(floodgate_loom))]
-impl Guard {
-    #[inline]
-    pub(crate) fn new() -> Self {
-        Guard(crate::store::epoch::pin())
-    }
-}
+pub(crate) use crate::store::epoch::Guard;
 
 /// The current table of the inline store, reclaimed by epochs
 /// (`store::epoch`).

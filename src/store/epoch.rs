@@ -45,10 +45,23 @@
 //! unpin that sees `pending` tries again (at most once every
 //! [`RETRY_EVERY`] unpins of a thread, so a thread stalled inside a pin
 //! does not make the others' unpins a syscall each).
+//!
+//! # Nesting, threads, loom
+//!
+//! A pin nested in another of the same thread (a key's `Hash` that checks
+//! another limiter) leaves the record as the outer pin set it, with the
+//! older epoch, and the outer pin unpins. A thread's record goes back when
+//! the thread exits and is reused by the next one; a pin taken after that,
+//! from another thread-local's destructor, borrows a record for itself.
+//!
+//! The loom models (`loom-tests/tests/epoch.rs`) run the fallback path:
+//! both barriers are SeqCst fences, which loom models; that membarrier may
+//! stand in for the pin's fence is the kernel's guarantee above. On that
+//! path the fence alone already orders the pin after a replacement whose
+//! epoch it read, so loom cannot fail a Relaxed load of the epoch; with
+//! membarrier, only the load's Acquire does.
 
-use crate::sync::{
-    fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering,
-};
+use crate::sync::{fence, AtomicBool, AtomicU32, AtomicU64, Mutex, MutexGuard, Ordering};
 
 /// How many unpins a thread lets pass between two attempts to free what a
 /// collect had to keep.
@@ -74,11 +87,9 @@ pub struct Collector {
 
 /// One thread's pin: written by its thread, read by collects.
 pub struct Record {
-    /// The epoch the thread pinned at, or [`UNPINNED`].
+    /// The epoch the thread pinned at, or [`UNPINNED`]. A pin taken while
+    /// the thread holds one already (a nested pin) leaves it as it is.
     pinned: AtomicU64,
-    /// Guards alive on the owning thread (only it reads or writes this,
-    /// so Relaxed; an atomic only to make the record `Sync`).
-    depth: AtomicUsize,
     /// Unpins left before the next attempt to collect (owner only).
     countdown: AtomicU32,
     /// Owned by a thread (or by a guard taken during thread exit).
@@ -92,11 +103,16 @@ pub struct Record {
     asymmetric: bool,
 }
 
-/// A pin: while it lives, no table loaded under it is freed. Not `Send`:
-/// it is undone on the thread that took it.
+/// A pin on a collector of its own, with the thread's record passed in:
+/// the loom models' and the tests' form of the store's [`Guard`]. While it
+/// lives, no table loaded under it is freed. Not `Send`: it is undone on
+/// the thread that took it.
+#[cfg(any(test, floodgate_loom))]
 pub struct Pin<'c> {
     collector: &'c Collector,
-    record: &'static Record,
+    /// The record this pin set, or `None` for a pin nested in another of
+    /// the same thread (the outer one unpins).
+    record: Option<&'static Record>,
     _not_send: std::marker::PhantomData<*const ()>,
 }
 
@@ -146,7 +162,6 @@ impl Collector {
         }
         let record: &'static Record = Box::leak(Box::new(Record {
             pinned: AtomicU64::new(UNPINNED),
-            depth: AtomicUsize::new(0),
             countdown: AtomicU32::new(0),
             in_use: AtomicBool::new(true),
             lent: AtomicBool::new(false),
@@ -158,22 +173,59 @@ impl Collector {
 
     /// Pins `record` (the calling thread's): tables loaded until the pin
     /// is dropped stay alive.
-    #[inline]
+    #[cfg(any(test, floodgate_loom))]
     pub fn pin(&self, record: &'static Record) -> Pin<'_> {
-        let depth = record.depth.load(Ordering::Relaxed);
-        record.depth.store(depth + 1, Ordering::Relaxed);
-        if depth == 0 {
-            // Acquire: see the table replacements of every retire up to
-            // this epoch (module docs). Relaxed store: ordered before the
-            // table loads by the barrier below.
-            let epoch = self.epoch.load(Ordering::Acquire);
-            record.pinned.store(epoch, Ordering::Relaxed);
-            light_barrier(record.asymmetric);
-        }
         Pin {
             collector: self,
-            record,
+            record: self.enter(record).then_some(record),
             _not_send: std::marker::PhantomData,
+        }
+    }
+
+    /// Pins `record` unless it is pinned already (a nested pin keeps the
+    /// outer one's epoch, which is older and so covers everything the inner
+    /// one may load): true if this call pinned it.
+    #[inline]
+    fn enter(&self, record: &Record) -> bool {
+        // Relaxed: only the owning thread writes its record's `pinned`.
+        if record.pinned.load(Ordering::Relaxed) != UNPINNED {
+            return false;
+        }
+        // Acquire: see the table replacements of every retire up to this
+        // epoch (module docs). Relaxed store: ordered before the table
+        // loads by the barrier below.
+        let epoch = self.epoch.load(Ordering::Acquire);
+        record.pinned.store(epoch, Ordering::Relaxed);
+        light_barrier(record.asymmetric);
+        true
+    }
+
+    /// Unpins `record`, which [`enter`](Self::enter) pinned.
+    #[inline]
+    fn leave(&self, record: &Record) {
+        // Release: every read made under the pin comes before a collect
+        // that reads this 0 (module docs).
+        record.pinned.store(UNPINNED, Ordering::Release);
+        if self.pending.load(Ordering::Relaxed) {
+            self.retry(record);
+        }
+        if record.lent.load(Ordering::Relaxed) {
+            record.lent.store(false, Ordering::Relaxed);
+            record.release();
+        }
+    }
+
+    /// An unpin that found garbage waiting: collects, at most once every
+    /// [`RETRY_EVERY`] unpins of this record.
+    #[cold]
+    #[inline(never)]
+    fn retry(&self, record: &Record) {
+        let left = record.countdown.load(Ordering::Relaxed);
+        if left == 0 {
+            record.countdown.store(RETRY_EVERY, Ordering::Relaxed);
+            self.collect();
+        } else {
+            record.countdown.store(left - 1, Ordering::Relaxed);
         }
     }
 
@@ -255,7 +307,7 @@ impl Record {
     /// of it is alive (a pin outliving its thread's local is kept pinned
     /// until it drops, and the record is then simply never reused).
     pub fn release(&self) {
-        if self.depth.load(Ordering::Relaxed) == 0 {
+        if self.pinned.load(Ordering::Relaxed) == UNPINNED {
             // Release: this thread's last unpin comes before the next
             // owner's first pin.
             self.in_use.store(false, Ordering::Release);
@@ -263,38 +315,12 @@ impl Record {
     }
 }
 
+#[cfg(any(test, floodgate_loom))]
 impl Drop for Pin<'_> {
     #[inline]
     fn drop(&mut self) {
-        let record = self.record;
-        let depth = record.depth.load(Ordering::Relaxed) - 1;
-        record.depth.store(depth, Ordering::Relaxed);
-        if depth != 0 {
-            return;
-        }
-        // Release: every read made under the pin comes before a collect
-        // that reads this 0 (module docs).
-        record.pinned.store(UNPINNED, Ordering::Release);
-        if self.collector.pending.load(Ordering::Relaxed) {
-            self.retry(record);
-        }
-        if record.lent.load(Ordering::Relaxed) {
-            record.lent.store(false, Ordering::Relaxed);
-            record.release();
-        }
-    }
-}
-
-impl Pin<'_> {
-    #[cold]
-    #[inline(never)]
-    fn retry(&self, record: &Record) {
-        let left = record.countdown.load(Ordering::Relaxed);
-        if left == 0 {
-            record.countdown.store(RETRY_EVERY, Ordering::Relaxed);
-            self.collector.collect();
-        } else {
-            record.countdown.store(left - 1, Ordering::Relaxed);
+        if let Some(record) = self.record {
+            self.collector.leave(record);
         }
     }
 }
@@ -333,39 +359,67 @@ fn heavy_barrier() -> bool {
 /// The process's collector, and each thread's record in it.
 #[cfg(not(floodgate_loom))]
 mod global {
-    use super::{Collector, Ordering, Pin, Record};
+    use std::cell::Cell;
+
+    use super::{Collector, Ordering, Record};
 
     static COLLECTOR: Collector = Collector::new();
 
-    /// The calling thread's record, given back when the thread exits.
-    struct Local(&'static Record);
-
-    impl Drop for Local {
-        fn drop(&mut self) {
-            self.0.release();
-        }
-    }
-
     thread_local! {
-        static LOCAL: Local = Local(COLLECTOR.register());
+        /// The calling thread's record. A `const` cell of a type with no
+        /// destructor, so that reading it is one load with no lazy-init or
+        /// destroyed check (`Owner` gives the record back).
+        static RECORD: Cell<Option<&'static Record>> = const { Cell::new(None) };
+        /// Gives the thread's record back when the thread exits.
+        static OWNER: Owner = const { Owner };
     }
 
-    /// Pins the calling thread's record of the process's collector.
-    #[inline]
-    pub(crate) fn pin() -> Pin<'static> {
-        match LOCAL.try_with(|local| local.0) {
-            Ok(record) => COLLECTOR.pin(record),
-            Err(_) => pin_exiting(),
+    struct Owner;
+
+    impl Drop for Owner {
+        fn drop(&mut self) {
+            if let Some(record) = RECORD.with(Cell::take) {
+                record.release();
+            }
         }
     }
 
-    /// A pin taken while the thread's local is gone (from another
-    /// thread-local's destructor): a record of its own for the pin.
+    /// A pin of the calling thread on the process's collector.
+    pub(crate) struct Guard(Option<&'static Record>);
+
+    impl Guard {
+        #[inline]
+        pub(crate) fn new() -> Self {
+            let record = match RECORD.get() {
+                Some(record) => record,
+                None => first_record(),
+            };
+            Guard(COLLECTOR.enter(record).then_some(record))
+        }
+    }
+
+    impl Drop for Guard {
+        #[inline]
+        fn drop(&mut self) {
+            if let Some(record) = self.0 {
+                COLLECTOR.leave(record);
+            }
+        }
+    }
+
+    /// The thread's first pin registers its record, to be given back at
+    /// thread exit. A pin taken after that (from another thread-local's
+    /// destructor) gets a record of its own, given back when it ends.
     #[cold]
-    fn pin_exiting() -> Pin<'static> {
+    #[inline(never)]
+    fn first_record() -> &'static Record {
         let record = COLLECTOR.register();
-        record.lent.store(true, Ordering::Relaxed);
-        COLLECTOR.pin(record)
+        if OWNER.try_with(|_| ()).is_ok() {
+            RECORD.set(Some(record));
+        } else {
+            record.lent.store(true, Ordering::Relaxed);
+        }
+        record
     }
 
     /// See [`Collector::retire`].
@@ -377,10 +431,63 @@ mod global {
     pub(crate) fn collect() {
         COLLECTOR.collect();
     }
+
+    #[cfg(test)]
+    mod tests {
+        use super::{Guard, RECORD};
+        use std::cell::RefCell;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+
+        /// Pins from its destructor, which runs after the thread gave its
+        /// record back.
+        struct Late(Arc<AtomicBool>);
+
+        impl Drop for Late {
+            fn drop(&mut self) {
+                assert!(RECORD.get().is_none(), "the record was given back first");
+                let guard = Guard::new();
+                let record = guard.0.expect("an outermost pin");
+                assert!(record.lent.load(Ordering::Relaxed));
+                assert_ne!(
+                    record.pinned.load(Ordering::Relaxed),
+                    super::super::UNPINNED
+                );
+                drop(guard);
+                assert!(
+                    !record.lent.load(Ordering::Relaxed),
+                    "given back at the unpin"
+                );
+                self.0.store(true, Ordering::Relaxed);
+            }
+        }
+
+        thread_local! {
+            static LATE: RefCell<Option<Late>> = const { RefCell::new(None) };
+        }
+
+        /// A thread-local destructor that checks a limiter after the
+        /// thread's record went back gets a record of its own for that pin
+        /// (thread-local destructors run in the reverse order of their
+        /// registration: `LATE` is registered before the first pin).
+        #[test]
+        fn a_pin_during_thread_exit_borrows_a_record() {
+            let ran = Arc::new(AtomicBool::new(false));
+            let flag = Arc::clone(&ran);
+            std::thread::spawn(move || {
+                LATE.with(|late| *late.borrow_mut() = Some(Late(flag)));
+                drop(Guard::new());
+                assert!(RECORD.get().is_some());
+            })
+            .join()
+            .unwrap();
+            assert!(ran.load(Ordering::Relaxed));
+        }
+    }
 }
 
 #[cfg(not(floodgate_loom))]
-pub(crate) use global::{collect, pin, retire};
+pub(crate) use global::{collect, retire, Guard};
 
 // The tests stand in for the store's table cell, raw pointers and all.
 #[cfg(all(test, not(floodgate_loom)))]
