@@ -9,6 +9,10 @@
 //!   on 10,000 clients drawn uniformly and on 100,000 drawn by a Zipf law.
 //! * `insert` — the first call of a new client.
 //! * `clock` — one read of the default clock (and of `Instant`, for scale).
+//! * `sweep/keep`, `sweep/remove` — one sweep of 100,000 `gcra` clients on
+//!   the lock-free engine, none of them idle (every one kept) and all of
+//!   them idle (every one removed): the cost an arrival pays when it runs
+//!   a sweep (`src/bounds.rs`), per client visited.
 //!
 //! The engines are the lock-free `Limiter<u64, P>` (monomorphised per policy),
 //! the `MutexLimiter` baseline and, for `gcra`, `governor`'s keyed limiter
@@ -21,7 +25,7 @@ use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use criterion::{
-    criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput,
+    criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, SamplingMode, Throughput,
 };
 use floodgate::policy::{
     FixedWindow, Gcra, LeakyBucket, Policy, SlidingWindow, SlidingWindowCounter, TokenBucket,
@@ -349,5 +353,36 @@ fn clock(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, check, throughput, insert, clock);
+/// Clients in each sweep.
+const SWEPT: u64 = 100_000;
+
+fn sweep(c: &mut Criterion) {
+    let mut group = c.benchmark_group("sweep");
+    configure(&mut group, Duration::from_secs(1));
+    group.throughput(Throughput::Elements(SWEPT));
+    // Every client checked once at 0: its schedule runs one interval (10
+    // µs) ahead, so a sweep at 0 keeps it and one a second later removes it.
+    let filled = || {
+        let config = Config::per_ticks(LIMIT, FLOOD_WINDOW_NS).expect("valid quota");
+        let limiter = Limiter::new(Gcra::new(config).expect("valid quota"));
+        for key in 0..SWEPT {
+            assert!(limiter.check_at(&key, 0).allowed);
+        }
+        limiter
+    };
+    let kept = filled();
+    group.bench_function("keep", |b| {
+        b.iter(|| assert_eq!(kept.sweep_at(black_box(0)), 0));
+    });
+    group.bench_function("remove", |b| {
+        b.iter_batched_ref(
+            filled,
+            |limiter| assert_eq!(limiter.sweep_at(black_box(1_000_000_000)), SWEPT as usize),
+            BatchSize::PerIteration,
+        );
+    });
+    group.finish();
+}
+
+criterion_group!(benches, check, throughput, insert, clock, sweep);
 criterion_main!(benches);
