@@ -92,16 +92,17 @@
 //! table grows by moving each client, one frozen slot at a time, into a
 //! larger one while checks go on, and outgrown tables are freed by
 //! epoch-based reclamation whose pin is two plain stores (the rare collect
-//! pays the barrier, with Linux's `membarrier`). Only a new client that finds its table
-//! full waits, for the rebuild. [`Tiers`](tiers::Tiers) keep their clients in
-//! an [`scc::HashIndex`] (lock-free look-ups; one bucket lock to create a
-//! client, to carry one over after its tier's rule changed, and for
-//! [`RateLimiter::forget`]). The policies on 128-bit words are lock-free
-//! where the machine has a 16-byte compare-and-swap
+//! pays the barrier, with Linux's `membarrier`). Only a new client that
+//! finds its table full waits, for the rebuild. [`Tiers`](tiers::Tiers)
+//! keep their clients in an [`scc::HashIndex`] (lock-free look-ups; one
+//! bucket lock to create a client, to carry one over after its tier's rule
+//! changed, and for [`RateLimiter::forget`]). The policies on 128-bit
+//! words are lock-free where the machine has a 16-byte compare-and-swap
 //! ([`wide_cas_is_lock_free`]).
 // Unsafe code lives in two places only, each allowing it for itself: the
 // inline store's table (`store::inline`) and the cell that holds its current
-// table (`sync`, the epoch-reclaimed one and its loom stand-in).
+// table (`sync`, the epoch-reclaimed one and its loom stand-in). The epoch
+// collector's tests stand in for that cell and allow it too.
 #![deny(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 

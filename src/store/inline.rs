@@ -113,7 +113,7 @@
 use std::borrow::Borrow;
 use std::cell::UnsafeCell;
 use std::hash::{BuildHasher, Hash, Hasher};
-use std::mem::MaybeUninit;
+use std::mem::{ManuallyDrop, MaybeUninit};
 
 use crate::bounds::{Bounds, SweepSchedule, SweepTurn};
 use crate::store::{Arrival, Client};
@@ -737,13 +737,17 @@ where
         } else {
             table.capacity()
         };
-        let next: Staged<Table<K, S>> = TableCell::stage(Table::new(capacity));
+        // Not dropped if the move unwinds (a key's `Clone` or `Hash` may
+        // panic): once the old table points to it, other threads may be
+        // reading it, so a failed move leaks it rather than free it.
+        let next: ManuallyDrop<Staged<Table<K, S>>> =
+            ManuallyDrop::new(TableCell::stage(Table::new(capacity)));
         // Every client that can still move is in a claimed slot, and the old
         // table's claims stop at its room: set that many aside, so inserts
         // into `next` while the move runs leave space for the move. What the
         // move did not need is given back at the end.
         next.claimed.store(table.room, Ordering::Relaxed);
-        let next_ptr: *const Table<K, S> = &*next;
+        let next_ptr: *const Table<K, S> = &**next;
         table.next.store(next_ptr.cast_mut(), Ordering::Release);
         let mut moved = 0;
         for slot in table.slots.iter() {
@@ -813,7 +817,7 @@ where
         }
         next.claimed
             .fetch_sub(table.room - moved, Ordering::Relaxed);
-        self.table.publish(next);
+        self.table.publish(ManuallyDrop::into_inner(next));
     }
 
     /// Takes a place under `cap`; false at the cap.

@@ -1,9 +1,9 @@
 //! Where per-client state lives. The in-memory keyed store is here; other
 //! backends get their own files beside it.
 
+pub(crate) mod epoch;
 // The one module of the engine with unsafe code: the slots' entries are
 // written once and published by their tags (see its module docs).
-pub(crate) mod epoch;
 #[allow(unsafe_code)]
 mod inline;
 mod keyed;
