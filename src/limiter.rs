@@ -338,9 +338,11 @@ impl std::error::Error for InsufficientCapacity {}
 /// policy's code with no dynamic dispatch; [`build`](crate::build) gives the
 /// same behind `Box<dyn RateLimiter>` when the policy is chosen at run time.
 ///
-/// A check for a known client takes no lock, follows no pointer and
-/// allocates nothing: the client's key and state lie inline in one slot of
-/// the store's table. The first check of a new client claims an empty slot
+/// A check for a known client takes no lock and allocates nothing, and
+/// follows no pointer of its own: the client's key and state lie inline in
+/// one slot of the store's table (a key longer than a word, such as a
+/// `String`, and a `sliding-window` ring are the exceptions: each lives
+/// behind one pointer). The first check of a new client claims an empty slot
 /// with one compare-and-swap (allocating only what its key or a
 /// `sliding-window` ring needs). [`Bounds`] (see
 /// [`with_bounds`](Self::with_bounds)) evict idle clients and cap how many
@@ -480,13 +482,14 @@ where
         K: Borrow<Q>,
     {
         // The hot path, a known client: one look-up, one step.
+        let hash = self.clients.hash(key);
         match self
             .clients
-            .peek(key, |client| self.decide(client, now, cost))
+            .peek_hashed(key, hash, |client| self.decide(client, now, cost))
         {
             Some(Ok(decision)) => decision.in_ticks(self.tick),
             found => self
-                .check_cold(key, now, cost, found.is_some())
+                .check_cold(key, hash, now, cost, found.is_some())
                 .in_ticks(self.tick),
         }
     }
@@ -495,7 +498,7 @@ where
     /// and found none), or of one whose state was retired under it.
     #[cold]
     #[inline(never)]
-    fn check_cold<Q>(&self, key: &Q, now: u64, cost: u64, mut present: bool) -> Decision
+    fn check_cold<Q>(&self, key: &Q, hash: u64, now: u64, cost: u64, mut present: bool) -> Decision
     where
         Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
         K: Borrow<Q>,
@@ -504,7 +507,7 @@ where
             let answer = if present {
                 match self
                     .clients
-                    .peek(key, |client| self.decide(client, now, cost))
+                    .peek_hashed(key, hash, |client| self.decide(client, now, cost))
                 {
                     Some(answer) => answer,
                     None => {
@@ -513,7 +516,7 @@ where
                     }
                 }
             } else {
-                match self.clients.arrive(key, now, &self.policy, |client| {
+                match self.clients.arrive(key, hash, now, &self.policy, |client| {
                     self.decide(client, now, cost)
                 }) {
                     Arrival::Created(answer) => answer,
@@ -542,23 +545,30 @@ where
         Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
         K: Borrow<Q>,
     {
-        match self.clients.peek(key, |client| self.count(client, now)) {
+        let hash = self.clients.hash(key);
+        match self
+            .clients
+            .peek_hashed(key, hash, |client| self.count(client, now))
+        {
             Some(Ok(remaining)) => remaining,
-            found => self.remaining_cold(key, now, found.is_some()),
+            found => self.remaining_cold(key, hash, now, found.is_some()),
         }
     }
 
     /// As `check_cold`, for `remaining`.
     #[cold]
     #[inline(never)]
-    fn remaining_cold<Q>(&self, key: &Q, now: u64, mut present: bool) -> u64
+    fn remaining_cold<Q>(&self, key: &Q, hash: u64, now: u64, mut present: bool) -> u64
     where
         Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
         K: Borrow<Q>,
     {
         loop {
             let answer = if present {
-                match self.clients.peek(key, |client| self.count(client, now)) {
+                match self
+                    .clients
+                    .peek_hashed(key, hash, |client| self.count(client, now))
+                {
                     Some(answer) => answer,
                     None => {
                         present = false;
@@ -566,10 +576,9 @@ where
                     }
                 }
             } else {
-                match self
-                    .clients
-                    .arrive(key, now, &self.policy, |client| self.count(client, now))
-                {
+                match self.clients.arrive(key, hash, now, &self.policy, |client| {
+                    self.count(client, now)
+                }) {
                     Arrival::Created(answer) => answer,
                     Arrival::Raced => {
                         present = true;

@@ -826,6 +826,50 @@ fn engines(
     all
 }
 
+/// Every (thread count, engine) cell of a group takes one `turn` per round,
+/// each round starting one engine further on, so that every ratio of the
+/// group (engine to engine, and 2 threads to 1) compares measurements that
+/// shared the machine's noise; the machine's capacity is probed before
+/// every round. Each cell's rates are checks per second, one a round.
+fn take_turns(
+    thread_counts: usize,
+    engines: usize,
+    rounds: usize,
+    capacities: &mut Vec<f64>,
+    cores: usize,
+    mut turn: impl FnMut(usize, usize) -> Slice,
+) -> Turns {
+    let cells: Vec<(usize, usize)> = (0..thread_counts)
+        .flat_map(|t| (0..engines).map(move |e| (t, e)))
+        .collect();
+    let mut samples = vec![Vec::with_capacity(rounds); cells.len()];
+    let mut admitted = vec![(0u64, 0u64); cells.len()];
+    for round in 0..rounds {
+        capacities.push(parallel_capacity(cores, PROBE));
+        for offset in 0..cells.len() {
+            let cell = (round * engines + offset) % cells.len();
+            let (t, e) = cells[cell];
+            let measured = turn(t, e);
+            samples[cell].push(measured.checks as f64 / measured.elapsed.as_secs_f64());
+            admitted[cell].0 += measured.admitted;
+            admitted[cell].1 += measured.checks;
+        }
+    }
+    Turns {
+        cells,
+        samples,
+        admitted,
+    }
+}
+
+/// What [`take_turns`] measured: per (thread count, engine) cell, its rates
+/// and its admitted and total checks.
+struct Turns {
+    cells: Vec<(usize, usize)>,
+    samples: Vec<Vec<f64>>,
+    admitted: Vec<(u64, u64)>,
+}
+
 /// The `fresh` rows: a new client's first `gcra` check on the lock-free
 /// engine, the mutex baseline and governor. Every (threads, engine) cell
 /// takes one turn per round, each on a new engine checking `inserts` keys
@@ -855,25 +899,24 @@ fn insert_rows(
             )))
         }),
     ];
-    let cells: Vec<(usize, usize)> = (0..thread_counts.len())
-        .flat_map(|t| (0..builders.len()).map(move |e| (t, e)))
-        .collect();
-    let mut samples = vec![Vec::with_capacity(rounds); cells.len()];
-    let mut admitted = vec![(0u64, 0u64); cells.len()];
-    for round in 0..rounds {
-        capacities.push(parallel_capacity(cores, PROBE));
-        for offset in 0..cells.len() {
-            let cell = (round * builders.len() + offset) % cells.len();
-            let (t, e) = cells[cell];
+    let Turns {
+        cells,
+        mut samples,
+        admitted,
+    } = take_turns(
+        thread_counts.len(),
+        builders.len(),
+        rounds,
+        capacities,
+        cores,
+        |t, e| {
             let threads = thread_counts[t];
             let engine = (builders[e].1)(config);
             let measured = engine.insert(inserts / threads as u64, threads);
             drop(engine);
-            samples[cell].push(measured.checks as f64 / measured.elapsed.as_secs_f64());
-            admitted[cell].0 += measured.admitted;
-            admitted[cell].1 += measured.checks;
-        }
-    }
+            measured
+        },
+    );
     let bytes: Vec<f64> = builders
         .iter()
         .map(|(_, build)| {
@@ -1062,25 +1105,18 @@ pub fn run(args: Args) -> ExitCode {
             .iter()
             .map(|&threads| keys.sequences(threads))
             .collect();
-        // Every (thread count, engine) cell takes one turn per round, so
-        // every ratio in the table — engine to engine, and 2 threads to 1 —
-        // compares measurements that shared the machine's noise.
-        let cells: Vec<(usize, usize)> = (0..args.threads.len())
-            .flat_map(|t| (0..engines.len()).map(move |e| (t, e)))
-            .collect();
-        let mut samples = vec![Vec::with_capacity(rounds); cells.len()];
-        let mut admitted = vec![(0u64, 0u64); cells.len()];
-        for round in 0..rounds {
-            capacities.push(parallel_capacity(cores, PROBE));
-            for offset in 0..cells.len() {
-                let cell = (round * engines.len() + offset) % cells.len();
-                let (t, e) = cells[cell];
-                let measured = engines[e].runner.run(&sequences[t], args.threads[t], slice);
-                samples[cell].push(measured.checks as f64 / measured.elapsed.as_secs_f64());
-                admitted[cell].0 += measured.admitted;
-                admitted[cell].1 += measured.checks;
-            }
-        }
+        let Turns {
+            cells,
+            mut samples,
+            admitted,
+        } = take_turns(
+            args.threads.len(),
+            engines.len(),
+            rounds,
+            &mut capacities,
+            cores,
+            |t, e| engines[e].runner.run(&sequences[t], args.threads[t], slice),
+        );
         for (cell, &(t, e)) in cells.iter().enumerate() {
             let rates = &mut samples[cell];
             rates.sort_by(f64::total_cmp);

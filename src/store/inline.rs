@@ -486,7 +486,7 @@ where
     /// than the probe placed clients where no probe looked.
     #[inline]
     #[allow(clippy::manual_hash_one)]
-    fn hash<Q: ?Sized + Hash>(&self, key: &Q) -> u64 {
+    pub(crate) fn hash<Q: ?Sized + Hash>(&self, key: &Q) -> u64 {
         let mut hasher = self.hasher.build_hasher();
         key.hash(&mut hasher);
         hasher.finish()
@@ -530,7 +530,22 @@ where
         K: Borrow<Q>,
         Q: ?Sized + Hash + Eq,
     {
-        let hash = self.hash(key);
+        self.peek_hashed(key, self.hash(key), visit)
+    }
+
+    /// [`peek`](Self::peek) with `key`'s [`hash`](Self::hash) already
+    /// made: a call that goes on to `arrive` hashes its key once.
+    #[inline]
+    pub(crate) fn peek_hashed<Q, R>(
+        &self,
+        key: &Q,
+        hash: u64,
+        visit: impl FnOnce(&Client<S>) -> R,
+    ) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + Eq,
+    {
         let guard = Guard::new();
         let slot = self.find(key, hash, &guard)?;
         // SAFETY: `find` answers only slots it loaded (Acquire) as FULL or
@@ -551,14 +566,15 @@ where
         drop(self.upkeep.lock().unwrap());
     }
 
-    /// A call for `key`, which was not tracked, at `now`: sweeps first if a
-    /// sweep is due, then creates the client if there is room, and runs
-    /// `visit` on it.
+    /// A call for `key` (whose [`hash`](Self::hash) is `hash`), which was
+    /// not tracked, at `now`: sweeps first if a sweep is due, then creates
+    /// the client if there is room, and runs `visit` on it.
     #[cold]
     #[inline(never)]
     pub(crate) fn arrive<Q, R>(
         &self,
         key: &Q,
+        hash: u64,
         now: u64,
         policy: &impl Lifecycle<S>,
         visit: impl FnOnce(&Client<S>) -> R,
@@ -580,7 +596,7 @@ where
             }
             if !self.reserve(Some(cap)) {
                 // A racing first call may have created this very client.
-                return if self.peek(key, |_| ()).is_some() {
+                return if self.peek_hashed(key, hash, |_| ()).is_some() {
                     Arrival::Raced
                 } else {
                     Arrival::Full
@@ -597,7 +613,6 @@ where
                 state: policy.new_state(),
             },
         };
-        let hash = self.hash(key);
         let guard = Guard::new();
         match self.insert(key, hash, entry, policy, &guard) {
             Some(slot) => {
