@@ -587,6 +587,157 @@ fn the_async_api_answers_as_the_blocking_one() {
     cleaner.clear_prefix(&prefix).unwrap();
 }
 
+// The async limiter's batches ---------------------------------------------------
+
+/// Eight tasks share one async limiter (so their checks that wait at the
+/// same time go out as batches), each replaying a trace of its own clients;
+/// every answer must be the in-memory engine's, as if each call had been
+/// sent alone. On a server of the test's own, whose `INFO commandstats`
+/// then shows fewer script calls than checks: batches did form.
+#[test]
+#[ignore = "needs redis-server on the PATH: run with --include-ignored"]
+fn batched_checks_answer_as_checks_sent_one_by_one() {
+    const TASKS: usize = 8;
+    let server = Server::start();
+    let url = server.url();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut rng = fastrand::Rng::with_seed(0xBA7C4);
+    let mut sent = 0;
+    for policy in PolicyKind::ALL {
+        // One quota for the shared limiter: a trace's, with a limit small
+        // enough that the sliding log stays short.
+        let config = loop {
+            let trace = trace(policy, &mut rng);
+            if trace.limit <= 1_000 {
+                break Config::per_ticks(trace.limit, trace.window).unwrap();
+            }
+        };
+        let traces: Vec<Trace> = (0..TASKS).map(|_| trace(policy, &mut rng)).collect();
+        let memory: Arc<dyn RateLimiter<str>> = Arc::from(in_memory(policy, config));
+        sent += runtime.block_on(async {
+            let redis = AsyncRedisLimiter::new(&url, policy, config, exact_options("batched"))
+                .await
+                .unwrap();
+            let tasks: Vec<_> = traces
+                .into_iter()
+                .enumerate()
+                .map(|(task, trace)| {
+                    let (redis, memory) = (redis.clone(), Arc::clone(&memory));
+                    tokio::spawn(async move {
+                        let mut sent = 0;
+                        for (index, &(allow, client, now)) in trace.calls.iter().enumerate() {
+                            let key = format!("{policy}-{task}-{client}");
+                            // The costs of the trace, within this quota.
+                            let cost = trace.costs[index].min(config.limit() + 1);
+                            let context =
+                                format!("{policy} {config:?} {key} call {index} at {now}");
+                            if allow {
+                                let got = redis.try_check_n_at(&key, now, cost).await.unwrap();
+                                assert_eq!(
+                                    got,
+                                    memory.check_n_at(&key, now, cost),
+                                    "{context}, cost {cost}"
+                                );
+                            } else {
+                                let got = redis.try_remaining_at(&key, now).await.unwrap();
+                                assert_eq!(got, memory.remaining_at(&key, now), "{context}");
+                            }
+                            sent += 1;
+                        }
+                        sent
+                    })
+                })
+                .collect();
+            let mut sent = 0;
+            for task in tasks {
+                sent += task.await.unwrap();
+            }
+            sent
+        });
+    }
+    let calls = script_calls(&url);
+    assert!(
+        calls < sent,
+        "{calls} script calls for {sent} checks: no batch formed"
+    );
+}
+
+/// Sixteen tasks check one client 10 times each at one frozen time, through
+/// one async limiter whose checks go out in batches: exactly the limit is
+/// admitted, under every policy, and nothing is left after.
+#[test]
+#[ignore = "needs a Redis server: FLOODGATE_REDIS_URL and --include-ignored"]
+fn batched_checks_of_one_client_admit_exactly_the_limit() {
+    let url = shared_url();
+    let prefix = prefix("batched_one_client");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    for policy in PolicyKind::ALL {
+        let config = Config::per_ticks(50, 1_000_000).unwrap();
+        let (admitted, remaining) = runtime.block_on(async {
+            let redis = AsyncRedisLimiter::new(&url, policy, config, exact_options(&prefix))
+                .await
+                .unwrap();
+            let tasks: Vec<_> = (0..16)
+                .map(|_| {
+                    let redis = redis.clone();
+                    tokio::spawn(async move {
+                        let mut admitted = 0;
+                        for _ in 0..10 {
+                            admitted +=
+                                u64::from(redis.try_check_at("one", 1_000).await.unwrap().allowed);
+                        }
+                        admitted
+                    })
+                })
+                .collect();
+            let mut admitted = 0;
+            for task in tasks {
+                admitted += task.await.unwrap();
+            }
+            (
+                admitted,
+                redis.try_remaining_at("one", 1_000).await.unwrap(),
+            )
+        });
+        assert_eq!((admitted, remaining), (50, 0), "{policy}");
+    }
+    RedisLimiter::new(
+        &url,
+        PolicyKind::Gcra,
+        Config::per_ticks(1, 1).unwrap(),
+        exact_options(&prefix),
+    )
+    .unwrap()
+    .clear_prefix(&prefix)
+    .unwrap();
+}
+
+/// How many script calls (`EVALSHA`, and `EVAL` after a `NOSCRIPT`) the
+/// server at `url` ran since it started.
+fn script_calls(url: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut inspect(url))
+        .unwrap();
+    info.lines()
+        .filter(|line| line.starts_with("cmdstat_evalsha:") || line.starts_with("cmdstat_eval:"))
+        .map(|line| {
+            let calls = line.split_once("calls=").expect("a calls= field").1;
+            calls[..calls.find(',').unwrap_or(calls.len())]
+                .parse::<u64>()
+                .unwrap()
+        })
+        .sum()
+}
+
 // The local rejection cache ------------------------------------------------------
 
 /// Several instances with the rejection cache (prefix `cached`) and one
@@ -1595,6 +1746,75 @@ fn a_stalled_redis_times_out_and_the_call_is_not_sent_again() {
         assert!(limiter.try_check_at("s", 0).unwrap().allowed);
     }
     assert!(!limiter.try_check_at("s", 0).unwrap().allowed);
+}
+
+/// Four checks are in flight on a stopped server, holding every batch's
+/// place, when twenty more queue behind them and their callers give up.
+/// Those twenty are never sent: once the server wakes, only the four have
+/// been counted.
+#[test]
+#[ignore = "needs redis-server on the PATH: run with --include-ignored"]
+fn a_batched_check_whose_caller_gave_up_before_it_was_sent_is_not_sent() {
+    let server = Server::start();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let remaining = runtime.block_on(async {
+        let options = fault_options(OnFailure::FailClosed).timeout(Duration::from_secs(1));
+        let limiter = AsyncRedisLimiter::new(
+            &server.url(),
+            PolicyKind::FixedWindow,
+            Config::per_ticks(100, 1_000_000).unwrap(),
+            options,
+        )
+        .await
+        .unwrap();
+        assert!(limiter.try_check_at("s", 0).await.unwrap().allowed);
+        server.signal("-STOP");
+        // Far apart, so that each goes out alone and takes a place.
+        let mut in_flight = Vec::new();
+        for _ in 0..4 {
+            let limiter = limiter.clone();
+            in_flight.push(tokio::spawn(
+                async move { limiter.try_check_at("s", 0).await },
+            ));
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let given_up: Vec<_> = (0..20)
+            .map(|_| {
+                let limiter = limiter.clone();
+                tokio::spawn(async move {
+                    tokio::time::timeout(Duration::from_millis(100), limiter.try_check_at("s", 0))
+                        .await
+                        .is_err()
+                })
+            })
+            .collect();
+        for caller in given_up {
+            assert!(
+                caller.await.unwrap(),
+                "a queued check was answered by a stopped server"
+            );
+        }
+        for check in in_flight {
+            let result = check.await.unwrap();
+            assert!(matches!(result, Err(RedisError::Timeout)), "{result:?}");
+        }
+        server.signal("-CONT");
+        let mut remaining = limiter.try_remaining_at("s", 0).await;
+        for _ in 0..100 {
+            if remaining.is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            remaining = limiter.try_remaining_at("s", 0).await;
+        }
+        remaining.unwrap()
+    });
+    // 1 before the stop and the 4 in flight: none of the 20.
+    assert_eq!(remaining, 95);
 }
 
 #[test]

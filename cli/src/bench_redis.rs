@@ -11,7 +11,9 @@
 //!   limiter uses) doing `INCR`, one thread and connection each.
 //!
 //! At the largest connection count, the async limiter as well: as many
-//! calls in flight on its one multiplexed connection, which pipelines them.
+//! calls in flight on its one multiplexed connection, which pipelines them,
+//! with its checks batched (the default: checks that wait together go out
+//! as one script call) and with batching off, each check a call of its own.
 //!
 //! Every decision is one `EVALSHA` on Redis's clock (the script reads
 //! `TIME`), for 10,000 clients drawn uniformly, so the rows measure the
@@ -59,6 +61,9 @@ struct Row {
     /// The blocking limiter with one thread per connection, or the async
     /// one with `connections` calls in flight on its one connection.
     pipelined: bool,
+    /// For an async row: whether its checks were batched
+    /// (`RedisOptions::batching`, the default) or each sent alone.
+    batched: bool,
     connections: usize,
     decisions_per_sec: f64,
     admitted: f64,
@@ -202,6 +207,8 @@ pub fn run(
         let mut floors = Vec::new();
         let mut measured: Vec<Vec<Measured>> = limiters.iter().map(|_| Vec::new()).collect();
         let mut measured_async: Vec<Vec<Measured>> = limiters.iter().map(|_| Vec::new()).collect();
+        let mut measured_unbatched: Vec<Vec<Measured>> =
+            limiters.iter().map(|_| Vec::new()).collect();
         for _ in 0..ROUNDS {
             floors.push(server.floors(threads, round));
             for ((_, limiter), rounds) in limiters.iter().zip(&mut measured) {
@@ -211,17 +218,26 @@ pub fn run(
                 }
             }
             if pipelined {
-                for ((policy, _), rounds) in limiters.iter().zip(&mut measured_async) {
-                    match measure_async(url, *policy, config, threads, &keys, round) {
-                        Ok(one) => rounds.push(one),
-                        Err(error) => return fail(&error),
+                for (batching, measured) in [
+                    (true, &mut measured_async),
+                    (false, &mut measured_unbatched),
+                ] {
+                    for ((policy, _), rounds) in limiters.iter().zip(measured.iter_mut()) {
+                        match measure_async(url, *policy, config, batching, threads, &keys, round) {
+                            Ok(one) => rounds.push(one),
+                            Err(error) => return fail(&error),
+                        }
                     }
                 }
             }
         }
         let floors = Floors::median(&floors);
         floors_by_count.push((threads, floors));
-        for (async_rows, measured) in [(false, &measured), (true, &measured_async)] {
+        for (async_rows, batched, measured) in [
+            (false, false, &measured),
+            (true, true, &measured_async),
+            (true, false, &measured_unbatched),
+        ] {
             for ((policy, _), rounds) in limiters.iter().zip(measured) {
                 if rounds.is_empty() {
                     continue;
@@ -230,6 +246,7 @@ pub fn run(
                 rows.push(Row {
                     policy: *policy,
                     pipelined: async_rows,
+                    batched,
                     connections: threads,
                     decisions_per_sec: median.decisions_per_sec,
                     admitted: median.admitted,
@@ -243,7 +260,7 @@ pub fn run(
     }
     rows.sort_by_key(|row| {
         let policy = policies.iter().position(|&p| p == row.policy);
-        (policy, row.pipelined, row.connections)
+        (policy, row.pipelined, !row.batched, row.connections)
     });
     let flood_floors = floors_by_count
         .iter()
@@ -346,12 +363,14 @@ fn measure(
 }
 
 /// `in_flight` tasks on one [`AsyncRedisLimiter`] (its one multiplexed
-/// connection, which pipelines them), on two tokio worker threads, checking
+/// connection, which pipelines them; with `batching`, checks that wait
+/// together go out as one call), on two tokio worker threads, checking
 /// `keys` drawn uniformly for `slice`.
 fn measure_async(
     url: &str,
     policy: PolicyKind,
     config: Config,
+    batching: bool,
     in_flight: usize,
     keys: &[String],
     slice: Duration,
@@ -364,7 +383,8 @@ fn measure_async(
     runtime.block_on(async {
         let options = RedisOptions::new()
             .prefix(PREFIX)
-            .timeout(Duration::from_secs(2));
+            .timeout(Duration::from_secs(2))
+            .batching(batching);
         let limiter = AsyncRedisLimiter::new(url, policy, config, options).await?;
         let start = Instant::now();
         let tasks: Vec<_> = (0..in_flight)
@@ -689,7 +709,7 @@ fn ratio(decisions: f64, floor: Option<f64>) -> String {
 fn table(rows: &[Row], floods: &[Flood]) -> String {
     let mut out = String::new();
     let header = format!(
-        "{:<24} {:>5} {:>11} {:>7} {:>7} {:>8} {:>9} {:>8} {:>10} {:>10} {:>9} {:>9} {:>9}",
+        "{:<38} {:>5} {:>11} {:>7} {:>7} {:>8} {:>9} {:>8} {:>10} {:>10} {:>9} {:>9} {:>9}",
         "policy",
         "conns",
         "decisions/s",
@@ -710,9 +730,11 @@ fn table(rows: &[Row], floods: &[Flood]) -> String {
         let floors = row.floors;
         let _ = writeln!(
             out,
-            "{:<24} {:>5} {:>11.0} {:>7.1} {:>7.1} {:>7.1}% {:>9} {:>8} {:>10} {:>10} {:>9} {:>9} {:>9}",
-            if row.pipelined {
+            "{:<38} {:>5} {:>11.0} {:>7.1} {:>7.1} {:>7.1}% {:>9} {:>8} {:>10} {:>10} {:>9} {:>9} {:>9}",
+            if row.pipelined && row.batched {
                 format!("{} (async)", row.policy.name())
+            } else if row.pipelined {
+                format!("{} (async, alone)", row.policy.name())
             } else {
                 row.policy.name().to_owned()
             },
@@ -734,7 +756,9 @@ fn table(rows: &[Row], floods: &[Flood]) -> String {
     }
     out.push_str(
         "\n(async): the async limiter, as many calls in flight on its one multiplexed \
-         connection (pipelined), two tokio worker threads; conns is the calls in flight.\n\
+         connection (pipelined, checks waiting together sent as one batch call), two tokio \
+         worker threads; conns is the calls in flight. (async, alone): the same with \
+         batching off, every check a call of its own.\n\
          INCR: redis-benchmark -t incr; EVALSHA: redis-benchmark EVALSHA of an empty script \
          (the Lua floor); client: the redis crate's blocking client doing INCR (the client \
          floor). Each with as many clients, same server, same run (latencies in us; n/a \
@@ -812,6 +836,7 @@ fn to_json(rows: &[Row], floods: &[Flood]) -> String {
                 "keys": "uniform",
                 "connections": if row.pipelined { 1 } else { row.connections },
                 "in_flight": row.connections,
+                "batched": row.pipelined && row.batched,
                 "ops_per_sec": row.decisions_per_sec.round(),
                 "p50_us": row.p50_us,
                 "p99_us": row.p99_us,

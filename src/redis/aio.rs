@@ -7,7 +7,8 @@ use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use ::redis::cluster_async::ClusterConnection;
 use ::redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, Value};
 
-use super::script::{Op, Reply};
+use super::batch::Batcher;
+use super::script::{self, Op, Reply};
 use super::{Core, RedisConfigError, RedisError, RedisOptions, Target, TimeSource};
 use crate::{Config, Decision, PolicyKind};
 
@@ -52,11 +53,14 @@ use crate::{Config, Decision, PolicyKind};
 pub struct AsyncRedisLimiter {
     core: std::sync::Arc<Core>,
     connection: Connection,
+    /// Where checks wait for a batch (module docs, "Batches"): one server,
+    /// with batching on, made on a tokio runtime.
+    batcher: Option<Batcher>,
 }
 
 /// The shared connection: to one server, or to a cluster.
 #[derive(Clone)]
-enum Connection {
+pub(super) enum Connection {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
 }
@@ -143,9 +147,17 @@ impl AsyncRedisLimiter {
                 ),
             ),
         };
+        let core = std::sync::Arc::new(core);
+        let batcher = match connection {
+            Connection::Single(_) if options.batching => {
+                Batcher::spawn(std::sync::Arc::clone(&core), connection.clone())
+            }
+            _ => None,
+        };
         Ok(Self {
-            core: std::sync::Arc::new(core),
+            core,
             connection,
+            batcher,
         })
     }
 
@@ -348,7 +360,10 @@ impl AsyncRedisLimiter {
             Ok(decision) => return Ok(decision),
             Err(ticket) => ticket,
         };
-        let reply = self.call(key, self.core.weighed(cost), now).await?;
+        let reply = match (self.core.weighed(cost), &self.batcher) {
+            (Op::CheckN(cost), Some(batcher)) => self.batched(batcher, key, cost, now).await?,
+            (op, _) => self.call(key, op, now).await?,
+        };
         let decision = self.core.weighed_decision(reply, cost)?;
         self.core.remember(key, cost, ticket, &decision);
         Ok(decision)
@@ -377,6 +392,25 @@ impl AsyncRedisLimiter {
         .await
     }
 
+    /// A check of `cost` (`1 <= cost <= L`) sent with the next batch, within
+    /// the timeout; alone if the batch queue's task is gone.
+    async fn batched(
+        &self,
+        batcher: &Batcher,
+        key: &str,
+        cost: u64,
+        now: Option<u64>,
+    ) -> Result<Reply, RedisError> {
+        let answer = batcher.check(self.core.key(key), script::encode_now(now)?, cost);
+        match tokio::time::timeout(self.core.timeout, answer).await {
+            Ok(Some(reply)) => reply,
+            Ok(None) => self.call(key, Op::CheckN(cost), now).await,
+            // Dropping the wait closes its reply channel: a check not yet
+            // sent is left out of its batch.
+            Err(_elapsed) => Err(RedisError::Timeout),
+        }
+    }
+
     /// One plain command, sent at most once, within the timeout.
     async fn command<T: FromRedisValue>(&self, command: &::redis::Cmd) -> Result<T, RedisError> {
         let mut connection = self.connection.clone();
@@ -387,7 +421,7 @@ impl AsyncRedisLimiter {
 /// `reply`'s result, or [`RedisError::Timeout`] if it takes longer than
 /// `timeout` (the call is then dropped: a late reply is discarded by the
 /// multiplexer).
-async fn within<T>(
+pub(super) async fn within<T>(
     timeout: Duration,
     reply: impl std::future::Future<Output = ::redis::RedisResult<T>>,
 ) -> Result<T, RedisError> {

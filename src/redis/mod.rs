@@ -41,6 +41,23 @@
 //! arithmetic, field by field, and the tests compare every answer with the
 //! in-memory engine's.
 //!
+//! # Batches
+//!
+//! On one server, the async limiter sends checks that wait at the same
+//! time as one script call, which decides each in turn
+//! ([`RedisOptions::batching`], on by default). A check that finds the
+//! connection free goes out at once and alone, so batching adds no wait;
+//! under load, Redis reads one request and runs one script for many
+//! decisions instead of one each, which is most of a decision's cost there.
+//! A batch is its decisions run one after another with nothing between
+//! them, so the answers are those of the same checks sent one by one; on
+//! Redis's clock a batch's decisions are judged at one instant, its
+//! `TIME`. A failed batch fails each of its checks, whose callers answer by
+//! the fault rule; a caller that gave up before its check went out (its
+//! timeout, or its future dropped) is left out of the batch. A cluster
+//! cannot run one script across slots: there every check goes alone, as do
+//! the blocking limiter's (each thread waits on its own connection).
+//!
 //! # A flood is answered locally
 //!
 //! A rejected request changes nothing, and other instances' admissions can
@@ -190,6 +207,7 @@
 //! so traffic resumes by itself when Redis comes back.
 
 mod aio;
+mod batch;
 mod blocking;
 mod rejections;
 mod script;
@@ -303,6 +321,7 @@ pub struct RedisOptions {
     min_ttl: Duration,
     connections: usize,
     rejection_cache: usize,
+    batching: bool,
 }
 
 impl Default for RedisOptions {
@@ -314,8 +333,9 @@ impl Default for RedisOptions {
 impl RedisOptions {
     /// Prefix `floodgate`, Redis's clock, a 100 ms timeout, fail closed
     /// (with [`DEFAULT_LOCAL_BOUNDS`] should the rule become
-    /// [`OnFailure::Local`]), no least TTL, 8 blocking connections, and a
-    /// rejection cache of [`DEFAULT_REJECTION_CACHE`] clients.
+    /// [`OnFailure::Local`]), no least TTL, 8 blocking connections, a
+    /// rejection cache of [`DEFAULT_REJECTION_CACHE`] clients, and the async
+    /// limiter's checks batched.
     pub fn new() -> Self {
         Self {
             prefix: "floodgate".to_owned(),
@@ -326,6 +346,7 @@ impl RedisOptions {
             min_ttl: Duration::ZERO,
             connections: 8,
             rejection_cache: DEFAULT_REJECTION_CACHE,
+            batching: true,
         }
     }
 
@@ -393,6 +414,19 @@ impl RedisOptions {
     pub fn rejection_cache(mut self, max_clients: usize) -> Self {
         self.rejection_cache = max_clients;
         self
+    }
+
+    /// Whether the async limiter sends checks that wait at the same time as
+    /// one script call (default on, one server only): see the module's
+    /// "Batches". Off, every check is a script call of its own.
+    pub fn batching(mut self, enabled: bool) -> Self {
+        self.batching = enabled;
+        self
+    }
+
+    /// Whether the async limiter batches checks.
+    pub fn get_batching(&self) -> bool {
+        self.batching
     }
 
     /// The rejection cache's cap (0: off).
@@ -575,7 +609,7 @@ fn cluster_primaries(slots: &::redis::Value) -> Vec<(String, u16)> {
 }
 
 /// Why one call got no answer from Redis.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 #[non_exhaustive]
 pub enum RedisError {
     /// Redis could not be reached, or the connection broke during the call.

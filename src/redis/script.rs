@@ -1,9 +1,11 @@
 //! The six policies as Lua scripts, and the one place that encodes their
 //! arguments and decodes their replies.
 //!
-//! Every script is `scripts/prelude.lua` (argument parsing, the clock, the
-//! integer helpers, the TTL writer) followed by the policy's own step; the
-//! argument and reply contract is written at the top of the prelude.
+//! Every script is `scripts/prelude.lua` (argument parsing, the integer
+//! helpers, the TTL writer), the policy's own step as the body of the
+//! prelude's `decide` function, then `scripts/driver.lua` (the clock, and
+//! one decision or a batch of them); the argument and reply contract is
+//! written at the top of the prelude.
 //! `leaky-bucket` runs `gcra`'s script with a flag, as the in-memory engine
 //! runs GCRA's step and answers the delay.
 
@@ -30,6 +32,13 @@ pub const MAX_WINDOW: u64 = 1 << 50;
 pub const MAX_COUNTER_PRODUCT: u64 = 1 << 52;
 
 const PRELUDE: &str = include_str!("scripts/prelude.lua");
+const DRIVER: &str = include_str!("scripts/driver.lua");
+
+/// The most decisions one batch call carries: enough that the call's own
+/// cost (a script run, a read and a write of the connection) is a small
+/// part of each decision's, and few enough that one call holds Redis (which
+/// runs scripts one at a time) for well under a millisecond.
+pub(super) const MAX_BATCH: usize = 32;
 
 /// The script that runs `policy`'s step.
 pub(super) fn script(policy: PolicyKind) -> Script {
@@ -40,7 +49,8 @@ pub(super) fn script(policy: PolicyKind) -> Script {
         PolicyKind::SlidingWindowCounter => include_str!("scripts/sliding_window_counter.lua"),
         PolicyKind::Gcra | PolicyKind::LeakyBucket => include_str!("scripts/gcra.lua"),
     };
-    Script::new(&format!("{PRELUDE}\n{step}"))
+    // The step is the body of the prelude's `decide`: `end` closes it.
+    Script::new(&format!("{PRELUDE}\n{step}\nend\n{DRIVER}"))
 }
 
 /// What a script is asked.
@@ -105,13 +115,28 @@ impl Arguments {
         op: Op,
         now: Option<u64>,
     ) -> Result<::redis::ScriptInvocation<'s>, RedisError> {
-        let now = match now {
-            Some(now) if now > MAX_NOW => {
-                return Err(RedisError::TimeOutOfRange { now, max: MAX_NOW })
-            }
-            Some(now) => now.to_string(),
-            None => String::new(),
-        };
+        Ok(self.call(script, key, op, &encode_now(now)?))
+    }
+
+    /// A check of `cost` of `key` at `now` (from [`encode_now`]): the call
+    /// a batch of one sends.
+    pub(super) fn single<'s>(
+        &self,
+        script: &'s Script,
+        key: &str,
+        now: &str,
+        cost: u64,
+    ) -> ::redis::ScriptInvocation<'s> {
+        self.call(script, key, Op::CheckN(cost), now)
+    }
+
+    fn call<'s>(
+        &self,
+        script: &'s Script,
+        key: &str,
+        op: Op,
+        now: &str,
+    ) -> ::redis::ScriptInvocation<'s> {
         let cost = match op {
             Op::CheckN(cost) => cost,
             _ => 1,
@@ -130,7 +155,46 @@ impl Arguments {
         .arg(&self.min_ttl_ms)
         .arg(self.leaky)
         .arg(cost);
-        Ok(call)
+        call
+    }
+
+    /// A batch call: one check of each request's key in order, each
+    /// `(key, now, cost)` with `now` from [`encode_now`] and `1 <= cost <= L`.
+    /// The reply is one [`Reply`] per request.
+    pub(super) fn batch<'s, 'r>(
+        &self,
+        script: &'s Script,
+        requests: impl IntoIterator<Item = (&'r str, &'r str, u64)>,
+    ) -> ::redis::ScriptInvocation<'s> {
+        let mut call = script.prepare_invoke();
+        // ARGV[2] and ARGV[9] (one call's now and cost) are unused by a batch
+        // but keep their places, so the shared arguments keep theirs.
+        call.arg("b")
+            .arg("")
+            .arg(&self.limit)
+            .arg(&self.window)
+            .arg(&self.ms_per_tick)
+            .arg(&self.ticks_per_ms)
+            .arg(&self.min_ttl_ms)
+            .arg(self.leaky)
+            .arg(1);
+        for (key, now, cost) in requests {
+            call.key(key).arg(now).arg(cost);
+        }
+        call
+    }
+}
+
+/// `now` as a script argument: empty for the server's clock.
+///
+/// # Errors
+///
+/// [`RedisError::TimeOutOfRange`] for a `now` past [`MAX_NOW`].
+pub(super) fn encode_now(now: Option<u64>) -> Result<String, RedisError> {
+    match now {
+        Some(now) if now > MAX_NOW => Err(RedisError::TimeOutOfRange { now, max: MAX_NOW }),
+        Some(now) => Ok(now.to_string()),
+        None => Ok(String::new()),
     }
 }
 

@@ -1,14 +1,17 @@
--- floodgate: the shared head of every policy script. One script call is one
--- decision for one client: Redis runs a script alone, so the read, the step
--- and the write are atomic without WATCH/MULTI or retries.
+-- floodgate: the shared head of every policy script. A script call decides
+-- for one client, or for a batch of clients one after another: Redis runs a
+-- script alone, so each decision's read, step and write are atomic without
+-- WATCH/MULTI or retries, and a batch is the same decisions sent one by one
+-- with nothing between them.
 --
--- KEYS[1]  the client's state: a hash whose field `o` is the client's origin
---          (the `now` of its first call) and whose other fields are the
---          policy's state, every time in it counted from `o`.
--- ARGV[1]  `c` decide one request (check), `r` remaining, `p` peek: as `r`
---          for a key that exists, nil for one that does not
+-- KEYS     the clients' states, one key each: a hash whose field `o` is the
+--          client's origin (the `now` of its first call) and whose other
+--          fields are the policy's state, every time in it counted from `o`.
+-- ARGV[1]  `c` decide one request of KEYS[1] (check), `r` remaining, `p`
+--          peek: as `r` for a key that exists, nil for one that does not;
+--          `b` a batch: decide one request of each key, in order
 -- ARGV[2]  now in ticks, or empty: the script reads Redis TIME in
---          microseconds (then one tick is one microsecond)
+--          microseconds (then one tick is one microsecond); `b` ignores it
 -- ARGV[3]  L, the limit
 -- ARGV[4]  W, the window in ticks
 -- ARGV[5]  milliseconds per tick (1 when a tick is a millisecond or less)
@@ -17,11 +20,14 @@
 -- ARGV[8]  gcra.lua only: `1` for leaky-bucket (answer the queueing delay)
 -- ARGV[9]  the request's cost n for `c`, 1 <= n <= L (the caller answers a
 --          cost of 0 or above L from `r`): admitted iff n single requests
---          at `now` would all be, then the state they would leave
+--          at `now` would all be, then the state they would leave; `b`
+--          ignores it
+-- ARGV[8 + 2i], ARGV[9 + 2i]  `b` only: the now (or empty) and the cost of
+--          the decision for KEYS[i], as ARGV[2] and ARGV[9] for `c`
 --
 -- Returns {allowed (0/1), remaining, retry_after, delay}; `remaining` and
 -- `peek` calls return {0, remaining, 0, 0}, and a `peek` of a key that does
--- not exist returns nil.
+-- not exist returns nil. A batch returns one such reply per key, in order.
 --
 -- Arithmetic. Lua numbers here are doubles: every integer below 2^53 is
 -- exact, and so is every sum, difference and product whose exact value stays
@@ -30,37 +36,17 @@
 -- value each script computes stays within 2^53 (each script says why where
 -- it multiplies). Numbers handed to Redis are formatted with %d, never with
 -- tostring, whose %.14g would round times of 15 digits and more.
+--
+-- Layout: this head (what every decision of the call shares), then
+-- `decide` (the per-decision helpers below and the policy's step, which
+-- ends by returning the reply), then `driver.lua`, which reads the clock
+-- and calls `decide` once or once per key.
 
-local key = KEYS[1]
-local check = ARGV[1] == 'c'
--- A peek never creates state: with no key there is nothing to answer from,
--- and the step below writes only for a new client (`new`), so a peek of an
--- existing key writes nothing either.
-if ARGV[1] == 'p' and redis.call('EXISTS', key) == 0 then
-  return false
-end
-local now
-if ARGV[2] == '' then
-  -- Needed before a write that follows TIME on Redis < 5 (it replicates
-  -- the script's effects instead of the script). Redis 7, the first to
-  -- define REDIS_VERSION_NUM, always does; skipping the call there saves
-  -- a deprecated no-op on every decision.
-  if redis.REDIS_VERSION_NUM == nil and redis.replicate_commands then
-    redis.replicate_commands()
-  end
-  local time = redis.call('TIME')
-  -- At most 2^52 µs until the year 2112.
-  now = tonumber(time[1]) * 1000000 + tonumber(time[2])
-else
-  now = tonumber(ARGV[2])
-end
 local L = tonumber(ARGV[3])
 local W = tonumber(ARGV[4])
 local ms_per_tick = tonumber(ARGV[5])
 local ticks_per_ms = tonumber(ARGV[6])
 local min_ttl = tonumber(ARGV[7])
--- At most L <= 2^32 - 1: exact.
-local cost = tonumber(ARGV[9])
 
 -- The longest TTL set, 2^46 ms (2,230 years): far past any state's use, and
 -- small enough that the product below is compared before it can lose
@@ -84,6 +70,10 @@ local function int(x)
   return string.format('%d', x)
 end
 
+-- One decision: a request of cost `cost` (1 <= cost <= L, an exact
+-- integer) of the client whose state is `key` at `now`, if `check`; else its
+-- remaining. Returns the reply (the policy's step ends in its `return`).
+local function decide(key, check, now, cost)
 -- The client's origin, its time relative to it (judged at the origin when
 -- `now` is earlier: a call that raced the one creating the client), and how
 -- much earlier than the origin the call is (added to its retry_after, and to
