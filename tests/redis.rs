@@ -9,7 +9,10 @@
 //!   and traffic resumes after a restart without rebuilding the limiter;
 //! - keys expire exactly when their state answers as an empty one;
 //! - `peek_at` creates nothing and agrees with `remaining_at`, and `forget`
-//!   starts a client afresh, on both APIs.
+//!   starts a client afresh, on both APIs;
+//! - the async limiter's batched checks give the answers of checks sent one
+//!   by one, and a check whose caller gave up before it went out is never
+//!   sent.
 //!
 //! The shared server is found through `FLOODGATE_REDIS_URL` (`.ci/run`
 //! starts one and sets it); the fault tests start their own `redis-server`

@@ -16,8 +16,9 @@
 //! as one script call) and with batching off, each check a call of its own.
 //!
 //! Every decision is one `EVALSHA` on Redis's clock (the script reads
-//! `TIME`), for 10,000 clients drawn uniformly, so the rows measure the
-//! round trip and the script, not one hot key. For each connection count
+//! `TIME`; a batched async row's decisions share calls), for 10,000
+//! clients drawn uniformly, so the rows measure the round trip and the
+//! script, not one hot key. For each connection count
 //! the floors and every policy take turns in three rounds, and each figure
 //! is the median of its rounds: a ratio compares figures that shared the
 //! machine's noise.

@@ -130,6 +130,7 @@ impl Arguments {
         self.call(script, key, Op::CheckN(cost), now)
     }
 
+    /// The call of `op` on `key` at `now` (from [`encode_now`]).
     fn call<'s>(
         &self,
         script: &'s Script,
@@ -141,21 +142,28 @@ impl Arguments {
             Op::CheckN(cost) => cost,
             _ => 1,
         };
-        let mut call = script.key(key);
-        call.arg(match op {
+        let op = match op {
             Op::CheckN(_) => "c",
             Op::Remaining => "r",
             Op::Peek => "p",
-        })
-        .arg(now)
-        .arg(&self.limit)
-        .arg(&self.window)
-        .arg(&self.ms_per_tick)
-        .arg(&self.ticks_per_ms)
-        .arg(&self.min_ttl_ms)
-        .arg(self.leaky)
-        .arg(cost);
+        };
+        let mut call = script.key(key);
+        self.head(&mut call, op, now, cost);
         call
+    }
+
+    /// `ARGV[1]` to `ARGV[9]` (the prelude's contract): the operation, the
+    /// call's `now` and cost, and the arguments every call shares.
+    fn head(&self, call: &mut ::redis::ScriptInvocation<'_>, op: &str, now: &str, cost: u64) {
+        call.arg(op)
+            .arg(now)
+            .arg(&self.limit)
+            .arg(&self.window)
+            .arg(&self.ms_per_tick)
+            .arg(&self.ticks_per_ms)
+            .arg(&self.min_ttl_ms)
+            .arg(self.leaky)
+            .arg(cost);
     }
 
     /// A batch call: one check of each request's key in order, each
@@ -169,15 +177,7 @@ impl Arguments {
         let mut call = script.prepare_invoke();
         // ARGV[2] and ARGV[9] (one call's now and cost) are unused by a batch
         // but keep their places, so the shared arguments keep theirs.
-        call.arg("b")
-            .arg("")
-            .arg(&self.limit)
-            .arg(&self.window)
-            .arg(&self.ms_per_tick)
-            .arg(&self.ticks_per_ms)
-            .arg(&self.min_ttl_ms)
-            .arg(self.leaky)
-            .arg(1);
+        self.head(&mut call, "b", "", 1);
         for (key, now, cost) in requests {
             call.key(key).arg(now).arg(cost);
         }
