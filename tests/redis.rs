@@ -603,11 +603,7 @@ fn batched_checks_answer_as_checks_sent_one_by_one() {
     const TASKS: usize = 8;
     let server = Server::start();
     let url = server.url();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = two_workers();
     let mut rng = fastrand::Rng::with_seed(0xBA7C4);
     let mut sent = 0;
     for policy in PolicyKind::ALL {
@@ -677,11 +673,7 @@ fn batched_checks_answer_as_checks_sent_one_by_one() {
 fn batched_checks_of_one_client_admit_exactly_the_limit() {
     let url = shared_url();
     let prefix = prefix("batched_one_client");
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = two_workers();
     for policy in PolicyKind::ALL {
         let config = Config::per_ticks(50, 1_000_000).unwrap();
         let (admitted, remaining) = runtime.block_on(async {
@@ -721,6 +713,16 @@ fn batched_checks_of_one_client_admit_exactly_the_limit() {
     .unwrap()
     .clear_prefix(&prefix)
     .unwrap();
+}
+
+/// A runtime of two worker threads, so that tasks run at once and their
+/// calls meet in flight.
+fn two_workers() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 /// How many script calls (`EVALSHA`, and `EVAL` after a `NOSCRIPT`) the
@@ -1759,11 +1761,7 @@ fn a_stalled_redis_times_out_and_the_call_is_not_sent_again() {
 #[ignore = "needs redis-server on the PATH: run with --include-ignored"]
 fn a_batched_check_whose_caller_gave_up_before_it_was_sent_is_not_sent() {
     let server = Server::start();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = two_workers();
     let remaining = runtime.block_on(async {
         let options = fault_options(OnFailure::FailClosed).timeout(Duration::from_secs(1));
         let limiter = AsyncRedisLimiter::new(
@@ -1824,11 +1822,7 @@ fn a_batched_check_whose_caller_gave_up_before_it_was_sent_is_not_sent() {
 #[ignore = "needs redis-server on the PATH: run with --include-ignored"]
 fn the_async_limiter_fails_by_its_rule_and_reconnects_on_its_own() {
     let mut server = Server::start();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = two_workers();
     runtime.block_on(async {
         let limiter = AsyncRedisLimiter::new(
             &server.url(),
@@ -2222,11 +2216,7 @@ fn a_killed_cluster_node_fails_by_the_rule_and_traffic_resumes() {
         fault_options(OnFailure::FailClosed),
     )
     .unwrap();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = two_workers();
     let async_limiter = runtime.block_on(async {
         AsyncRedisLimiter::new(
             &url,

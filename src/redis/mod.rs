@@ -46,9 +46,8 @@
 //! On one server, the async limiter sends checks that wait at the same
 //! time as one script call, which decides each in turn
 //! ([`RedisOptions::batching`], on by default). While fewer than four calls
-//! are in flight a check goes out at once and alone, so batching adds no
-//! wait;
-//! under load, Redis reads one request and starts one script for many
+//! are in flight a check goes out at once and alone (batching never waits
+//! for a batch to fill); under load, Redis reads one request and starts one script for many
 //! decisions instead of one each, about a third of a decision's cost there.
 //! A batch is its decisions run one after another with nothing between
 //! them, so the answers are those of the same checks sent one by one; on
