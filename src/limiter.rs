@@ -470,7 +470,7 @@ where
         Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
         K: Borrow<Q>,
     {
-        self.check_n_at(key, now, 1)
+        self.check_known_first(key, now, 1)
     }
 
     /// Decides one request of cost `cost` of `key` at `now`, in one atomic
@@ -481,12 +481,25 @@ where
         Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
         K: Borrow<Q>,
     {
-        // The hot path, a known client: one look-up, one step.
+        self.check_known_first(key, now, cost)
+    }
+
+    /// The body of `check_at` and `check_n_at`, inlined into both so that
+    /// `check_at`'s constant cost of 1 reaches the step: the hot path, a
+    /// known client, is one look-up and one step.
+    #[inline(always)]
+    fn check_known_first<Q>(&self, key: &Q, now: u64, cost: u64) -> Decision
+    where
+        Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
+        K: Borrow<Q>,
+    {
         let hash = self.clients.hash(key);
-        match self
-            .clients
-            .peek_hashed(key, hash, |client| self.decide(client, now, cost))
-        {
+        match self.clients.peek_hashed(
+            key,
+            hash,
+            #[inline(always)]
+            |client| self.decide(client, now, cost),
+        ) {
             Some(Ok(decision)) => decision.in_ticks(self.tick),
             found => self
                 .check_cold(key, hash, now, cost, found.is_some())
@@ -503,35 +516,31 @@ where
         Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
         K: Borrow<Q>,
     {
+        // Each answer returned where it is matched, never carried out of
+        // its enum first: a `Decision` moved through `Arrival` and `Result`
+        // was copied with its padding, and the copies' loads stalled on the
+        // stores before them (a tenth of a new client's check).
         loop {
-            let answer = if present {
+            if present {
                 match self
                     .clients
                     .peek_hashed(key, hash, |client| self.decide(client, now, cost))
                 {
-                    Some(answer) => answer,
-                    None => {
-                        present = false;
-                        continue;
-                    }
+                    Some(Ok(decision)) => return decision,
+                    Some(Err(Retired)) => self.clients.settle(),
+                    None => present = false,
                 }
             } else {
                 match self.clients.arrive(key, hash, now, &self.policy, |client| {
                     self.decide(client, now, cost)
                 }) {
-                    Arrival::Created(answer) => answer,
-                    Arrival::Raced => {
+                    Arrival::Created(Ok(decision)) => return decision,
+                    Arrival::Created(Err(Retired)) => {
+                        self.clients.settle();
                         present = true;
-                        continue;
                     }
+                    Arrival::Raced => present = true,
                     Arrival::Full => return self.overflow_check(now, cost),
-                }
-            };
-            match answer {
-                Ok(decision) => return decision,
-                Err(Retired) => {
-                    self.clients.settle();
-                    present = true;
                 }
             }
         }
@@ -760,7 +769,8 @@ where
     /// construction, so only a count of what the map did can show a bug that
     /// lets it. Never above `tracked_clients()` (each insert is counted after
     /// its reservation, each removal before its place is given back), and
-    /// equal to the map's length when no call is in flight.
+    /// equal to the map's length when no call is in flight. Without a cap
+    /// nothing is reserved, and the two are the same count.
     #[doc(hidden)]
     pub fn stored_clients(&self) -> usize {
         self.clients.stored()

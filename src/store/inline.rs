@@ -108,7 +108,8 @@
 //! cap, taken before an insert and given back by whoever removes a client;
 //! `stored` counts what the table did (+1 after a slot is published `FULL`,
 //! −1 after one is marked `DEAD`), so that `stored <= tracked <= cap` and a
-//! watcher can see a broken cap.
+//! watcher can see a broken cap. A store without a cap takes no places:
+//! `stored` alone counts its clients.
 
 use std::borrow::Borrow;
 use std::cell::UnsafeCell;
@@ -290,6 +291,11 @@ impl<K, S> Table<K, S> {
     }
 
     /// Looks `key` up along its path.
+    ///
+    /// The common case first: a known client's key in the first slot of
+    /// its path, `FULL`, is one compare of the tag and one of the key. Any
+    /// other first slot goes to the full walk, which decides it on the tag
+    /// already loaded.
     #[inline(always)]
     fn probe<Q>(&self, key: &Q, hash: u64) -> Probe<'_, K, S>
     where
@@ -297,10 +303,35 @@ impl<K, S> Table<K, S> {
         Q: ?Sized + Eq,
     {
         let print = fingerprint(hash);
-        let mut index = hash as usize & self.mask;
-        for _ in 0..=self.mask {
+        // The mask from the slice's own length (a power of two), so that
+        // the index is in bounds by construction and needs no check.
+        let index = hash as usize & (self.slots.len() - 1);
+        let slot = &self.slots[index];
+        let tag = slot.tag.load(Ordering::Acquire);
+        if tag == print | FULL
+            // SAFETY: the tag was just loaded with Acquire as FULL; the
+            // caller holds the table.
+            && unsafe { slot.entry() }.key.borrow() == key
+        {
+            return Probe::Found(slot);
+        }
+        self.walk(key, print, index, tag)
+    }
+
+    /// The full probe from `index`, the first slot of `key`'s path, whose
+    /// tag `probe` loaded already (`tag`; the slots after it are loaded
+    /// here): every state decided as the module docs say. One load per
+    /// slot visited, as if there were no fast path.
+    #[inline]
+    fn walk<Q>(&self, key: &Q, print: u64, mut index: usize, mut tag: u64) -> Probe<'_, K, S>
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + Eq,
+    {
+        let mask = self.slots.len() - 1;
+        let mut visited = 0;
+        loop {
             let slot = &self.slots[index];
-            let tag = slot.tag.load(Ordering::Acquire);
             'slot: {
                 let state = tag & STATE;
                 if tag & !STATE != print {
@@ -333,9 +364,13 @@ impl<K, S> Table<K, S> {
                     _ => break 'slot,
                 }
             }
-            index = (index + 1) & self.mask;
+            visited += 1;
+            if visited > mask {
+                return Probe::Onward;
+            }
+            index = (index + 1) & mask;
+            tag = self.slots[index].tag.load(Ordering::Acquire);
         }
-        Probe::Onward
     }
 
     /// The table this one is being emptied into, if a rebuild began.
@@ -405,9 +440,9 @@ impl<K, S> Drop for Table<K, S> {
 /// Client key → that client's state, inline in an open-addressing table.
 pub(crate) struct InlineStore<K, S> {
     table: TableCell<Table<K, S>>,
-    /// Randomly seeded (ahash's `new()`), so ids crafted to collide in one
-    /// process do not in another.
-    hasher: ahash::RandomState,
+    /// Randomly seeded (foldhash's `random()`), so ids crafted to collide
+    /// in one process do not in another.
+    hasher: foldhash::fast::SeedableRandomState,
     /// Rebuilds and sweeps, one at a time. Checks never take it; an insert
     /// waits on it only when its table has no room left.
     upkeep: Mutex<()>,
@@ -418,8 +453,9 @@ pub(crate) struct InlineStore<K, S> {
     /// Whether a rebuild may double the table: not for a capped store,
     /// whose first table already holds its cap.
     grows: bool,
-    /// Places taken under the cap (module docs). Relaxed: one counter
-    /// changed only by read-modify-writes, publishing nothing.
+    /// Places taken under the cap (module docs); a store without a cap
+    /// takes none. Relaxed: one counter changed only by read-modify-writes,
+    /// publishing nothing.
     tracked: AtomicUsize,
     /// The latest `now` a sweep judged at: the earliest origin a new client
     /// may get (module docs).
@@ -450,9 +486,9 @@ where
             // Under loom, fixed seeds: every execution of a model must probe
             // the same slots.
             #[cfg(not(floodgate_loom))]
-            hasher: ahash::RandomState::new(),
+            hasher: foldhash::fast::SeedableRandomState::random(),
             #[cfg(floodgate_loom)]
-            hasher: ahash::RandomState::with_seeds(1, 2, 3, 4),
+            hasher: foldhash::fast::SeedableRandomState::fixed(),
             upkeep: Mutex::new(()),
             #[cfg(floodgate_loom)]
             writing: Mutex::new(()),
@@ -480,10 +516,11 @@ where
 
     /// The key's hash, the same for every borrowed form of it (`K`, `Q`,
     /// a reference to either), as `Borrow` promises. Not `hash_one`: where
-    /// `ahash` specialises (nightly compilers), its answer depends on the
-    /// argument's type — `&u64` takes a dedicated path, `&&u64` the generic
-    /// one — and a rebuild that hashed a key through one more reference
-    /// than the probe placed clients where no probe looked.
+    /// a hasher specialises (`ahash` did, on nightly compilers), its answer
+    /// may depend on the argument's type — `&u64` took a dedicated path,
+    /// `&&u64` the generic one — and a rebuild that hashed a key through
+    /// one more reference than the probe placed clients where no probe
+    /// looked.
     #[inline]
     #[allow(clippy::manual_hash_one)]
     pub(crate) fn hash<Q: ?Sized + Hash>(&self, key: &Q) -> u64 {
@@ -535,7 +572,7 @@ where
 
     /// [`peek`](Self::peek) with `key`'s [`hash`](Self::hash) already
     /// made: a call that goes on to `arrive` hashes its key once.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn peek_hashed<Q, R>(
         &self,
         key: &Q,
@@ -623,7 +660,7 @@ where
             }
             None => {
                 // Another thread created it first: give the place back.
-                self.tracked.fetch_sub(1, Ordering::Relaxed);
+                self.give_back(1);
                 Arrival::Raced
             }
         }
@@ -835,9 +872,21 @@ where
         self.table.publish(ManuallyDrop::into_inner(next));
     }
 
-    /// Takes a place under `cap`; false at the cap.
+    /// Takes a place under `cap`; false at the cap. Without a cap there
+    /// is nothing to count against, and `stored` alone counts the clients:
+    /// a new client's arrival saves the read-modify-write, a full barrier
+    /// that waits for the stores before it (the last insert's slot).
     fn reserve(&self, cap: Option<usize>) -> bool {
-        super::reserve(&self.tracked, cap)
+        cap.is_none() || super::reserve(&self.tracked, cap)
+    }
+
+    /// Gives back `places` that `reserve` took (none without a cap); how
+    /// many clients keep one, by the count that holds them.
+    fn give_back(&self, places: usize) -> usize {
+        if self.schedule.bounds().cap().is_none() {
+            return self.stored.load(Ordering::Relaxed);
+        }
+        self.tracked.fetch_sub(places, Ordering::Relaxed) - places
     }
 
     /// Removes `key`'s client and retires its state with `retire`; whether
@@ -868,7 +917,7 @@ where
             {
                 // `stored` first, then the place: as a sweep gives them back.
                 self.stored.fetch_sub(1, Ordering::Relaxed);
-                self.tracked.fetch_sub(1, Ordering::Relaxed);
+                self.give_back(1);
                 // SAFETY: the slot was FULL (Acquire); `guard` holds it.
                 retire(&unsafe { slot.entry() }.client.state);
                 return true;
@@ -923,13 +972,17 @@ where
         }
         // `stored` first, then the places: so `stored <= tracked`.
         self.stored.fetch_sub(removed, Ordering::Relaxed);
-        let kept = self.tracked.fetch_sub(removed, Ordering::Relaxed) - removed;
+        let kept = self.give_back(removed);
         turn.finish(kept);
         removed
     }
 
-    /// How many clients hold a place (see `store::keyed`'s `len`).
+    /// How many clients hold a place (see `store::keyed`'s `len`); without
+    /// a cap, how many the table holds.
     pub(crate) fn len(&self) -> usize {
+        if self.schedule.bounds().cap().is_none() {
+            return self.stored.load(Ordering::Relaxed);
+        }
         self.tracked.load(Ordering::Relaxed)
     }
 
