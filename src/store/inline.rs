@@ -880,13 +880,12 @@ where
         cap.is_none() || super::reserve(&self.tracked, cap)
     }
 
-    /// Gives back `places` that `reserve` took (none without a cap); how
-    /// many clients keep one, by the count that holds them.
-    fn give_back(&self, places: usize) -> usize {
-        if self.schedule.bounds().cap().is_none() {
-            return self.stored.load(Ordering::Relaxed);
-        }
-        self.tracked.fetch_sub(places, Ordering::Relaxed) - places
+    /// Gives back `places` that `reserve` took; how many are still taken,
+    /// or `None` without a cap (nothing was taken). No load of its own:
+    /// a removal's counts are read only from its read-modify-writes.
+    fn give_back(&self, places: usize) -> Option<usize> {
+        self.schedule.bounds().cap()?;
+        Some(self.tracked.fetch_sub(places, Ordering::Relaxed) - places)
     }
 
     /// Removes `key`'s client and retires its state with `retire`; whether
@@ -971,8 +970,8 @@ where
             }
         }
         // `stored` first, then the places: so `stored <= tracked`.
-        self.stored.fetch_sub(removed, Ordering::Relaxed);
-        let kept = self.give_back(removed);
+        let stored = self.stored.fetch_sub(removed, Ordering::Relaxed) - removed;
+        let kept = self.give_back(removed).unwrap_or(stored);
         turn.finish(kept);
         removed
     }
