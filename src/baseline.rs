@@ -100,7 +100,10 @@ use crate::{
 /// Stored time never moves backwards, and such a call is never admitted where
 /// the latest reflected time would reject it. A `now` before the client's
 /// origin is judged at the origin, and the difference is added to
-/// `retry_after` (and, for the leaky bucket, to `delay`).
+/// `retry_after`; except where the lock-free engine keeps no origin (a
+/// schedule, `gcra` and `leaky-bucket`, starts at `TAT = origin`; a
+/// bucket's state is the drip from which it is full): there the call is
+/// judged at its own `now` against that state, which can only be stricter.
 ///
 /// # Examples
 ///
@@ -544,10 +547,18 @@ struct Client {
 }
 
 impl Client {
+    /// A client created at `origin`. A schedule (`gcra`, `leaky-bucket`)
+    /// counts from tick 0 and starts at `TAT = origin`, as the lock-free
+    /// engine's does (it keeps no origin for them): the origin decides
+    /// nothing else there, and a call before it is judged at its own time.
     fn new(origin: u64, rules: &Rules) -> Self {
+        let (origin, state) = match rules.policy {
+            PolicyKind::Gcra | PolicyKind::LeakyBucket => (0, State::Tat(u128::from(origin))),
+            _ => (origin, State::new(rules)),
+        };
         Self {
             origin,
-            state: State::new(rules),
+            state,
             retired: false,
         }
     }
@@ -557,6 +568,12 @@ impl Client {
     fn check(&mut self, rules: &Rules, now: u64, cost: u64) -> Decision {
         match now.checked_sub(self.origin) {
             Some(since) => self.state.check(rules, since, cost),
+            // A bucket answers a call before its origin at the call's time
+            // (`bucket_before_origin`).
+            None if matches!(self.state, State::Bucket { .. }) => {
+                self.state
+                    .bucket_before_origin(rules, self.origin - now, cost)
+            }
             // A call that raced with the one creating the client, carrying an
             // earlier time: judged at the origin, it waits that much longer.
             None => {
@@ -577,7 +594,15 @@ impl Client {
     /// `remaining` at `now` (absolute); a `now` before the origin is read at
     /// the origin.
     fn remaining(&self, rules: &Rules, now: u64) -> u64 {
-        self.state.remaining(rules, now.saturating_sub(self.origin))
+        match now.checked_sub(self.origin) {
+            Some(since) => self.state.remaining(rules, since),
+            None => match self.state {
+                State::Bucket { schedule, .. } => rules
+                    .limit
+                    .saturating_sub(lacking_before_origin(schedule, rules, self.origin - now)),
+                _ => self.state.remaining(rules, 0),
+            },
+        }
     }
 
     /// Whether a sweep at `now` may forget this client. Never before its
@@ -597,8 +622,17 @@ enum State {
     /// oldest first; older admissions can no longer decide anything.
     Log(VecDeque<u64>),
     /// `token-bucket`: the tokens in the bucket once the drips up to index
-    /// `drips` (at `drips · I`) are counted; starts full at drip 0.
-    Bucket { tokens: u64, drips: u64 },
+    /// `drips` (at `drips · I`) are counted; starts full at drip 0. And
+    /// `schedule`, the drip from which it is full again if nothing more is
+    /// taken (`max(schedule, d) + n` after an admission of `n` at drip
+    /// `d`): what is left of it is `L − (max(schedule, d) − d)` from drip
+    /// `d` on, as the lock-free engine stores it. Used only to answer a call
+    /// before the origin as that engine does (`bucket_before_origin`).
+    Bucket {
+        tokens: u64,
+        drips: u64,
+        schedule: u64,
+    },
     /// `fixed-window`: the admissions counted in window `index`, which spans
     /// `[index · W, (index + 1) · W)`.
     Fixed { index: u64, count: u64 },
@@ -622,6 +656,7 @@ impl State {
             PolicyKind::TokenBucket => State::Bucket {
                 tokens: rules.limit,
                 drips: 0,
+                schedule: 0,
             },
             PolicyKind::FixedWindow => State::Fixed { index: 0, count: 0 },
             PolicyKind::SlidingWindowCounter => State::Counter {
@@ -647,7 +682,11 @@ impl State {
         }
         match self {
             State::Log(times) => sliding_window_check(times, rules, now, cost),
-            State::Bucket { tokens, drips } => token_bucket_check(tokens, drips, rules, now, cost),
+            State::Bucket {
+                tokens,
+                drips,
+                schedule,
+            } => token_bucket_check(tokens, drips, schedule, rules, now, cost),
             State::Fixed { index, count } => fixed_window_check(index, count, rules, now, cost),
             State::Counter {
                 index,
@@ -667,7 +706,7 @@ impl State {
                 let now = now.max(times.back().copied().unwrap_or(0));
                 rules.limit - in_window(times, rules.window, now)
             }
-            State::Bucket { tokens, drips } => drip(*tokens, *drips, rules, now).0,
+            State::Bucket { tokens, drips, .. } => drip(*tokens, *drips, rules, now).0,
             State::Fixed { index, count } => {
                 if now / rules.window > *index {
                     rules.limit
@@ -703,7 +742,9 @@ impl State {
                 u128::from(newest) + u128::from(rules.window) <= u128::from(now)
             }),
             // Full at `now`, and nothing drains a bucket but an admission.
-            State::Bucket { tokens, drips } => drip(*tokens, *drips, rules, now).0 == rules.limit,
+            State::Bucket { tokens, drips, .. } => {
+                drip(*tokens, *drips, rules, now).0 == rules.limit
+            }
             // Count 0 is only the new state (every admission counts); a past
             // window's count never decides anything again.
             State::Fixed { index, count } => *count == 0 || now / rules.window > *index,
@@ -779,6 +820,7 @@ fn drip(tokens: u64, drips: u64, rules: &Rules, now: u64) -> (u64, u64) {
 fn token_bucket_check(
     tokens: &mut u64,
     drips: &mut u64,
+    schedule: &mut u64,
     rules: &Rules,
     now: u64,
     cost: u64,
@@ -787,6 +829,9 @@ fn token_bucket_check(
     if available >= cost {
         *tokens = available - cost;
         *drips = counted;
+        // Saturates only past 2^64 ticks, where no call before the origin
+        // is left to read it.
+        *schedule = (*schedule).max(counted).saturating_add(cost);
         Decision::admit(available - cost)
     } else {
         // The (cost − available)-th drip after the last one counted fills
@@ -794,6 +839,54 @@ fn token_bucket_check(
         let filling = u128::from(counted) + u128::from(cost - available);
         let at = filling * u128::from(rules.interval);
         Decision::reject(available, saturate(at - u128::from(now)))
+    }
+}
+
+/// The tokens a bucket whose schedule is `schedule` lacks `lag` ticks
+/// before its origin: one per drip from the call to the schedule's end,
+/// `⌈(schedule · I + lag) / I⌉ = schedule + ⌈lag / I⌉`.
+fn lacking_before_origin(schedule: u64, rules: &Rules, lag: u64) -> u64 {
+    schedule.saturating_add(lag.div_ceil(rules.interval))
+}
+
+impl State {
+    /// `token-bucket` at a call `lag` ticks before the origin. The lock-free
+    /// engine keeps no origin for a bucket (its one word is the drip, in
+    /// ticks, from which the bucket is full), so it judges such a call at
+    /// the call's own time: the bucket lacks every drip between the call and
+    /// the end of its schedule. That can only be stricter than at the
+    /// origin; this answers the same.
+    fn bucket_before_origin(&mut self, rules: &Rules, lag: u64, cost: u64) -> Decision {
+        let State::Bucket {
+            tokens,
+            drips,
+            schedule,
+        } = self
+        else {
+            unreachable!("called for buckets only")
+        };
+        let available = rules
+            .limit
+            .saturating_sub(lacking_before_origin(*schedule, rules, lag));
+        if cost == 0 {
+            return Decision::admit(available);
+        }
+        if cost > rules.limit {
+            return Decision::reject(available, u64::MAX);
+        }
+        if available >= cost {
+            // Taken from the schedule's end, as at any time before it. The
+            // counted tokens follow: `L − (max(B, drips) − drips)`.
+            *schedule = schedule.saturating_add(cost);
+            *tokens = rules.limit - ((*schedule).max(*drips) - *drips);
+            Decision::admit(available - cost)
+        } else {
+            // Holds `cost` again from the drip `L − cost` intervals before
+            // the schedule's end, `lag` ticks after the origin's time.
+            let end = u128::from(*schedule) * u128::from(rules.interval) + u128::from(lag);
+            let room = u128::from(rules.limit - cost) * u128::from(rules.interval);
+            Decision::reject(available, saturate(end - room))
+        }
     }
 }
 
@@ -1249,19 +1342,36 @@ mod tests {
     #[test]
     fn a_call_before_the_origin_is_judged_at_the_origin_and_waits_the_lag() {
         let limiter: MutexLimiter<u64, _> = MutexLimiter::with_clock(
+            PolicyKind::FixedWindow,
+            Config::per_ticks(1, 10).unwrap(),
+            crate::ManualClock::new(0),
+        )
+        .unwrap();
+        assert!(limiter.check_at(&1, 100).allowed);
+        // Judged at 100: the window ends at 110, 40 ticks after 70.
+        assert_eq!(limiter.check_at(&1, 70).retry_after, 40);
+        assert_eq!(limiter.remaining_at(&1, 0), 0);
+        assert_eq!(limiter.remaining_at(&1, 110), 1);
+    }
+
+    /// A schedule starts at `TAT = origin` and judges an earlier call at
+    /// its own time: stricter than at the origin (where this one would
+    /// have been admitted with a delay of 5 + 30).
+    #[test]
+    fn a_call_before_a_schedules_origin_is_judged_at_its_own_time() {
+        let limiter: MutexLimiter<u64, _> = MutexLimiter::with_clock(
             PolicyKind::LeakyBucket,
             Config::per_ticks(2, 10).unwrap(),
             crate::ManualClock::new(0),
         )
         .unwrap();
         assert_eq!(limiter.check_at(&1, 100).delay, 0);
-        // Judged at 100: delay 5, plus the 30 ticks it is early.
-        assert_eq!(limiter.check_at(&1, 70).delay, 35);
-        let third = limiter.check_at(&1, 70);
-        assert!(!third.allowed);
-        // At 100 the TAT is 110 and τ = 5: admitted from 105, 35 ticks on.
-        assert_eq!(third.retry_after, 35);
+        let early = limiter.check_at(&1, 70);
+        assert!(!early.allowed);
+        // TAT 105, τ = 5: admitted from 100, 30 ticks on.
+        assert_eq!(early.retry_after, 30);
         assert_eq!(limiter.remaining_at(&1, 0), 0);
+        assert_eq!(limiter.check_at(&1, 100).delay, 5);
     }
 
     #[test]
@@ -1452,7 +1562,7 @@ mod tests {
 
     /// Overflowing clients share one state, with the first one's `now` as its
     /// origin (so the fixed-window grid starts there), and a call before that
-    /// origin is judged at it.
+    /// origin is judged at it (a schedule's, at its own time).
     #[test]
     fn shared_at_the_cap_is_one_client_for_all_who_overflow() {
         let limiter = bounded(
@@ -1479,12 +1589,15 @@ mod tests {
             Bounds::new().max_clients(0).on_overflow(Overflow::Shared),
         );
         assert_eq!(limiter.check_at(&1, 50).delay, 0);
-        // Judged at 50: queued 5 behind the first, plus 10 early.
-        assert_eq!(limiter.check_at(&2, 40).delay, 15);
+        // A schedule judges a call before its origin at the call's own
+        // time: TAT 55 is 15 ahead of 40, past τ = 5.
+        assert_eq!(limiter.check_at(&2, 40), Decision::reject(0, 10));
         assert_eq!(limiter.tracked_clients(), 0);
         // Never swept: it is not a client.
         assert_eq!(limiter.sweep_at(1_000), 0);
-        assert_eq!(limiter.check_at(&3, 50), Decision::reject(0, 5));
+        let queued = limiter.check_at(&3, 50);
+        assert!(queued.allowed);
+        assert_eq!(queued.delay, 5);
     }
 
     /// An arrival at the cap sweeps first (eviction off or on), so a busy

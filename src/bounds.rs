@@ -61,14 +61,17 @@
 //!
 //! The cap counts clients; what a client costs is fixed by its policy from
 //! its first call on (`remaining` included — [`peek`](crate::RateLimiter::peek)
-//! creates nothing): 56 heap bytes for `gcra`, `leaky-bucket` and
-//! `token-bucket`, 72 for the window policies, and `72 + 16·L` for
-//! `sliding-window`, whose log holds its last `L` admissions (16 MiB at the
-//! largest `L`, 2^20 − 1). A limiter's states therefore take at most
-//! `max_clients` times that, plus one candidate state per thread that is
-//! creating a client at that moment (a thread that loses the race to create
-//! a client drops its candidate at once). Size the cap of a sliding log with
-//! its `L` in mind; the other policies' states are all small.
+//! creates nothing): one slot of the limiter's table, 24 bytes for a `u64`
+//! key with `gcra`, `leaky-bucket` or `token-bucket` and 48 with a window
+//! policy or `sliding-window`, whose ring of its last `L` admissions adds
+//! `16·L` more on the heap (16 MiB at the largest `L`, 2^20 − 1). The table
+//! keeps at least 1/8 of its slots free, so at 100,000 clients that is
+//! about 31.5, 63 and `79 + 16·L` bytes per client (the README's table).
+//! A capped limiter sizes its table for `max_clients` once, plus one
+//! candidate entry per thread that is creating a client at that moment (a
+//! thread that loses the race to create a client drops its candidate at
+//! once). Size the cap of a sliding log with its `L` in mind; the other
+//! policies' states are all small.
 
 use std::fmt;
 use std::str::FromStr;

@@ -3,13 +3,16 @@
 //!
 //! # Layouts
 //!
-//! All times are ticks since the client's origin (its first call), so they
-//! start at 0 and, for any clock that counts from a fixed point, stay far
-//! below 2^64.
+//! The window policies' times are ticks since the client's origin (its
+//! first call), so they start at 0 and, for any clock that counts from a
+//! fixed point, stay far below 2^64. The drip policies' are the clock's own
+//! ticks in the limiter, which keeps no origin for them (their one word
+//! carries it: `TAT` and the bucket start there), and ticks since the
+//! origin in a tier.
 //!
 //! * `gcra`, `leaky-bucket`: one `u64`, the theoretical arrival time `TAT`.
-//! * `token-bucket`: one `u64`, the bucket's `TAT` counted in drips (see
-//!   `policy::token_bucket`).
+//! * `token-bucket`: one `u64`, the drip from which the bucket is full,
+//!   in ticks: its `TAT` on the drip grid (see `policy::token_bucket`).
 //!
 //!   ```text
 //!    63 62                                                                    0
@@ -19,11 +22,11 @@
 //!   ```
 //!
 //!   These policies read time through [`schedule_time`], which stops at
-//!   [`TIME_HORIZON`] = 2^62 − 1 ticks past the origin (146 years of
-//!   nanoseconds), and their windows stop at
+//!   [`TIME_HORIZON`] = 2^62 − 1 ticks (146 years of nanoseconds), and
+//!   their windows stop at
 //!   [`MAX_SCHEDULE_WINDOW`](crate::MAX_SCHEDULE_WINDOW) = 2^62: `TAT` runs at
-//!   most one window ahead of time (for `token-bucket`, `L` drips ahead of
-//!   `now / I`), so it stays below 2^63 and bit 63 is free for `R`.
+//!   most one window ahead of time (for `token-bucket`, `L` intervals), so
+//!   it stays below 2^63 and bit 63 is free for `R`.
 //! * `fixed-window` and `sliding-window-counter`: one `u128`, [`WindowWord`]:
 //!
 //!   ```text
@@ -126,8 +129,8 @@ pub(crate) fn schedule_time(now: u64) -> u64 {
     now.min(TIME_HORIZON)
 }
 
-/// The latest time the `u64`-word policies tell apart: 2^62 − 1 ticks past
-/// the origin.
+/// The latest time the `u64`-word policies tell apart: 2^62 − 1 ticks (of
+/// the clock in the limiter, past the origin in a tier).
 pub(crate) const TIME_HORIZON: u64 = (1 << 62) - 1;
 
 /// A machine word updated only by compare-and-swap.

@@ -18,11 +18,12 @@ pub const MAX_LIMIT: u64 = (1 << 32) - 1;
 /// already takes 16 MiB. [`Config::check_for`] checks it.
 pub const MAX_LOG_LIMIT: u64 = (1 << 20) - 1;
 
-/// The longest window `gcra` and `leaky-bucket` accept: 2^62 ticks (146
-/// years of nanoseconds). Their state is one `u64`, the theoretical arrival
-/// time, which runs up to one window ahead of `now`; they tell times apart up
-/// to 2^62 ticks past a client's origin, so it stays below 2^63 and the top
-/// bit is free to mark a retired state.
+/// The longest window the drip policies (`token-bucket`, `gcra`,
+/// `leaky-bucket`) accept: 2^62 ticks (146 years of nanoseconds). Their
+/// state is one `u64` time (the theoretical arrival time, or the drip from
+/// which the bucket is full), which runs up to one window ahead of `now`;
+/// they tell times apart up to 2^62 ticks, so it stays below 2^63 and the
+/// top bit is free to mark a retired state.
 pub const MAX_SCHEDULE_WINDOW: u64 = 1 << 62;
 
 /// The six policies, by the names used in configuration files and on the
@@ -153,8 +154,8 @@ pub enum ConfigError {
         window: u64,
     },
     /// The window is longer than the policy can hold: a `Duration` past
-    /// `u64::MAX` ticks, or a `gcra`/`leaky-bucket` window past
-    /// [`MAX_SCHEDULE_WINDOW`].
+    /// `u64::MAX` ticks, or a drip policy's (`token-bucket`, `gcra`,
+    /// `leaky-bucket`) window past [`MAX_SCHEDULE_WINDOW`].
     WindowTooLong {
         /// The window that was asked for, in ticks.
         window: u128,
@@ -387,8 +388,8 @@ impl Config {
     /// [`ConfigError::LimitTooLargeFor`] for `sliding-window` with
     /// `limit >` [`MAX_LOG_LIMIT`];
     /// [`ConfigError::WindowShorterThanLimit`] for a drip policy with
-    /// `window < limit`; [`ConfigError::WindowTooLong`] for `gcra` or
-    /// `leaky-bucket` with `window >` [`MAX_SCHEDULE_WINDOW`];
+    /// `window < limit`; [`ConfigError::WindowTooLong`] for a drip policy
+    /// with `window >` [`MAX_SCHEDULE_WINDOW`];
     /// [`ConfigError::RateDoesNotFitTick`] for a duration-given drip rate
     /// whose interval does not fit.
     pub fn check_for(self, policy: PolicyKind) -> Result<Self, ConfigError> {
@@ -421,9 +422,7 @@ impl Config {
                 max: MAX_LOG_LIMIT,
             });
         }
-        if matches!(policy, PolicyKind::Gcra | PolicyKind::LeakyBucket)
-            && self.window > MAX_SCHEDULE_WINDOW
-        {
+        if policy.drips() && self.window > MAX_SCHEDULE_WINDOW {
             return Err(ConfigError::WindowTooLong {
                 window: self.window as u128,
                 max: MAX_SCHEDULE_WINDOW,
@@ -523,8 +522,7 @@ mod tests {
         );
         let longest = Config::per_ticks(1, MAX_SCHEDULE_WINDOW + 1).unwrap();
         for kind in PolicyKind::ALL {
-            let schedules = matches!(kind, PolicyKind::Gcra | PolicyKind::LeakyBucket);
-            assert_eq!(longest.check_for(kind).is_err(), schedules, "{kind}");
+            assert_eq!(longest.check_for(kind).is_err(), kind.drips(), "{kind}");
         }
         assert!(Config::per_ticks(1, MAX_SCHEDULE_WINDOW)
             .unwrap()

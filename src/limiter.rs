@@ -5,6 +5,7 @@ use std::borrow::Borrow;
 use std::fmt;
 use std::hash::Hash;
 
+use crate::policy::Origin;
 use crate::policy::{Policy, Retired};
 use crate::store::{Arrival, Client, InlineStore, Lifecycle};
 use crate::sync::OnceLock;
@@ -366,10 +367,12 @@ impl std::error::Error for InsufficientCapacity {}
 /// ```
 pub struct Limiter<K, P: Policy, C = QuantaClock> {
     policy: P,
-    clients: InlineStore<K, P::State>,
+    /// Each client's state, with its origin where the policy needs it
+    /// (`Policy::Origin`): a `gcra` client is its key and one word.
+    clients: InlineStore<K, Resident<P>>,
     /// The state every client shares under [`Overflow::Shared`], created by
     /// the first of them.
-    overflow: OnceLock<Client<P::State>>,
+    overflow: OnceLock<Resident<P>>,
     /// The clock's tick, which every decision carries.
     tick: Tick,
     clock: C,
@@ -630,8 +633,8 @@ where
         Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
         K: Borrow<Q>,
     {
-        self.clients.forget(key, |state| {
-            self.policy.retire_spent(state, 0);
+        self.clients.forget(key, |client| {
+            self.policy.retire_spent(&client.state, 0);
         })
     }
 
@@ -653,13 +656,17 @@ where
     /// the hot path, and as a call it costs a fifth of a known client's
     /// check (measured in instructions).
     #[inline(always)]
-    fn decide(&self, client: &Client<P::State>, now: u64, cost: u64) -> Result<Decision, Retired> {
+    fn decide(&self, client: &Resident<P>, now: u64, cost: u64) -> Result<Decision, Retired> {
         // A call with a time before the client's origin (it raced with the
         // thread that created the client at a slightly later time) is
-        // judged at the origin, `lag` ticks later.
-        let (since, lag) = match now.checked_sub(client.origin) {
+        // judged at the origin, `lag` ticks later. A policy that keeps no
+        // origin counts from tick 0, so there is no lag: its state began
+        // at the origin, and a call before it is judged at its own time
+        // against that state, which is only stricter.
+        let origin = client.origin.tick();
+        let (since, lag) = match now.checked_sub(origin) {
             Some(since) => (since, 0),
-            None => (0, client.origin - now),
+            None => (0, origin - now),
         };
         // One call site of the step, with no closure around it, so that the
         // whole step inlines into the hot path. A single request (the
@@ -678,9 +685,9 @@ where
     }
 
     #[inline(always)]
-    fn count(&self, client: &Client<P::State>, now: u64) -> Result<u64, Retired> {
+    fn count(&self, client: &Resident<P>, now: u64) -> Result<u64, Retired> {
         self.policy
-            .remaining(&client.state, now.saturating_sub(client.origin))
+            .remaining(&client.state, now.saturating_sub(client.origin.tick()))
     }
 
     /// A check of a client that found no room at the cap: [`Overflow`]'s
@@ -718,11 +725,8 @@ where
         }
     }
 
-    fn shared(&self, now: u64) -> &Client<P::State> {
-        self.overflow.get_or_init(|| Client {
-            origin: now,
-            state: self.policy.new_state(),
-        })
+    fn shared(&self, now: u64) -> &Resident<P> {
+        self.overflow.get_or_init(|| self.policy.new_client(now))
     }
 
     /// Decides one request of `key` now, by the limiter's clock.
@@ -777,21 +781,34 @@ where
     }
 }
 
+/// What the limiter keeps per client: the policy's state, with what the
+/// policy keeps of the client's origin (`u64`, or nothing for the drip
+/// policies, whose states count from tick 0).
+type Resident<P> = Client<<P as Policy>::State, <P as Policy>::Origin>;
+
 /// What the store asks of the policy it holds states for.
-impl<P: Policy> Lifecycle<P::State> for P {
-    fn new_state(&self) -> P::State {
-        Policy::new_state(self)
+impl<P: Policy> Lifecycle<Resident<P>> for P {
+    fn new_client(&self, origin: u64) -> Resident<P> {
+        Client {
+            origin: P::Origin::keep(origin),
+            state: Policy::begin(self, origin),
+        }
     }
 
     /// Never retires a client created after `now` (a sweep's `now` is a
-    /// time every client it removes has reached).
-    fn retire_idle(&self, client: &Client<P::State>, now: u64) -> bool {
-        now.checked_sub(client.origin)
+    /// time every client it removes has reached). A client that keeps no
+    /// origin began with its origin in its state, which is not idle before
+    /// it.
+    fn retire_idle(&self, client: &Resident<P>, now: u64) -> bool {
+        now.checked_sub(client.origin.tick())
             .is_some_and(|since| self.retire_if_idle(&client.state, since))
     }
 
-    fn relocate(&self, state: &P::State) -> Option<P::State> {
-        Policy::relocate(self, state)
+    fn relocate(&self, client: &Resident<P>) -> Option<Resident<P>> {
+        Policy::relocate(self, &client.state).map(|state| Client {
+            origin: client.origin,
+            state,
+        })
     }
 }
 

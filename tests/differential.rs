@@ -35,13 +35,15 @@ fn limit(policy: PolicyKind) -> impl Strategy<Value = u64> {
     ]
 }
 
-/// The longest window `policy` accepts: `gcra` and `leaky-bucket` hold their
-/// schedule, which runs up to one window ahead of `now`, in one `u64`, so
-/// their windows stop at `MAX_SCHEDULE_WINDOW`; the others take any `u64`.
+/// The longest window `policy` accepts: the drip policies hold one time
+/// that runs up to one window ahead of `now` (a schedule's `TAT`, the drip
+/// from which a bucket is full) in one `u64`, so their windows stop at
+/// `MAX_SCHEDULE_WINDOW`; the others take any `u64`.
 fn longest_window(policy: PolicyKind) -> u64 {
-    match policy {
-        PolicyKind::Gcra | PolicyKind::LeakyBucket => floodgate::MAX_SCHEDULE_WINDOW,
-        _ => u64::MAX,
+    if policy.drips() {
+        floodgate::MAX_SCHEDULE_WINDOW
+    } else {
+        u64::MAX
     }
 }
 

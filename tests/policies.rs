@@ -538,7 +538,9 @@ fn answers_stay_exact_near_2e12_ticks() {
 fn a_call_before_the_origin_is_judged_at_the_origin_and_waits_the_difference() {
     // L = 1, W = 10. A thread that read the clock at 90 loses the race to
     // create the client to one that read 100: its answer is the origin's,
-    // pushed 10 ticks later.
+    // pushed 10 ticks later. (A drip policy keeps no origin and judges the
+    // call at 90 itself: TAT 110 − 90, or the bucket full from 110, the
+    // same 20 ticks here.)
     for policy in PolicyKind::ALL {
         let at_origin = if policy == SlidingWindowCounter {
             11
@@ -556,18 +558,32 @@ fn a_call_before_the_origin_is_judged_at_the_origin_and_waits_the_difference() {
             ],
         );
     }
-    // The leaky bucket's wait grows by the difference too. L = 2, W = 10:
-    // I = 5, τ = 5; at the origin the second request waits 5.
-    session(
-        LeakyBucket,
-        2,
-        10,
-        &[
-            check("k", 100, delayed(1, 0)),
-            check("k", 90, delayed(0, 15)),
-            check("k", 90, rejected(15)), // TAT 110: 110 − 5 − 100, + 10
-        ],
-    );
+    // Judged at its own time, a drip policy can only be stricter than at
+    // the origin. L = 2, W = 10: I = 5, τ = 5. At the origin the second
+    // request would be admitted (waiting 5 on the leaky bucket); at 90 it
+    // is 15 ahead of the schedule, past τ, and the bucket, full from 105,
+    // lacks the drips at 95, 100 and 105.
+    for policy in [TokenBucket, Gcra, LeakyBucket] {
+        session(
+            policy,
+            2,
+            10,
+            &[
+                check(
+                    "k",
+                    100,
+                    if policy == LeakyBucket {
+                        delayed(1, 0)
+                    } else {
+                        admitted(1)
+                    },
+                ),
+                check("k", 90, rejected(10)), // 105 − 5 − 90
+                remaining("k", 90, 0),
+                remaining("k", 100, 1),
+            ],
+        );
+    }
 }
 
 // Weighted requests (SPEC "Weighted requests") -----------------------------------

@@ -270,10 +270,21 @@ fn call(limiter: &dyn RateLimiter<u64>, call: Call) -> Answer {
 /// ahead, a window ends within `W`), so answers are exact while that fits
 /// in a `u64`; and the lock-free engine's `u64`-word policies stop their
 /// clock at 2^62 − 1 ticks past the origin (146 years of nanoseconds, far
-/// past the contract's 2 × 10^12 ticks). Past it the engines may answer
+/// past the contract's 2 × 10^12 ticks). For a limiter's drip policy the
+/// origin here is tick 0 ([`counts_from_zero`]). Past it the engines may answer
 /// differently; they must still not panic.
 pub fn within_horizon(since: u64, window: u64) -> bool {
     since < 1 << 62 && u128::from(since) + 2 * u128::from(window) <= u128::from(u64::MAX)
+}
+
+/// Whether the lock-free limiter counts `policy`'s times from tick 0
+/// rather than from each client's origin: the drip policies keep no origin
+/// (`token-bucket` stores the drip from which its bucket is full, a
+/// schedule begins at `TAT = origin`), so their horizon
+/// ([`within_horizon`]) is measured from 0. Tiers keep every client's
+/// origin.
+pub fn counts_from_zero(policy: PolicyKind) -> bool {
+    policy.drips()
 }
 
 /// Differential check, time never decreasing: the lock-free engine and the
@@ -305,11 +316,14 @@ pub fn check_differential(data: &[u8]) {
             b.err()
         ),
     };
-    // Per client: its origin, and whether it has stayed inside the horizon.
+    // Per client: where its times count from (its origin, or 0), and
+    // whether it has stayed inside the horizon.
     let mut clients: [Option<(u64, bool)>; 4] = [None; 4];
+    let from_zero = counts_from_zero(input.policy);
     for (k, &c) in input.calls.iter().enumerate() {
         let (a, b) = (call(&*lock_free, c), call(&*mutex, c));
-        let (origin, inside) = clients[c.client as usize].get_or_insert((c.now, true));
+        let counted_from = if from_zero { 0 } else { c.now };
+        let (origin, inside) = clients[c.client as usize].get_or_insert((counted_from, true));
         *inside &= within_horizon(c.now.saturating_sub(*origin), input.window);
         if *inside {
             assert_eq!(
@@ -628,16 +642,24 @@ fn check_time_backwards_on(input: &Input, kind: Kind, subject: &Subject) {
         // Probes shifted by `slack` must stay inside it too: past it the
         // schedule's clock stops (2^62 − 1 ticks past the origin), and a
         // shift there moves nothing.
+        // Where the client's times count from: its origin, or 0 for a
+        // limiter's drip policy (`counts_from_zero`).
+        let counted_from =
+            if !matches!(subject, Subject::Tiers(_)) && counts_from_zero(input.policy) {
+                0
+            } else {
+                origin
+            };
         let shifted_past_the_end = slack > 0
             && (m
                 .checked_add(slack)
                 .and_then(|m| m.checked_add(input.window.checked_mul(2)?))
                 .is_none()
-                || u128::from(m.saturating_sub(origin))
+                || u128::from(m.saturating_sub(counted_from))
                     + u128::from(slack)
                     + 2 * u128::from(input.window)
                     >= 1 << 62);
-        if c.now >= m || !within_horizon(m - origin, input.window) || shifted_past_the_end {
+        if c.now >= m || !within_horizon(m - counted_from, input.window) || shifted_past_the_end {
             if let Answer::Decision(decision) = call(limiter, c) {
                 // A tier registry judges every later check of the client no
                 // earlier than this one's time, admitted or not (the

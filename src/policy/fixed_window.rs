@@ -74,6 +74,7 @@ impl sealed::Sealed for FixedWindow {}
 
 impl Policy for FixedWindow {
     type State = FixedWindowState;
+    type Origin = u64;
     const KIND: PolicyKind = PolicyKind::FixedWindow;
 
     fn new(config: Config) -> Result<Self, ConfigError> {

@@ -12,8 +12,9 @@
 //! arithmetic `n·I <= L·I <= W <= 2^62` and `t < 2^63`, so
 //! `t + (n − 1)·I < 2^64` even on a rejection. Windows are
 //! capped at 2^62 ticks ([`MAX_SCHEDULE_WINDOW`](crate::MAX_SCHEDULE_WINDOW))
-//! and time stops at 2^62 − 1 ticks past the client's origin (146 years of
-//! nanoseconds; `cell::schedule_time`), so `TAT` stays below 2^63, exact,
+//! and time stops at 2^62 − 1 ticks (146 years of nanoseconds;
+//! `cell::schedule_time`; in the limiter, which keeps no origin for a
+//! schedule, ticks of the clock itself), so `TAT` stays below 2^63, exact,
 //! with the top bit free for the retirement mark.
 
 use super::{sealed, Policy, Spent};
@@ -200,6 +201,7 @@ impl sealed::Sealed for Gcra {}
 
 impl Policy for Gcra {
     type State = GcraState;
+    type Origin = ();
     const KIND: PolicyKind = PolicyKind::Gcra;
 
     fn new(config: Config) -> Result<Self, ConfigError> {
@@ -212,6 +214,12 @@ impl Policy for Gcra {
 
     fn new_state(&self) -> GcraState {
         Self::fresh_state()
+    }
+
+    /// `TAT = origin`: the limiter keeps no origin for this policy and
+    /// hands it times since tick 0.
+    fn begin(&self, origin: u64) -> GcraState {
+        self.spent_state_at(0, origin)
     }
 
     #[inline]

@@ -17,6 +17,7 @@ impl sealed::Sealed for LeakyBucket {}
 
 impl Policy for LeakyBucket {
     type State = GcraState;
+    type Origin = ();
     const KIND: PolicyKind = PolicyKind::LeakyBucket;
 
     fn new(config: Config) -> Result<Self, ConfigError> {
@@ -31,6 +32,12 @@ impl Policy for LeakyBucket {
 
     fn new_state(&self) -> GcraState {
         Gcra::fresh_state()
+    }
+
+    /// `TAT = origin`: the limiter keeps no origin for this policy and
+    /// hands it times since tick 0.
+    fn begin(&self, origin: u64) -> GcraState {
+        self.schedule.spent_state_at(0, origin)
     }
 
     #[inline]

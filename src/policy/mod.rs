@@ -24,7 +24,44 @@ use crate::{Config, ConfigError, Decision, PolicyKind};
 
 mod sealed {
     pub trait Sealed {}
+
+    /// What the limiter keeps of a client's origin (the `now` of its first
+    /// call), by policy: the origin itself, where answers are measured from
+    /// it (`u64`), or nothing, where a policy's state holds times counted
+    /// from tick 0 (`()`). Keeping nothing is what lets a one-word state's
+    /// slot shrink from 32 to 24 bytes (`store::inline`).
+    pub trait Origin: Copy + Send + Sync + 'static {
+        /// Keeps what the policy needs of `origin`.
+        fn keep(origin: u64) -> Self;
+
+        /// The tick the state's times count from: the origin, or 0.
+        fn tick(self) -> u64;
+    }
+
+    impl Origin for u64 {
+        #[inline(always)]
+        fn keep(origin: u64) -> Self {
+            origin
+        }
+
+        #[inline(always)]
+        fn tick(self) -> u64 {
+            self
+        }
+    }
+
+    impl Origin for () {
+        #[inline(always)]
+        fn keep(_: u64) -> Self {}
+
+        #[inline(always)]
+        fn tick(self) -> u64 {
+            0
+        }
+    }
 }
+
+pub(crate) use sealed::Origin;
 
 /// A policy of the lock-free engine: its validated parameters, and how it
 /// decides on one client's state. Implemented by the six policy types of
@@ -38,6 +75,15 @@ mod sealed {
 pub trait Policy: sealed::Sealed + Send + Sync + Sized + 'static {
     /// One client's state: atomic words, updated in place.
     type State: Send + Sync + 'static;
+
+    /// What the limiter keeps of a client's origin: `u64` where the
+    /// policy's answers are measured from it (the windows' grid, the
+    /// sliding log's times), `()` where the state counts time from tick 0
+    /// and a new client's state is begun at its origin instead (the drip
+    /// policies: `token-bucket`'s word keeps the drips' phase itself; see
+    /// [`Policy::begin`]).
+    #[doc(hidden)]
+    type Origin: sealed::Origin;
 
     /// Which of the six this is.
     const KIND: PolicyKind;
@@ -55,6 +101,17 @@ pub trait Policy: sealed::Sealed + Send + Sync + Sized + 'static {
 
     /// The state of a client that has made no request yet.
     fn new_state(&self) -> Self::State;
+
+    /// A new client's state, for a client created at `origin`, in the
+    /// times the limiter hands this policy: ticks past `origin` when the
+    /// origin is kept (then this is [`new_state`](Self::new_state)), ticks
+    /// since 0 when it is not (then the state holds `origin`, as the
+    /// contract's `TAT = origin`).
+    #[doc(hidden)]
+    fn begin(&self, origin: u64) -> Self::State {
+        let _ = origin;
+        self.new_state()
+    }
 
     /// Decides one request at `now`, and records it if admitted.
     ///

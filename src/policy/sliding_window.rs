@@ -343,6 +343,7 @@ impl sealed::Sealed for SlidingWindow {}
 
 impl Policy for SlidingWindow {
     type State = SlidingWindowState;
+    type Origin = u64;
     const KIND: PolicyKind = PolicyKind::SlidingWindow;
 
     fn new(config: Config) -> Result<Self, ConfigError> {

@@ -176,6 +176,7 @@ impl sealed::Sealed for SlidingWindowCounter {}
 
 impl Policy for SlidingWindowCounter {
     type State = SlidingWindowCounterState;
+    type Origin = u64;
     const KIND: PolicyKind = PolicyKind::SlidingWindowCounter;
 
     fn new(config: Config) -> Result<Self, ConfigError> {

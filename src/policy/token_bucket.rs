@@ -1,23 +1,30 @@
 //! `token-bucket`: discrete drips from the origin.
 //!
 //! The bucket holds up to `L` tokens and starts full; one token drips in at
-//! every `k·I` (k >= 1), wasted if the bucket is full; a request takes a
-//! token or is rejected.
+//! every `origin + k·I` (k >= 1), wasted if the bucket is full; a request
+//! takes a token or is rejected.
 //!
-//! Stored as one number: with `d = ⌊now / I⌋` the drips so far, the bucket
-//! holds `L − (max(B, d) − d)` tokens, where `B` starts at 0 and an admission
-//! sets `B = max(B, d) + 1`. (Induction: a drip raises `d`, adding a token
-//! until `B <= d`, the full bucket; an admission raises `max(B, d)` by one,
-//! taking one.) That is GCRA counted in drips with `τ = L − 1`, so the whole
-//! state is one `u64` that only grows — by `n` per admission of cost `n`,
-//! never past `d + L` — and no count or timestamp needs packing. A cost `n`
-//! is admitted iff the bucket holds `n` tokens, `max(B, d) − d <= L − n`,
-//! and sets `B = max(B, d) + n` in one CAS. Time stops at 2^62 − 1 ticks
-//! past the origin (`cell::schedule_time`), so `d < 2^62`,
-//! `B <= d + L < 2^62 + 2^32` and the top bit is free for the retirement
-//! mark.
+//! Stored as one time: `F`, the drip from which the bucket is full again
+//! if nothing more is taken, on the drip grid `origin + k·I` and initially
+//! the origin. At `now` the bucket lacks one token per drip in `(now, F]`,
+//! `⌈(F − now) / I⌉` when `F > now`, and is full when `F <= now`. An
+//! admission of cost `n` takes `n` tokens, so it moves `F` on by `n` drips
+//! from where the bucket stands: from `F` while not full, else from the
+//! latest drip `g <= now` (a full bucket wastes the drips before it). It is
+//! admitted iff the bucket holds `n`, `⌈(F − now) / I⌉ <= L − n`, which is
+//! `F − now <= (L − n)·I` with no division, and sets `F = max(F, g) + n·I`
+//! in one CAS. (This is the drip count `B` of the contract's bucket,
+//! `F = origin + B·I`: `L − (max(B, d) − d)` tokens after `d` drips.
+//! Counting `F` in ticks rather than drips since the origin keeps the
+//! grid's phase in the word itself, so the limiter keeps no origin for
+//! this policy; see `Policy::Origin`.)
+//!
+//! Horizon: an admission leaves `F <= now + L·I <= now + W`. Time stops at
+//! 2^62 − 1 ticks (`cell::schedule_time`) and windows at
+//! [`MAX_SCHEDULE_WINDOW`](crate::MAX_SCHEDULE_WINDOW) = 2^62, so `F` stays
+//! below 2^63, exact, with the top bit free for the retirement mark.
 
-use super::{saturate, sealed, Policy, Retired, Spent};
+use super::{sealed, Policy, Retired, Spent};
 use crate::cell::{self, schedule_time, transition, AtomicWord, Step};
 use crate::sync::AtomicU64;
 use crate::{Config, ConfigError, Decision, PolicyKind};
@@ -30,51 +37,78 @@ pub struct TokenBucket {
     interval: u64,
 }
 
-/// One client's `token-bucket` state: `B`, in drips since the origin.
+/// One client's `token-bucket` state: `F`, the drip from which the bucket
+/// is full.
 #[derive(Debug)]
 pub struct TokenBucketState {
-    drips: AtomicU64,
+    full_at: AtomicU64,
 }
 
 impl TokenBucket {
-    /// Drips so far at `now`.
+    /// The tokens the bucket lacks at `now` when it is full from `full_at`:
+    /// one per drip in `(now, full_at]`. More than `L` only for a `now`
+    /// older than the state (time going back).
     #[inline]
-    fn drips(&self, now: u64) -> u64 {
-        schedule_time(now) / self.interval
+    fn lacking(&self, full_at: u64, now: u64) -> u64 {
+        match full_at.checked_sub(now) {
+            // ⌈ahead / I⌉ without overflow: ahead >= 1.
+            Some(ahead) if ahead > 0 => (ahead - 1) / self.interval + 1,
+            _ => 0,
+        }
     }
 
-    /// Tokens in a bucket whose state is `b` after `drips` drips.
+    /// Tokens in the bucket at `now`.
     #[inline]
-    fn tokens(&self, b: u64, drips: u64) -> u64 {
-        // max(b, drips) − drips <= L for every state this policy writes;
-        // saturating covers a `now` older than the state (time going back).
-        self.config.limit().saturating_sub(b.max(drips) - drips)
+    fn tokens(&self, full_at: u64, now: u64) -> u64 {
+        self.config
+            .limit()
+            .saturating_sub(self.lacking(full_at, now))
     }
 
     /// The pure step for a cost `1 <= cost <= L`.
     #[inline]
-    fn step(&self, b: u64, now: u64, cost: u64) -> Step<u64> {
-        let drips = now / self.interval;
-        let t = b.max(drips);
+    fn step(&self, full_at: u64, now: u64, cost: u64) -> Step<u64> {
         let limit = self.config.limit();
-        // t − d <= L for every state written here; saturating covers a `now`
-        // older than the state.
-        let tokens = limit.saturating_sub(t - drips);
-        if tokens >= cost {
-            // t + n <= d + L < 2^62 + 2^32: no overflow (module docs).
-            let next = t + cost;
+        // (L − n)·I <= L·I <= W: no overflow.
+        let room = (limit - cost) * self.interval;
+        if full_at <= now {
+            // Full: the `n` tokens come from the latest drip `g <= now`,
+            // `F` plus whole intervals. A client within its rate is usually
+            // less than one interval past `F`, where `g = F` and no
+            // division is needed.
+            let since = now - full_at;
+            let latest = if since < self.interval {
+                full_at
+            } else {
+                now - since % self.interval
+            };
+            return Step {
+                // From full, `L − n` are left whatever `now − g` is.
+                decision: Decision::admit(limit - cost),
+                // g + n·I <= now + W < 2^63 (module docs).
+                next: Some(latest + cost * self.interval),
+            };
+        }
+        let ahead = full_at - now;
+        if ahead <= room {
+            let next = full_at + cost * self.interval;
             Step {
-                decision: Decision::admit(tokens - cost),
+                // next − now <= L·I: exact (module docs).
+                decision: Decision::admit(limit - self.lacking(next, now)),
                 next: Some(next),
             }
         } else {
-            // The first drip that leaves `n` tokens: B − d* = L − n, the
-            // (n − tokens)-th after now. t >= d + L − n + 1 here, so the
-            // subtraction does not wrap.
-            let first = t - (limit - cost);
-            let at = u128::from(first) * u128::from(self.interval);
+            // The bucket holds `n` again from the drip `(L − n)` intervals
+            // before `F`, which is after `now` here.
             Step {
-                decision: Decision::reject(tokens, saturate(at - u128::from(now))),
+                decision: Decision::reject(
+                    if cost == 1 {
+                        0
+                    } else {
+                        self.tokens(full_at, now)
+                    },
+                    ahead - room,
+                ),
                 next: None,
             }
         }
@@ -85,6 +119,7 @@ impl sealed::Sealed for TokenBucket {}
 
 impl Policy for TokenBucket {
     type State = TokenBucketState;
+    type Origin = ();
     const KIND: PolicyKind = PolicyKind::TokenBucket;
 
     fn new(config: Config) -> Result<Self, ConfigError> {
@@ -100,8 +135,14 @@ impl Policy for TokenBucket {
     }
 
     fn new_state(&self) -> TokenBucketState {
+        self.begin(0)
+    }
+
+    /// `F = origin`: full, on a grid that starts there. The limiter keeps
+    /// no origin for this policy and hands it times since tick 0.
+    fn begin(&self, origin: u64) -> TokenBucketState {
         TokenBucketState {
-            drips: AtomicU64::new(0),
+            full_at: AtomicU64::new(schedule_time(origin)),
         }
     }
 
@@ -114,51 +155,56 @@ impl Policy for TokenBucket {
         cost: u64,
     ) -> Result<Decision, Retired> {
         let now = schedule_time(now);
-        transition(&state.drips, |b| self.step(b, now, cost))
+        transition(&state.full_at, |full_at| self.step(full_at, now, cost))
     }
 
     #[inline]
     fn remaining(&self, state: &TokenBucketState, now: u64) -> Result<u64, Retired> {
-        Ok(self.tokens(cell::read(&state.drips)?, self.drips(now)))
+        Ok(self.tokens(cell::read(&state.full_at)?, schedule_time(now)))
     }
 
-    /// Idle when full: `B <= d`, as a new bucket's `B = 0` is for every `d`.
+    /// Idle when full, `F <= now`: then every later call finds it full, as
+    /// a new client's bucket would be.
     fn retire_if_idle(&self, state: &TokenBucketState, now: u64) -> bool {
-        let drips = self.drips(now);
-        cell::retire_if(&state.drips, |b| b <= drips)
+        let now = schedule_time(now);
+        cell::retire_if(&state.full_at, |full_at| full_at <= now)
     }
 
-    /// Judged no earlier than drip `B − L`: an admission leaves
-    /// `B <= d + L` with `d` the drips at its time, so the state reflects
-    /// that drip; from there the bucket's count needs no saturation, and
-    /// `spent_state` rebuilds exactly `max(B, d)`.
+    /// Judged no earlier than `F − L·I`: an admission at `a` leaves
+    /// `F <= a + L·I`, so the state reflects that time; from there the
+    /// bucket lacks at most `L`, and `spent_state` rebuilds `F` exactly on
+    /// the same grid.
     fn retire_spent(&self, state: &TokenBucketState, now: u64) -> Spent {
-        let (b, _) = cell::retire(&state.drips);
-        // (B − L)·I is at most the time of a drip the state reached: no
-        // overflow.
-        let reflected = b.saturating_sub(self.config.limit()) * self.interval;
+        let (full_at, _) = cell::retire(&state.full_at);
+        // L·I <= W: no overflow.
+        let reflected = full_at.saturating_sub(self.config.limit() * self.interval);
         let at = schedule_time(now).max(reflected);
         Spent {
-            count: self.config.limit() - self.tokens(b, self.drips(at)),
+            count: self.config.limit() - self.tokens(full_at, at),
             at,
         }
     }
 
-    /// `B = d + spent` holds `L − spent` tokens.
+    /// The bucket at `now` on the grid from 0 (a tier's times are ticks
+    /// past the client's origin), lacking `spent`: `F = g + spent·I` for
+    /// the latest drip `g <= now`.
     fn spent_state(&self, spent: u64, now: u64) -> TokenBucketState {
+        let now = schedule_time(now);
+        let latest = now - now % self.interval;
         TokenBucketState {
-            drips: AtomicU64::new(self.drips(now) + spent.min(self.config.limit())),
+            // At most now + L·I: below 2^63 (module docs).
+            full_at: AtomicU64::new(latest + spent.min(self.config.limit()) * self.interval),
         }
     }
 
     fn is_retired(&self, state: &TokenBucketState) -> bool {
-        AtomicU64::is_retired(state.drips.load_word())
+        AtomicU64::is_retired(state.full_at.load_word())
     }
 
     fn relocate(&self, state: &TokenBucketState) -> Option<TokenBucketState> {
-        let (drips, retired_now) = cell::retire(&state.drips);
+        let (full_at, retired_now) = cell::retire(&state.full_at);
         retired_now.then(|| TokenBucketState {
-            drips: AtomicU64::new(drips),
+            full_at: AtomicU64::new(full_at),
         })
     }
 }
@@ -197,6 +243,32 @@ mod tests {
         assert!(!policy.retire_if_idle(&state, 9));
         assert!(policy.retire_if_idle(&state, 10)); // the drip at 10 fills it
         assert_eq!(policy.remaining(&state, 10), Err(Retired));
+    }
+
+    /// Begun at its origin (the limiter keeps none for this policy), the
+    /// bucket drips on the origin's grid, and a call before the origin
+    /// lacks every drip up to where the bucket is full.
+    #[test]
+    fn a_bucket_begun_at_its_origin_drips_on_its_grid() {
+        let policy = TokenBucket::new(Config::per_ticks(2, 10).unwrap()).unwrap(); // I = 5
+        let state = policy.begin(103);
+        assert_eq!(policy.check(&state, 103), Ok(Decision::admit(1))); // full from 108
+        assert_eq!(policy.check(&state, 104), Ok(Decision::admit(0))); // full from 113
+        assert_eq!(policy.check(&state, 107), Ok(Decision::reject(0, 1)));
+        assert_eq!(policy.check(&state, 108), Ok(Decision::admit(0)));
+        // Before the origin: lacking the drips at 95, 98, 103, 108, 113, 118.
+        assert_eq!(policy.remaining(&state, 93), Ok(0));
+        assert_eq!(policy.check(&state, 93), Ok(Decision::reject(0, 20)));
+        // Full long after: the drip at 133 is the latest before 137, so
+        // two taken at 137 leave the bucket full from 143, and the drip at
+        // 138 brings one back.
+        assert_eq!(policy.check(&state, 137), Ok(Decision::admit(1)));
+        assert_eq!(policy.check(&state, 137), Ok(Decision::admit(0)));
+        assert_eq!(policy.check(&state, 137), Ok(Decision::reject(0, 1)));
+        assert_eq!(policy.check(&state, 142), Ok(Decision::admit(0))); // full from 148
+        assert_eq!(policy.check(&state, 142), Ok(Decision::reject(0, 1)));
+        assert!(!policy.retire_if_idle(&state, 147));
+        assert!(policy.retire_if_idle(&state, 148));
     }
 
     #[test]

@@ -1,9 +1,10 @@
 //! The limiter's keyed store: an open-addressing table whose slots hold
 //! each client's key and state inline, so that a known client's check reads
-//! one slot — a tag, the key beside it, the state words after them, 32
-//! bytes for a `u64` key and a one-word state — with no lock and no pointer
-//! to follow. (The slots are not aligned to cache lines, so one slot in two
-//! spans two adjacent lines.)
+//! one slot — a tag, the key beside it, the state words after them, 24
+//! bytes for a `u64` key and a one-word policy (which keeps no origin,
+//! `Policy::Origin`), 48 for a two-word one with its origin — with no lock
+//! and no pointer to follow. (The slots are not aligned to cache lines, so
+//! some span two adjacent lines.)
 //!
 //! # Slots
 //!
@@ -117,22 +118,22 @@ use std::hash::{BuildHasher, Hash, Hasher};
 use std::mem::{ManuallyDrop, MaybeUninit};
 
 use crate::bounds::{Bounds, SweepSchedule, SweepTurn};
-use crate::store::{Arrival, Client};
+use crate::store::Arrival;
 use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Guard, Mutex, Ordering, Staged, TableCell};
 
-/// What the store needs of a policy: how a client's state is judged idle,
-/// frozen for a move, and begun.
-pub(crate) trait Lifecycle<S> {
-    /// A new client's state.
-    fn new_state(&self) -> S;
+/// What the store needs of a policy: how a client (its state, with what it
+/// keeps of its origin) is begun, judged idle, and frozen for a move.
+pub(crate) trait Lifecycle<C> {
+    /// A new client created at `origin`.
+    fn new_client(&self, origin: u64) -> C;
 
     /// Retires `client`'s state if it is idle at `now`; whether it did.
-    fn retire_idle(&self, client: &Client<S>, now: u64) -> bool;
+    fn retire_idle(&self, client: &C, now: u64) -> bool;
 
-    /// Freezes `state` (its retirement mark) and answers the state that
-    /// continues it in a new table: the same decisions from here on. `None`
-    /// if it was retired already.
-    fn relocate(&self, state: &S) -> Option<S>;
+    /// Freezes `client`'s state (its retirement mark) and answers the
+    /// client that continues it in a new table: the same decisions from
+    /// here on. `None` if it was retired already.
+    fn relocate(&self, client: &C) -> Option<C>;
 }
 
 /// The tag's low bits: the slot's state (module docs, "Slots").
@@ -157,33 +158,33 @@ fn fingerprint(hash: u64) -> u64 {
 /// publication are one step for other writers, see `wait_for_writer`).
 const FIRST_CAPACITY: usize = if cfg!(floodgate_loom) { 2 } else { 64 };
 
-/// The largest table a capped store allocates up front (32 MiB of 32-byte
+/// The largest table a capped store allocates up front (24 MiB of 24-byte
 /// slots); a larger cap's table starts small and grows.
 const MOST_PRESIZED: usize = 1 << 20;
 
 /// A client's key and state, on their way into a slot.
-struct Entry<K, S> {
+struct Entry<K, C> {
     key: K,
-    client: Client<S>,
+    client: C,
 }
 
 /// A slot's entry, as readers see it.
-struct EntryRef<'s, K, S> {
+struct EntryRef<'s, K, C> {
     key: &'s K,
-    client: &'s Client<S>,
+    client: &'s C,
 }
 
 /// The key and the client are two fields of the slot, not one struct, so
 /// that the compiler packs the tag, the key and the origin into the
 /// padding a 16-byte state needs: 48 bytes for a `u64` key and a `u128`
 /// word, not 64.
-struct Slot<K, S> {
+struct Slot<K, C> {
     tag: AtomicU64,
     key: UnsafeCell<MaybeUninit<K>>,
-    client: UnsafeCell<MaybeUninit<Client<S>>>,
+    client: UnsafeCell<MaybeUninit<C>>,
 }
 
-impl<K, S> Slot<K, S> {
+impl<K, C> Slot<K, C> {
     /// The entry of a slot whose tag was loaded (Acquire) as `FULL`,
     /// `DEAD`, `MOVING` or `MOVED`.
     ///
@@ -194,7 +195,7 @@ impl<K, S> Slot<K, S> {
     /// written before the Release store of `FULL`, and is never written
     /// again nor dropped while the table lives.
     #[inline]
-    unsafe fn entry(&self) -> EntryRef<'_, K, S> {
+    unsafe fn entry(&self) -> EntryRef<'_, K, C> {
         // SAFETY: as the caller promised: initialized, published, and from
         // then on shared read-only.
         unsafe {
@@ -212,7 +213,7 @@ impl<K, S> Slot<K, S> {
     /// The caller turned the slot from `EMPTY` to `BUSY` and has not yet
     /// published it: it is the only thread that touches the entry.
     #[inline]
-    unsafe fn write(&self, entry: Entry<K, S>) {
+    unsafe fn write(&self, entry: Entry<K, C>) {
         // SAFETY: as the caller promised: no other access to the cells.
         unsafe {
             (*self.key.get()).write(entry.key);
@@ -223,8 +224,8 @@ impl<K, S> Slot<K, S> {
 
 /// One table: a power of two of slots, and where its clients went if it was
 /// outgrown.
-pub(crate) struct Table<K, S> {
-    slots: Box<[Slot<K, S>]>,
+pub(crate) struct Table<K, C> {
+    slots: Box<[Slot<K, C>]>,
     mask: usize,
     /// Slots claimed so far (every state but `EMPTY` and `SEALED`), and
     /// places set aside for clients moving in. Relaxed: a lone counter moved
@@ -234,16 +235,16 @@ pub(crate) struct Table<K, S> {
     room: usize,
     /// The table this one is being emptied into; null until a rebuild
     /// begins. Release/Acquire: a reader that follows it sees it built.
-    next: AtomicPtr<Table<K, S>>,
+    next: AtomicPtr<Table<K, C>>,
 }
 
 // SAFETY: a table owns its keys and states and hands out only shared
-// references to them, to any thread; it is what a `Vec<(K, S)>` behind an
+// references to them, to any thread; it is what a `Vec<(K, C)>` behind an
 // `Arc` would be, so it needs what that needs.
-unsafe impl<K: Send + Sync, S: Send + Sync> Send for Table<K, S> {}
+unsafe impl<K: Send + Sync, C: Send + Sync> Send for Table<K, C> {}
 // SAFETY: as above; the entries' one-time writes are published through the
 // tags (module docs, "Slots").
-unsafe impl<K: Send + Sync, S: Send + Sync> Sync for Table<K, S> {}
+unsafe impl<K: Send + Sync, C: Send + Sync> Sync for Table<K, C> {}
 
 /// What an attempt to write an entry into a vacant slot came to.
 enum Written {
@@ -255,9 +256,9 @@ enum Written {
 }
 
 /// Where a probe ended.
-enum Probe<'t, K, S> {
+enum Probe<'t, K, C> {
     /// The key's slot (`FULL` or `MOVING`).
-    Found(&'t Slot<K, S>),
+    Found(&'t Slot<K, C>),
     /// Not in this table: the first `EMPTY` slot on its path.
     Vacant(usize),
     /// Not in this table: look in `next` (which is null only when every
@@ -268,7 +269,7 @@ enum Probe<'t, K, S> {
     Busy,
 }
 
-impl<K, S> Table<K, S> {
+impl<K, C> Table<K, C> {
     fn new(capacity: usize) -> Self {
         debug_assert!(capacity.is_power_of_two() && capacity >= 2);
         Self {
@@ -297,7 +298,7 @@ impl<K, S> Table<K, S> {
     /// other first slot goes to the full walk, which decides it on the tag
     /// already loaded.
     #[inline(always)]
-    fn probe<Q>(&self, key: &Q, hash: u64) -> Probe<'_, K, S>
+    fn probe<Q>(&self, key: &Q, hash: u64) -> Probe<'_, K, C>
     where
         K: Borrow<Q>,
         Q: ?Sized + Eq,
@@ -323,7 +324,7 @@ impl<K, S> Table<K, S> {
     /// here): every state decided as the module docs say. One load per
     /// slot visited, as if there were no fast path.
     #[inline]
-    fn walk<Q>(&self, key: &Q, print: u64, mut index: usize, mut tag: u64) -> Probe<'_, K, S>
+    fn walk<Q>(&self, key: &Q, print: u64, mut index: usize, mut tag: u64) -> Probe<'_, K, C>
     where
         K: Borrow<Q>,
         Q: ?Sized + Eq,
@@ -375,7 +376,7 @@ impl<K, S> Table<K, S> {
 
     /// The table this one is being emptied into, if a rebuild began.
     #[inline]
-    fn next<'g>(&self, _: &'g Guard) -> Option<&'g Table<K, S>> {
+    fn next<'g>(&self, _: &'g Guard) -> Option<&'g Table<K, C>> {
         let next = self.next.load(Ordering::Acquire);
         // SAFETY: `next` is set once, to a table that is staged by the
         // rebuild and then published as current; it is retired only by a
@@ -397,7 +398,7 @@ impl<K, S> Table<K, S> {
     /// there. Only for a client that cannot be in this table: a rebuild's
     /// move (module docs, "Growing without stopping"), whose claim was set
     /// aside beforehand.
-    fn place(&self, hash: u64, entry: Entry<K, S>) {
+    fn place(&self, hash: u64, entry: Entry<K, C>) {
         let print = fingerprint(hash);
         let mut index = hash as usize & self.mask;
         loop {
@@ -418,7 +419,7 @@ impl<K, S> Table<K, S> {
     }
 }
 
-impl<K, S> Drop for Table<K, S> {
+impl<K, C> Drop for Table<K, C> {
     fn drop(&mut self) {
         for slot in self.slots.iter_mut() {
             // Relaxed: `&mut self`, so every write to the tag happened
@@ -438,8 +439,8 @@ impl<K, S> Drop for Table<K, S> {
 }
 
 /// Client key → that client's state, inline in an open-addressing table.
-pub(crate) struct InlineStore<K, S> {
-    table: TableCell<Table<K, S>>,
+pub(crate) struct InlineStore<K, C> {
+    table: TableCell<Table<K, C>>,
     /// Randomly seeded (foldhash's `random()`), so ids crafted to collide
     /// in one process do not in another.
     hasher: foldhash::fast::SeedableRandomState,
@@ -466,10 +467,10 @@ pub(crate) struct InlineStore<K, S> {
     schedule: SweepSchedule,
 }
 
-impl<K, S> InlineStore<K, S>
+impl<K, C> InlineStore<K, C>
 where
     K: Hash + Eq + Clone + Send + Sync + 'static,
-    S: Send + Sync + 'static,
+    C: Send + Sync + 'static,
 {
     pub(crate) fn new(bounds: Bounds) -> Self {
         let (capacity, grows) = match bounds.cap().map(Self::capacity_for_cap) {
@@ -532,7 +533,7 @@ where
     /// The slot holding `key`'s client, in the current table or the one it
     /// is moving to.
     #[inline(always)]
-    fn find<'g, Q>(&self, key: &Q, hash: u64, guard: &'g Guard) -> Option<&'g Slot<K, S>>
+    fn find<'g, Q>(&self, key: &Q, hash: u64, guard: &'g Guard) -> Option<&'g Slot<K, C>>
     where
         K: Borrow<Q>,
         Q: ?Sized + Eq,
@@ -562,7 +563,7 @@ where
 
     /// Runs `visit` on `key`'s client, if it is tracked.
     #[inline]
-    pub(crate) fn peek<Q, R>(&self, key: &Q, visit: impl FnOnce(&Client<S>) -> R) -> Option<R>
+    pub(crate) fn peek<Q, R>(&self, key: &Q, visit: impl FnOnce(&C) -> R) -> Option<R>
     where
         K: Borrow<Q>,
         Q: ?Sized + Hash + Eq,
@@ -577,7 +578,7 @@ where
         &self,
         key: &Q,
         hash: u64,
-        visit: impl FnOnce(&Client<S>) -> R,
+        visit: impl FnOnce(&C) -> R,
     ) -> Option<R>
     where
         K: Borrow<Q>,
@@ -613,8 +614,8 @@ where
         key: &Q,
         hash: u64,
         now: u64,
-        policy: &impl Lifecycle<S>,
-        visit: impl FnOnce(&Client<S>) -> R,
+        policy: &impl Lifecycle<C>,
+        visit: impl FnOnce(&C) -> R,
     ) -> Arrival<R>
     where
         K: Borrow<Q>,
@@ -641,14 +642,14 @@ where
             }
         }
         // Acquire pairs with the Release of the sweep that raised `swept`
-        // (see `store::keyed`'s `arrive`).
+        // (see `store::keyed`'s `arrive`). A call gets here having seen the
+        // client's eviction one of two ways, each of which makes that raise
+        // visible: its state's retired mark (an AcqRel CAS made after the
+        // raise), or its slot DEAD (a Release CAS, `sweep_turn`).
         let origin = now.max(self.swept.load(Ordering::Acquire));
         let entry = Entry {
             key: key.to_owned(),
-            client: Client {
-                origin,
-                state: policy.new_state(),
-            },
+            client: policy.new_client(origin),
         };
         let guard = Guard::new();
         match self.insert(key, hash, entry, policy, &guard) {
@@ -672,10 +673,10 @@ where
         &self,
         key: &Q,
         hash: u64,
-        entry: Entry<K, S>,
-        policy: &impl Lifecycle<S>,
+        entry: Entry<K, C>,
+        policy: &impl Lifecycle<C>,
         guard: &'g Guard,
-    ) -> Option<&'g Slot<K, S>>
+    ) -> Option<&'g Slot<K, C>>
     where
         K: Borrow<Q>,
         Q: ?Sized + Eq,
@@ -718,10 +719,10 @@ where
     /// there, publishing it `FULL`.
     fn write(
         &self,
-        table: &Table<K, S>,
-        slot: &Slot<K, S>,
+        table: &Table<K, C>,
+        slot: &Slot<K, C>,
         print: u64,
-        entry: &mut Option<Entry<K, S>>,
+        entry: &mut Option<Entry<K, C>>,
     ) -> Written {
         #[cfg(floodgate_loom)]
         let _writing = self.writing.lock().unwrap();
@@ -752,7 +753,7 @@ where
     /// thread already did (module docs, "Growing without stopping").
     #[cold]
     #[inline(never)]
-    fn rebuild(&self, table: &Table<K, S>, policy: &impl Lifecycle<S>, guard: &Guard) {
+    fn rebuild(&self, table: &Table<K, C>, policy: &impl Lifecycle<C>, guard: &Guard) {
         let _upkeep = self
             .upkeep
             .lock()
@@ -772,7 +773,7 @@ where
 
     /// Moves every live client of `table` (the current one) into a new
     /// table and publishes it. Runs under `upkeep`.
-    fn move_table(&self, table: &Table<K, S>, policy: &impl Lifecycle<S>) {
+    fn move_table(&self, table: &Table<K, C>, policy: &impl Lifecycle<C>) {
         // Live clients, counted in the slots (not by `stored`, which lags
         // behind inserts that are done but not yet counted): a rebuild at
         // the same size must leave at least half the room free, or the next
@@ -792,14 +793,14 @@ where
         // Not dropped if the move unwinds (a key's `Clone` or `Hash` may
         // panic): once the old table points to it, other threads may be
         // reading it, so a failed move leaks it rather than free it.
-        let next: ManuallyDrop<Staged<Table<K, S>>> =
+        let next: ManuallyDrop<Staged<Table<K, C>>> =
             ManuallyDrop::new(TableCell::stage(Table::new(capacity)));
         // Every client that can still move is in a claimed slot, and the old
         // table's claims stop at its room: set that many aside, so inserts
         // into `next` while the move runs leave space for the move. What the
         // move did not need is given back at the end.
         next.claimed.store(table.room, Ordering::Relaxed);
-        let next_ptr: *const Table<K, S> = &**next;
+        let next_ptr: *const Table<K, C> = &**next;
         table.next.store(next_ptr.cast_mut(), Ordering::Release);
         let mut moved = 0;
         for slot in table.slots.iter() {
@@ -829,8 +830,8 @@ where
                             // SAFETY: the slot was FULL (Acquire) and this
                             // thread holds the table it is rebuilding.
                             let entry = unsafe { slot.entry() };
-                            let settled = match policy.relocate(&entry.client.state) {
-                                Some(state) => {
+                            let settled = match policy.relocate(entry.client) {
+                                Some(client) => {
                                     let hash = self.hash(entry.key);
                                     #[cfg(floodgate_loom)]
                                     let _writing = self.writing.lock().unwrap();
@@ -838,10 +839,7 @@ where
                                         hash,
                                         Entry {
                                             key: entry.key.clone(),
-                                            client: Client {
-                                                origin: entry.client.origin,
-                                                state,
-                                            },
+                                            client,
                                         },
                                     );
                                     moved += 1;
@@ -891,7 +889,7 @@ where
     /// Removes `key`'s client and retires its state with `retire`; whether
     /// it was tracked. A call that still holds the state finds it retired
     /// on its next CAS and looks the client up again.
-    pub(crate) fn forget<Q>(&self, key: &Q, retire: impl Fn(&S)) -> bool
+    pub(crate) fn forget<Q>(&self, key: &Q, retire: impl Fn(&C)) -> bool
     where
         K: Borrow<Q>,
         Q: ?Sized + Hash + Eq,
@@ -918,7 +916,7 @@ where
                 self.stored.fetch_sub(1, Ordering::Relaxed);
                 self.give_back(1);
                 // SAFETY: the slot was FULL (Acquire); `guard` holds it.
-                retire(&unsafe { slot.entry() }.client.state);
+                retire(unsafe { slot.entry() }.client);
                 return true;
             }
             // Being moved or removed by another thread: look again.
@@ -928,7 +926,7 @@ where
 
     /// An explicit sweep at `now`: how many clients it removed (0 if another
     /// thread is sweeping).
-    pub(crate) fn sweep(&self, now: u64, policy: &impl Lifecycle<S>) -> usize {
+    pub(crate) fn sweep(&self, now: u64, policy: &impl Lifecycle<C>) -> usize {
         match self.schedule.turn() {
             Some(turn) => self.sweep_turn(turn, now, policy),
             None => 0,
@@ -936,7 +934,7 @@ where
     }
 
     /// Removes every client idle at `now`, under `upkeep`.
-    fn sweep_turn(&self, turn: SweepTurn<'_>, now: u64, policy: &impl Lifecycle<S>) -> usize {
+    fn sweep_turn(&self, turn: SweepTurn<'_>, now: u64, policy: &impl Lifecycle<C>) -> usize {
         let _upkeep = self
             .upkeep
             .lock()
@@ -955,13 +953,19 @@ where
             }
             // SAFETY: the slot was FULL (Acquire); `guard` holds the table.
             let client = unsafe { slot.entry() }.client;
+            // Release on success: a call that finds the slot DEAD (by its
+            // probe's Acquire load of the tag, never having read the
+            // retired state) must also find `swept` raised above, or it
+            // re-creates the client with an origin older than this sweep
+            // (`arrive`; the loom model `gcra_stale_call_never_meets_a_
+            // schedule_younger_than_its_sweep` fails with Relaxed here).
             if policy.retire_idle(client, now)
                 && slot
                     .tag
                     .compare_exchange(
                         tag,
                         (tag & !STATE) | DEAD,
-                        Ordering::Relaxed,
+                        Ordering::Release,
                         Ordering::Relaxed,
                     )
                     .is_ok()
@@ -1001,6 +1005,21 @@ mod tests {
         let guard = Guard::new();
         let table = store.table.load(&guard);
         (table.capacity(), table.room, store.grows)
+    }
+
+    /// The slot sizes the module docs (and the README's memory table)
+    /// give: 24 bytes for a `u64` key and a one-word policy, which keeps no
+    /// origin; 48 for a two-word one, whose origin fills the padding.
+    #[test]
+    fn slots_are_the_sizes_the_docs_give() {
+        use crate::policy::{FixedWindowState, GcraState, TokenBucketState};
+        use crate::store::keyed::Client;
+        use std::mem::size_of;
+        assert_eq!(size_of::<Slot<u64, Client<GcraState, ()>>>(), 24);
+        assert_eq!(size_of::<Slot<u64, Client<TokenBucketState, ()>>>(), 24);
+        assert_eq!(size_of::<Slot<u64, Client<FixedWindowState, u64>>>(), 48);
+        // With an origin, a one-word state would take a word more.
+        assert_eq!(size_of::<Slot<u64, Client<GcraState, u64>>>(), 32);
     }
 
     /// A key hashes the same through any number of references, and as

@@ -83,10 +83,13 @@ use crate::sync::{self, AtomicU64, AtomicUsize, ClientIndex, Ordering};
 
 /// One client: when it was created, and its policy state.
 #[derive(Debug)]
-pub(crate) struct Client<S> {
+pub(crate) struct Client<S, O = u64> {
     /// The `now` of the call that created it. Policies measure time from
-    /// here, so their state words hold small relative times.
-    pub(crate) origin: u64,
+    /// here, so their state words hold small relative times. The
+    /// limiter's store keeps none (`O = ()`) for the policies whose states
+    /// count from tick 0 (`Policy::Origin`); the tiers' store always keeps
+    /// it.
+    pub(crate) origin: O,
     pub(crate) state: S,
 }
 
