@@ -551,6 +551,8 @@ impl Client {
     /// counts from tick 0 and starts at `TAT = origin`, as the lock-free
     /// engine's does (it keeps no origin for them): the origin decides
     /// nothing else there, and a call before it is judged at its own time.
+    /// A bucket keeps its origin (its drips fall on the origin's grid) and
+    /// answers such a call as that engine does (`bucket_before_origin`).
     fn new(origin: u64, rules: &Rules) -> Self {
         let (origin, state) = match rules.policy {
             PolicyKind::Gcra | PolicyKind::LeakyBucket => (0, State::Tat(u128::from(origin))),
@@ -592,7 +594,7 @@ impl Client {
     }
 
     /// `remaining` at `now` (absolute); a `now` before the origin is read at
-    /// the origin.
+    /// the origin (a bucket's, at its own time: `bucket_before_origin`).
     fn remaining(&self, rules: &Rules, now: u64) -> u64 {
         match now.checked_sub(self.origin) {
             Some(since) => self.state.remaining(rules, since),

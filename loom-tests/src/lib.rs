@@ -257,11 +257,7 @@ where
             references.get_or_init(|| sequential_references::<S>(&scenario));
         });
     }
-    let executions = Arc::new(AtomicUsize::new(0));
-    let counted = Arc::clone(&executions);
-    loom::model(move || {
-        // Relaxed: a plain count, read once the model has finished.
-        counted.fetch_add(1, StdOrdering::Relaxed);
+    model(move || {
         let run = run_concurrently::<S>(&scenario);
         let references = references.get().expect("worked out above");
         let explained = references
@@ -276,10 +272,28 @@ where
         );
         check(&scenario, &run.0);
     });
-    // Shown with `--nocapture`: how much each model explores.
-    println!(
-        "{} interleavings explored",
-        executions.load(StdOrdering::Relaxed)
+}
+
+/// Runs `body` under loom, as `loom::model` does, and fails if loom ran it
+/// in a single schedule: a model whose threads loom orders only one way
+/// proves nothing about their race, and passes whatever the code does.
+/// (Seen here: a racing call that only reads, made on the main thread
+/// while a spawned thread wrote, was run in one schedule; on the spawned
+/// thread the same model explores 44.) Shown with `--nocapture`: how many
+/// schedules each model explored.
+pub fn model(body: impl Fn() + Sync + Send + 'static) {
+    let executions = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&executions);
+    loom::model(move || {
+        // Relaxed: a plain count, read once the model has finished.
+        counted.fetch_add(1, StdOrdering::Relaxed);
+        body();
+    });
+    let executions = executions.load(StdOrdering::Relaxed);
+    println!("{executions} interleavings explored");
+    assert!(
+        executions > 1,
+        "loom found one schedule only: the model races nothing"
     );
 }
 

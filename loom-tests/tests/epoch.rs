@@ -78,7 +78,7 @@ impl Tables {
 /// (nothing kept for ever).
 #[test]
 fn a_retired_table_is_not_freed_under_a_pin() {
-    loom::model(|| {
+    floodgate_loom_tests::model(|| {
         let tables = tables(2);
         let reader = {
             let tables = Arc::clone(&tables);
@@ -98,7 +98,7 @@ fn a_retired_table_is_not_freed_under_a_pin() {
 /// them, and both outgrown ones are freed in the end.
 #[test]
 fn repinning_across_two_rebuilds() {
-    loom::model(|| {
+    floodgate_loom_tests::model(|| {
         let tables = tables(3);
         let reader = {
             let tables = Arc::clone(&tables);
@@ -121,7 +121,7 @@ fn repinning_across_two_rebuilds() {
 /// one reader still holds is never freed by the other's unpin.
 #[test]
 fn an_unpin_that_collects_spares_a_held_table() {
-    loom::model(|| {
+    floodgate_loom_tests::model(|| {
         let tables = tables(2);
         let readers: Vec<_> = (0..2)
             .map(|_| {

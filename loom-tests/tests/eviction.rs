@@ -28,7 +28,7 @@ fn one_tier(spec: TierSpec) -> Tiers<u64, fn(&u64) -> &'static str, ManualClock>
 /// grid, 100 on a fresh one. So the sweep's count is exact: 1 iff the check
 /// met a fresh client. Either way exactly one admission at 150.
 fn sweep_races_check<P: Policy>() {
-    loom::model(|| {
+    floodgate_loom_tests::model(|| {
         let policy = P::new(Config::per_ticks(1, 100).unwrap()).unwrap();
         let limiter =
             Arc::new(Limiter::<u64, P, _>::with_clock(policy, ManualClock::new(0)).unwrap());
@@ -56,24 +56,32 @@ fn sweep_races_check<P: Policy>() {
 /// The same client, idle from 100, and a sweep at 100 racing a check that
 /// carries an older `now`, 90 (threads racing on a real clock). At 90 the
 /// client is spent, so the check stores nothing and cannot keep it: the
-/// sweep removes exactly one client, whatever the order. What the check
-/// observed says the order: rejected with 10 ticks to wait if it read the
-/// state before the sweep retired it, admitted as a new client (origin 90)
-/// if after. Then a check at 100 is admitted iff the first was not: the new
-/// client is spent until 190.
+/// sweep removes exactly one client, whatever the order. If the check
+/// reads the old state it is refused with 10 ticks to wait. If it comes
+/// after the sweep it re-creates the client, no earlier than the sweep's
+/// 100: the drip policies (no origin kept) start their state there
+/// (`TAT = 100`, the bucket full from 100) and judge the call at its own
+/// 90, refused the same way; the sliding log, which keeps its origin,
+/// judges it at 100 and admits it, stamped 100. Either way one admission
+/// in [90, 100]: a check at 100 is admitted iff the first was not. (The
+/// check runs on the spawned thread: a rejection only reads, and on the
+/// main thread loom ran this model's first schedule alone.)
 fn sweep_races_an_older_check<P: Policy>() {
-    loom::model(|| {
+    floodgate_loom_tests::model(|| {
         let policy = P::new(Config::per_ticks(1, 100).unwrap()).unwrap();
         let limiter =
             Arc::new(Limiter::<u64, P, _>::with_clock(policy, ManualClock::new(0)).unwrap());
         assert!(limiter.check_at(&KEY, 0).allowed);
-        let sweeper = {
+        let early = {
             let limiter = Arc::clone(&limiter);
-            thread::spawn(move || limiter.sweep_at(100))
+            thread::spawn(move || limiter.check_at(&KEY, 90))
         };
-        let early = limiter.check_at(&KEY, 90);
-        let removed = sweeper.join().unwrap();
+        let removed = limiter.sweep_at(100);
+        let early = early.join().unwrap();
         assert_eq!(removed, 1, "a rejection cannot keep an idle client");
+        if P::KIND.drips() {
+            assert!(!early.allowed, "admitted at 90: {early:?}");
+        }
         if !early.allowed {
             assert_eq!(early.retry_after, 10, "{early:?}");
         }
@@ -88,7 +96,7 @@ fn sweep_races_an_older_check<P: Policy>() {
 /// the sweep at the same instant): the sweep must never remove it, so the
 /// racing check takes the last one and a third is rejected.
 fn sweep_never_removes_a_busy_client<P: Policy>() {
-    loom::model(|| {
+    floodgate_loom_tests::model(|| {
         let policy = P::new(Config::per_ticks(2, 100).unwrap()).unwrap();
         let limiter =
             Arc::new(Limiter::<u64, P, _>::with_clock(policy, ManualClock::new(0)).unwrap());
@@ -108,7 +116,7 @@ fn sweep_never_removes_a_busy_client<P: Policy>() {
 /// each makes one check): the spent one is carried exactly once, so exactly
 /// two more are admitted at the frozen instant and nothing is left.
 fn racing_carry_over(policy: PolicyKind) {
-    loom::model(move || {
+    floodgate_loom_tests::model(move || {
         let spec =
             move |limit| TierSpec::new(policy, Config::per_ticks(limit, 300).unwrap()).unwrap();
         let tiers = Arc::new(one_tier(spec(2)));
@@ -131,7 +139,7 @@ fn racing_carry_over(policy: PolicyKind) {
 /// rule leaves one, the new rule (`L = 4`) three minus what was spent.
 /// Whatever the order, what is left afterwards is `4 − everything admitted`.
 fn reload_races_checks(policy: PolicyKind) {
-    loom::model(move || {
+    floodgate_loom_tests::model(move || {
         let spec =
             move |limit| TierSpec::new(policy, Config::per_ticks(limit, 400).unwrap()).unwrap();
         let tiers = Arc::new(one_tier(spec(2)));

@@ -22,7 +22,7 @@ const KEY: u64 = 7;
 /// first of them read at 99.
 #[test]
 fn a_stale_call_never_meets_a_client_younger_than_its_sweep() {
-    loom::model(|| {
+    floodgate_loom_tests::model(|| {
         let policy = SlidingWindow::new(Config::per_ticks(1, 100).unwrap()).unwrap();
         let limiter = Arc::new(
             Limiter::<u64, SlidingWindow, _>::with_clock(policy, ManualClock::new(0)).unwrap(),
@@ -59,7 +59,7 @@ fn a_stale_call_never_meets_a_client_younger_than_its_sweep() {
 /// thread: a rejection only reads, and with it on the main thread loom ran
 /// one schedule alone, which passed with the floor taken out.)
 fn a_stale_call_never_meets_a_schedule_younger_than_its_sweep<P: Policy>() {
-    loom::model(|| {
+    floodgate_loom_tests::model(|| {
         let policy = P::new(Config::per_ticks(1, 100).unwrap()).unwrap();
         let limiter =
             Arc::new(Limiter::<u64, P, _>::with_clock(policy, ManualClock::new(0)).unwrap());
@@ -100,7 +100,7 @@ fn leaky_bucket_stale_call_never_meets_a_schedule_younger_than_its_sweep() {
 /// one, never on both and never lost in between. Afterwards the client has
 /// state iff the check came after the forget, and then it has spent one.
 fn forget_races_check<P: Policy>() {
-    loom::model(|| {
+    floodgate_loom_tests::model(|| {
         let policy = P::new(Config::per_ticks(2, 100).unwrap()).unwrap();
         let limiter =
             Arc::new(Limiter::<u64, P, _>::with_clock(policy, ManualClock::new(0)).unwrap());
@@ -146,7 +146,7 @@ fn sliding_window_forget_races_check() {
 /// afresh at 100 with three more.
 #[test]
 fn a_stale_carry_over_lands_in_the_latest_window() {
-    loom::model(|| {
+    floodgate_loom_tests::model(|| {
         let spec = |limit| {
             TierSpec::new(
                 PolicyKind::FixedWindow,

@@ -20,7 +20,7 @@ fn limiter<P: Policy>(limit: u64, bounds: Bounds) -> Arc<Limiter<u64, P, ManualC
 /// never on both and never on neither: client 1 ends with nothing left,
 /// whichever order, and both clients are found afterwards.
 fn a_rebuild_races_a_check<P: Policy>() {
-    loom::model(|| {
+    floodgate_loom_tests::model(|| {
         let limiter = limiter::<P>(2, Bounds::new());
         assert!(limiter.check_at(&1, 0).allowed);
         let inserter = {
@@ -68,7 +68,7 @@ fn a_rebuild_races_a_check_sliding_window() {
 /// admission is carried.
 #[test]
 fn two_inserts_race_a_rebuild() {
-    loom::model(|| {
+    floodgate_loom_tests::model(|| {
         let limiter = limiter::<Gcra>(1, Bounds::new());
         assert!(limiter.check_at(&1, 0).allowed);
         let other = {
@@ -92,7 +92,7 @@ fn two_inserts_race_a_rebuild() {
 /// the rebuild), the other finds it, and exactly one is admitted (`L = 1`).
 #[test]
 fn one_new_client_from_two_threads_during_a_rebuild() {
-    loom::model(|| {
+    floodgate_loom_tests::model(|| {
         let limiter = limiter::<Gcra>(1, Bounds::new());
         assert!(limiter.check_at(&1, 0).allowed);
         let other = {
@@ -116,7 +116,7 @@ fn one_new_client_from_two_threads_during_a_rebuild() {
 /// sweep if it needs the table rebuilt. Counts stay exact either way.
 #[test]
 fn a_sweep_races_an_insert() {
-    loom::model(|| {
+    floodgate_loom_tests::model(|| {
         let limiter = limiter::<Gcra>(1, Bounds::new());
         assert!(limiter.check_at(&1, 0).allowed);
         let sweeper = {

@@ -112,7 +112,7 @@ weighted_models! {
 /// nothing is left at 250, exactly one client is tracked, and the sweep
 /// removed at most the one client.
 fn sweep_races_weighted_check<P: Policy>() {
-    loom::model(|| {
+    floodgate_loom_tests::model(|| {
         let policy = P::new(Config::per_ticks(2, 100).unwrap()).unwrap();
         let limiter =
             Arc::new(Limiter::<u64, P, _>::with_clock(policy, ManualClock::new(0)).unwrap());
@@ -144,7 +144,7 @@ fn one_tier(spec: TierSpec) -> Tiers<u64, fn(&u64) -> &'static str, ManualClock>
 /// new one it does (3 left, the spent unit carried over). Either way what
 /// is left afterwards is `4 − 1 −` what it was admitted, never a part.
 fn reload_races_weighted_check(policy: PolicyKind) {
-    loom::model(move || {
+    floodgate_loom_tests::model(move || {
         let spec =
             move |limit| TierSpec::new(policy, Config::per_ticks(limit, 400).unwrap()).unwrap();
         let tiers = Arc::new(one_tier(spec(2)));
@@ -169,7 +169,7 @@ fn reload_races_weighted_check(policy: PolicyKind) {
 /// exactly once, so exactly one of them fits (5 − 2 = 3 left) and 1 unit is
 /// left.
 fn weighted_carry_over(policy: PolicyKind) {
-    loom::model(move || {
+    floodgate_loom_tests::model(move || {
         let spec =
             move |limit| TierSpec::new(policy, Config::per_ticks(limit, 500).unwrap()).unwrap();
         let tiers = Arc::new(one_tier(spec(3)));

@@ -957,8 +957,9 @@ where
             // probe's Acquire load of the tag, never having read the
             // retired state) must also find `swept` raised above, or it
             // re-creates the client with an origin older than this sweep
-            // (`arrive`; the loom model `gcra_stale_call_never_meets_a_
-            // schedule_younger_than_its_sweep` fails with Relaxed here).
+            // (`arrive`; the drip policies' stale-call models in
+            // `loom-tests/tests/stale.rs` and `eviction.rs` fail with
+            // Relaxed here).
             if policy.retire_idle(client, now)
                 && slot
                     .tag
