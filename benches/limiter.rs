@@ -7,7 +7,9 @@
 //! * `throughput/hot-flood`, `throughput/hot-admit`, `throughput/uniform`,
 //!   `throughput/zipf` — 1, 2 and 4 threads on one hot client (both quotas),
 //!   on 10,000 clients drawn uniformly and on 100,000 drawn by a Zipf law.
-//! * `insert` — the first call of a new client.
+//! * `insert` — the first call of a new client; `gcra/lockfree-sized` on a
+//!   limiter whose table is sized once for them (`max_clients`), so the
+//!   difference to `gcra/lockfree` is what the table's growth costs.
 //! * `clock` — one read of the default clock (and of `Instant`, for scale).
 //! * `sweep/keep`, `sweep/remove` — one sweep of 100,000 `gcra` clients on
 //!   the lock-free engine, none of them idle (every one kept) and all of
@@ -30,7 +32,9 @@ use criterion::{
 use floodgate::policy::{
     FixedWindow, Gcra, LeakyBucket, Policy, SlidingWindow, SlidingWindowCounter, TokenBucket,
 };
-use floodgate::{Clock, Config, Limiter, MutexLimiter, PolicyKind, QuantaClock, RateLimiter};
+use floodgate::{
+    Bounds, Clock, Config, Limiter, MutexLimiter, PolicyKind, QuantaClock, RateLimiter,
+};
 use governor::{DefaultKeyedRateLimiter, Quota};
 
 /// The limit of both quotas. Small, because a `sliding-window` client keeps
@@ -341,6 +345,25 @@ fn insert(c: &mut Criterion) {
             b.iter_custom(|iters| runner.insert(iters));
         });
     }
+    // A table sized for the sample's clients up front never grows, so no
+    // client is moved; capped, each arrival also counts against the cap.
+    let config = Config::per_ticks(LIMIT, FLOOD_WINDOW_NS).expect("valid quota");
+    group.bench_function(BenchmarkId::new("gcra", "lockfree-sized"), |b| {
+        b.iter_custom(|iters| {
+            let clients = usize::try_from(iters).expect("a sample fits in memory");
+            let limiter = Limiter::<u64, Gcra, _>::with_bounds(
+                Gcra::new(config).expect("valid quota"),
+                QuantaClock::new(),
+                Bounds::new().max_clients(clients),
+            )
+            .expect("valid bounds");
+            let start = Instant::now();
+            for key in 0..iters {
+                black_box(limiter.check(&key));
+            }
+            start.elapsed()
+        });
+    });
     group.finish();
 }
 

@@ -5,8 +5,7 @@ use std::borrow::Borrow;
 use std::fmt;
 use std::hash::Hash;
 
-use crate::policy::Origin;
-use crate::policy::{Policy, Retired};
+use crate::policy::{Origin, Policy, Retired};
 use crate::store::{Arrival, Client, InlineStore, Lifecycle};
 use crate::sync::OnceLock;
 use crate::{

@@ -5,7 +5,7 @@
 //! library's loom-visible map and pointer.
 #![cfg(floodgate_loom)]
 
-use floodgate::policy::{FixedWindow, Gcra, Policy, SlidingWindow, TokenBucket};
+use floodgate::policy::{FixedWindow, Gcra, LeakyBucket, Policy, SlidingWindow, TokenBucket};
 use floodgate::tiers::{TierSpec, Tiers};
 use floodgate::{Config, Limiter, ManualClock, PolicyKind, RateLimiter};
 use loom::sync::Arc;
@@ -172,6 +172,11 @@ fn gcra_sweep_races_an_older_check() {
 #[test]
 fn token_bucket_sweep_races_an_older_check() {
     sweep_races_an_older_check::<TokenBucket>();
+}
+
+#[test]
+fn leaky_bucket_sweep_races_an_older_check() {
+    sweep_races_an_older_check::<LeakyBucket>();
 }
 
 #[test]

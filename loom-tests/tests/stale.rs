@@ -4,7 +4,7 @@
 //! and forget protocols over the library's loom-visible map.
 #![cfg(floodgate_loom)]
 
-use floodgate::policy::{Gcra, LeakyBucket, Policy, SlidingWindow, TokenBucket};
+use floodgate::policy::{Gcra, Policy, SlidingWindow};
 use floodgate::tiers::{TierSpec, Tiers};
 use floodgate::{Config, Limiter, ManualClock, PolicyKind, RateLimiter};
 use loom::sync::Arc;
@@ -47,52 +47,6 @@ fn a_stale_call_never_meets_a_client_younger_than_its_sweep() {
         }
         assert_eq!(limiter.tracked_clients(), 1);
     });
-}
-
-/// The same race on a drip policy, which keeps no origin: `L = 1`,
-/// `W = 100` (`I = 100`, `τ = 0`), admitted at 0, so `TAT = 100` (the bucket
-/// full from 100) and idle from 100. Either the call at 99 meets the old
-/// state, or the sweep evicts the client first and the call re-creates it
-/// at 100, the sweep's time: both ways it is one tick early and rejected,
-/// and a call at 199 is admitted. Begun at the call's own 99 instead, the
-/// state would admit it: two admissions 99 ticks apart. (The call runs on the spawned
-/// thread: a rejection only reads, and with it on the main thread loom ran
-/// one schedule alone, which passed with the floor taken out.)
-fn a_stale_call_never_meets_a_schedule_younger_than_its_sweep<P: Policy>() {
-    floodgate_loom_tests::model(|| {
-        let policy = P::new(Config::per_ticks(1, 100).unwrap()).unwrap();
-        let limiter =
-            Arc::new(Limiter::<u64, P, _>::with_clock(policy, ManualClock::new(0)).unwrap());
-        assert!(limiter.check_at(&KEY, 0).allowed);
-        let stale = {
-            let limiter = Arc::clone(&limiter);
-            thread::spawn(move || limiter.check_at(&KEY, 99))
-        };
-        let removed = limiter.sweep_at(100);
-        let stale = stale.join().unwrap();
-        assert!(!stale.allowed, "admitted at 99: {stale:?}");
-        assert_eq!(stale.retry_after, 1);
-        // The rejection changed nothing, so the sweep found the old state
-        // idle whenever it ran.
-        assert_eq!(removed, 1);
-        assert!(limiter.check_at(&KEY, 199).allowed);
-        assert_eq!(limiter.tracked_clients(), 1);
-    });
-}
-
-#[test]
-fn token_bucket_stale_call_never_meets_a_schedule_younger_than_its_sweep() {
-    a_stale_call_never_meets_a_schedule_younger_than_its_sweep::<TokenBucket>();
-}
-
-#[test]
-fn gcra_stale_call_never_meets_a_schedule_younger_than_its_sweep() {
-    a_stale_call_never_meets_a_schedule_younger_than_its_sweep::<Gcra>();
-}
-
-#[test]
-fn leaky_bucket_stale_call_never_meets_a_schedule_younger_than_its_sweep() {
-    a_stale_call_never_meets_a_schedule_younger_than_its_sweep::<LeakyBucket>();
 }
 
 /// `forget` racing a check of the same client (`L = 2`, one spent): the

@@ -256,7 +256,9 @@ mod tests {
         assert_eq!(policy.check(&state, 104), Ok(Decision::admit(0))); // full from 113
         assert_eq!(policy.check(&state, 107), Ok(Decision::reject(0, 1)));
         assert_eq!(policy.check(&state, 108), Ok(Decision::admit(0)));
-        // Before the origin: lacking the drips at 95, 98, 103, 108, 113, 118.
+        // At 93, before the origin: lacking the five drips of (93, 118] on
+        // the grid (98, 103, 108, 113, 118), so none is left, and one comes
+        // back at 113.
         assert_eq!(policy.remaining(&state, 93), Ok(0));
         assert_eq!(policy.check(&state, 93), Ok(Decision::reject(0, 20)));
         // Full long after: the drip at 133 is the latest before 137, so

@@ -957,9 +957,9 @@ where
             // probe's Acquire load of the tag, never having read the
             // retired state) must also find `swept` raised above, or it
             // re-creates the client with an origin older than this sweep
-            // (`arrive`; the drip policies' stale-call models in
-            // `loom-tests/tests/stale.rs` and `eviction.rs` fail with
-            // Relaxed here).
+            // (`arrive`; the drip policies' `sweep_races_an_older_check`
+            // models in `loom-tests/tests/eviction.rs` fail with Relaxed
+            // here).
             if policy.retire_idle(client, now)
                 && slot
                     .tag
