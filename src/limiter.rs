@@ -533,14 +533,15 @@ where
                     None => present = false,
                 }
             } else {
+                // The new client's decision comes back in `first`, not in
+                // the `Arrival`: carried there, its copy stalled the same way.
+                let mut first = Decision::default();
                 match self.clients.arrive(key, hash, now, &self.policy, |client| {
-                    self.decide(client, now, cost)
+                    let (client, decision) = self.decide_first(client, now, cost);
+                    first = decision;
+                    (client, ())
                 }) {
-                    Arrival::Created(Ok(decision)) => return decision,
-                    Arrival::Created(Err(Retired)) => {
-                        self.clients.settle();
-                        present = true;
-                    }
+                    Arrival::Created(()) => return first,
                     Arrival::Raced => present = true,
                     Arrival::Full => return self.overflow_check(now, cost),
                 }
@@ -588,7 +589,8 @@ where
                 }
             } else {
                 match self.clients.arrive(key, hash, now, &self.policy, |client| {
-                    self.count(client, now)
+                    let answer = self.count(&client, now);
+                    (client, answer)
                 }) {
                     Arrival::Created(answer) => answer,
                     Arrival::Raced => {
@@ -625,8 +627,9 @@ where
         }
     }
 
-    /// Forgets `key`'s state (see [`RateLimiter::forget`]); takes the
-    /// bucket's lock of the map to remove it.
+    /// Forgets `key`'s state (see [`RateLimiter::forget`]). The removal
+    /// takes the store's upkeep lock, so it waits for a table rebuild or a
+    /// sweep in progress; checks never wait for it.
     pub fn forget<Q>(&self, key: &Q) -> bool
     where
         Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
@@ -681,6 +684,37 @@ where
             return Ok(decision);
         }
         Ok(self.policy.measured_from_earlier(decision, lag))
+    }
+
+    /// A new client's first call, decided before the store publishes the
+    /// client (so no other call can come between its creation and this
+    /// decision): as `decide`, with the policy's step on a state no other
+    /// thread can reach yet, which needs no CAS (`Policy::check_unshared`).
+    /// Answers the client to publish, with the decision.
+    #[inline]
+    fn decide_first(&self, client: Resident<P>, now: u64, cost: u64) -> (Resident<P>, Decision) {
+        if cost == 0 || cost > self.policy.config().limit() {
+            // Answered from `remaining`, by `check_n`: nothing to store.
+            let decision = match self.decide(&client, now, cost) {
+                Ok(decision) => decision,
+                Err(Retired) => unreachable!("a new state is never retired"),
+            };
+            return (client, decision);
+        }
+        let Client { origin, state } = client;
+        // As in `decide`: an origin after `now` (a sweep's time, later than
+        // this call's) is where the call is judged, `lag` ticks later.
+        let (since, lag) = match now.checked_sub(origin.tick()) {
+            Some(since) => (since, 0),
+            None => (0, origin.tick() - now),
+        };
+        let (state, decision) = self.policy.check_unshared(state, since, cost);
+        let decision = if lag == 0 {
+            decision
+        } else {
+            self.policy.measured_from_earlier(decision, lag)
+        };
+        (Client { origin, state }, decision)
     }
 
     #[inline(always)]
@@ -765,13 +799,14 @@ where
         self.clients.len()
     }
 
-    /// How many entries the map holds, as completed inserts and removals
-    /// count them, rather than the places reserved under the cap that
+    /// How many entries the map holds, as the slots its inserts claimed and
+    /// its removals emptied count them, rather than the places reserved
+    /// under the cap that
     /// [`tracked_clients`](Self::tracked_clients) counts. It exists for the
     /// tests' cap watchers: the reservations cannot pass the cap by
     /// construction, so only a count of what the map did can show a bug that
-    /// lets it. Never above `tracked_clients()` (each insert is counted after
-    /// its reservation, each removal before its place is given back), and
+    /// lets it. Never above `tracked_clients()` (each insert's slot is counted
+    /// after its reservation, each removal before its place is given back), and
     /// equal to the map's length when no call is in flight. Without a cap
     /// nothing is reserved, and the two are the same count.
     #[doc(hidden)]

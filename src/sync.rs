@@ -392,6 +392,10 @@ mod loom_u128 {
             *self.0.lock().unwrap()
         }
 
+        pub(crate) fn into_inner(self) -> u128 {
+            self.0.into_inner().unwrap()
+        }
+
         pub(crate) fn compare_exchange_weak(
             &self,
             current: u128,

@@ -117,7 +117,7 @@ fn ten_million_one_shot_clients_never_pass_the_cap() {
                 overflowed += 1;
             }
             if arrival % COUNT_EVERY == 0 {
-                // The map as its completed inserts and removals count it,
+                // The map as its inserts and removals count it,
                 // not the places reserved under the cap (which cannot pass
                 // it by construction); between two calls on one thread the
                 // two agree.

@@ -412,8 +412,8 @@ fn sweeps_under_traffic_keep_every_total_exact() {
 /// admitted, every other one is refused by the fail-closed rule, and a
 /// watcher never sees the map above the cap.
 ///
-/// The watcher counts the map (`stored_clients`: entries as completed
-/// inserts and removals move them), not the places reserved under the cap
+/// The watcher counts the map (`stored_clients`: slots as inserts claim
+/// and removals empty them), not the places reserved under the cap
 /// (`tracked_clients`), which the reservation cannot push past the cap even
 /// when the map does pass it. So it holds the engines' concrete types.
 #[test]

@@ -105,6 +105,18 @@ impl Policy for FixedWindow {
     }
 
     #[inline]
+    fn check_unshared(
+        &self,
+        state: FixedWindowState,
+        now: u64,
+        cost: u64,
+    ) -> (FixedWindowState, Decision) {
+        let (word, decision) =
+            cell::transition_unshared(state.word, |word| self.step(word, now, cost));
+        (FixedWindowState { word }, decision)
+    }
+
+    #[inline]
     fn remaining(&self, state: &FixedWindowState, now: u64) -> Result<u64, Retired> {
         Ok(self.remaining_of(cell::read(&state.word)?, now))
     }

@@ -141,6 +141,21 @@ impl Gcra {
         transition(&state.tat, |tat| self.step(tat, now, cost, shaped))
     }
 
+    /// `check_state` of a state no other thread can reach yet.
+    #[inline]
+    pub(super) fn check_unshared_state(
+        &self,
+        state: GcraState,
+        now: u64,
+        cost: u64,
+        shaped: bool,
+    ) -> (GcraState, Decision) {
+        let now = schedule_time(now);
+        let (tat, decision) =
+            cell::transition_unshared(state.tat, |tat| self.step(tat, now, cost, shaped));
+        (GcraState { tat }, decision)
+    }
+
     #[inline]
     pub(super) fn remaining_state(&self, state: &GcraState, now: u64) -> Result<u64, Retired> {
         Ok(self.remaining_of(cell::read(&state.tat)?, schedule_time(now)))
@@ -225,6 +240,11 @@ impl Policy for Gcra {
     #[inline]
     fn check_within(&self, state: &GcraState, now: u64, cost: u64) -> Result<Decision, Retired> {
         self.check_state(state, now, cost, false)
+    }
+
+    #[inline]
+    fn check_unshared(&self, state: GcraState, now: u64, cost: u64) -> (GcraState, Decision) {
+        self.check_unshared_state(state, now, cost, false)
     }
 
     #[inline]

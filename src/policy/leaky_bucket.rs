@@ -46,6 +46,11 @@ impl Policy for LeakyBucket {
     }
 
     #[inline]
+    fn check_unshared(&self, state: GcraState, now: u64, cost: u64) -> (GcraState, Decision) {
+        self.schedule.check_unshared_state(state, now, cost, true)
+    }
+
+    #[inline]
     fn remaining(&self, state: &GcraState, now: u64) -> Result<u64, Retired> {
         self.schedule.remaining_state(state, now)
     }

@@ -154,6 +154,19 @@ pub trait Policy: sealed::Sealed + Send + Sync + Sized + 'static {
     #[doc(hidden)]
     fn check_within(&self, state: &Self::State, now: u64, cost: u64) -> Result<Decision, Retired>;
 
+    /// [`check_within`](Self::check_within) on a state no other thread can
+    /// reach yet — a new client's first request, decided before the client
+    /// is published — answering the state after it and the decision. A
+    /// one-word policy needs no CAS for it (`cell::transition_unshared`);
+    /// the sliding log takes its usual step.
+    #[doc(hidden)]
+    fn check_unshared(&self, state: Self::State, now: u64, cost: u64) -> (Self::State, Decision) {
+        match self.check_within(&state, now, cost) {
+            Ok(decision) => (state, decision),
+            Err(Retired) => unreachable!("a new state is never retired"),
+        }
+    }
+
     /// How many requests would be admitted one after another at `now`.
     ///
     /// # Errors

@@ -207,6 +207,18 @@ impl Policy for SlidingWindowCounter {
     }
 
     #[inline]
+    fn check_unshared(
+        &self,
+        state: SlidingWindowCounterState,
+        now: u64,
+        cost: u64,
+    ) -> (SlidingWindowCounterState, Decision) {
+        let (word, decision) =
+            cell::transition_unshared(state.word, |word| self.step(word, now, cost));
+        (SlidingWindowCounterState { word }, decision)
+    }
+
+    #[inline]
     fn remaining(&self, state: &SlidingWindowCounterState, now: u64) -> Result<u64, Retired> {
         Ok(self.remaining_of(self.view(cell::read(&state.word)?, now)))
     }

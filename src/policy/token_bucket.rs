@@ -159,6 +159,19 @@ impl Policy for TokenBucket {
     }
 
     #[inline]
+    fn check_unshared(
+        &self,
+        state: TokenBucketState,
+        now: u64,
+        cost: u64,
+    ) -> (TokenBucketState, Decision) {
+        let now = schedule_time(now);
+        let (full_at, decision) =
+            cell::transition_unshared(state.full_at, |full_at| self.step(full_at, now, cost));
+        (TokenBucketState { full_at }, decision)
+    }
+
+    #[inline]
     fn remaining(&self, state: &TokenBucketState, now: u64) -> Result<u64, Retired> {
         Ok(self.tokens(cell::read(&state.full_at)?, schedule_time(now)))
     }

@@ -27,7 +27,7 @@
 //! ```text
 //! EMPTY ──claim──▶ BUSY ──entry written──▶ FULL ──evicted, forgotten──▶ DEAD
 //!   │                                        │
-//!   └──resize──▶ SEALED                      └──resize──▶ MOVING ──▶ MOVED
+//!   └──resize──▶ SEALED                      └──resize──▶ MOVED
 //! ```
 //!
 //! * `EMPTY` (tag 0, the zeroed slot) ends a probe: the key is not in the
@@ -45,6 +45,9 @@
 //!   before it on its path was already claimed, and claimed slots never
 //!   become `EMPTY` or `SEALED`. So a probe that meets `EMPTY` or `SEALED`
 //!   before the key knows it is not in this table, and never will be.
+//! * Once `FULL`, a tag changes only under `upkeep` (module docs below): by
+//!   the one rebuild, sweep or `forget` that holds it. So each of those
+//!   changes it with a plain store, never a CAS.
 //!
 //! # Growing without stopping
 //!
@@ -53,15 +56,18 @@
 //! fill more than half the room, the same size otherwise (a flood of ids
 //! that were evicted leaves `DEAD` slots behind; the rebuild drops them). A
 //! capped store is sized for its cap once and is only ever rebuilt at that
-//! size. Rebuilds (and sweeps) run one at a time, under `upkeep`; checks and
-//! other inserts go on meanwhile:
+//! size. Rebuilds (and sweeps, and `forget`) run one at a time, under
+//! `upkeep`; checks go on meanwhile, and so do inserts into the old table's
+//! empty slots while it has room:
 //!
 //! 1. The new table is built and published as the old one's `next`.
 //! 2. Every slot of the old table, in order: an `EMPTY` one is `SEALED`
-//!    (inserts that reach it go on to `next`); a `BUSY` one is waited for;
-//!    a `FULL` one is claimed for the move (`MOVING`), its state is frozen
-//!    by the policy's retirement mark and continued in `next`
-//!    ([`Lifecycle::relocate`]), and it becomes `MOVED`.
+//!    (inserts that reach it wait for the move, then go on to `next`); a
+//!    `BUSY` one is waited for; a `FULL` one has its state frozen by the
+//!    policy's retirement mark and continued in `next`
+//!    ([`Lifecycle::relocate`]), and becomes `MOVED`. The move is the only
+//!    writer of `next`'s empty slots, so it places clients there with plain
+//!    stores.
 //! 3. `next` becomes the current table; the old one goes to the epoch
 //!    collector (`store::epoch`) and is freed once no thread holds a pin
 //!    taken before.
@@ -71,8 +77,9 @@
 //! mark; the check then looks again, waits for `MOVED` and decides on the
 //! state in `next`. A probe goes on to `next` only on `MOVED` for its key
 //! (the key is there already) or on `SEALED` before its key (it was never
-//! in the old table), so an insert into `next` while the move runs can
-//! never create a client that is still waiting to move.
+//! in the old table), and an insert claims a slot in `next` only once the
+//! move is over, so it can never create a client that is still waiting to
+//! move.
 //!
 //! # Removing clients
 //!
@@ -82,35 +89,39 @@
 //! slot; `forget` marks the slot first and then retires the state, so a
 //! check that found the slot before either is decided on the old state or
 //! fails on the mark and looks again. A check that meets a retired state
-//! in a slot still `FULL` (a sweep between its two CASes) waits for the
-//! slot to change.
+//! in a slot still `FULL` (a sweep between its CAS and its mark, a move
+//! between its freeze and `MOVED`) waits for the slot to change.
 //!
 //! # Orderings
 //!
 //! What carries data between threads is the tag: an entry is written before
 //! the Release store of `FULL` and read only after an Acquire load that saw
-//! `FULL`, `DEAD`, `MOVING` or `MOVED` (or by the thread that wrote it). A
+//! `FULL`, `DEAD` or `MOVED` (or by the thread that wrote it). The stores of
+//! `DEAD` and `MOVED` are Release too, each after its writer's own Acquire
+//! load of `FULL`, so a reader that loads them sees the entry as well. A
 //! rebuild publishes the new table through `next` (Release store, Acquire
 //! load) before any probe can reach it, and each moved client through the
-//! new slot's `FULL` and then the old slot's `MOVED` (both Release), so a
-//! probe that follows `MOVED` sees the client placed. The remaining CASes
-//! on tags are weaker where nothing is read on their strength: claiming an
-//! empty slot and sealing one publish no entry (the claimer's entry goes out
-//! with its own `FULL`), and a sweep's `FULL → DEAD` comes after its own
-//! Acquire load of that slot. The counters (`claimed`, `tracked`, `stored`)
-//! are Relaxed: each is moved only by read-modify-writes, publishes nothing,
-//! and decides when to rebuild or whether there is a place, never what a
-//! decision answers. The states' own words keep their orderings (`cell`).
+//! new slot's `FULL` and then the old slot's `MOVED`, so a probe that
+//! follows `MOVED` sees the client placed. The CASes on tags are weaker
+//! where nothing is read on their strength: claiming an empty slot and
+//! sealing one publish no entry (the claimer's entry goes out with its own
+//! `FULL`). The counters (`claimed`, `dead`, `tracked`) are Relaxed: each
+//! publishes nothing, is moved by read-modify-writes (and `claimed` set
+//! once by the move that fills its table, before it is published), and
+//! decides when to rebuild, whether there is a place or what `stored`
+//! reads, never what a decision answers. The states' own words keep their orderings (`cell`).
 //!
 //! # Sweeps and time, the cap
 //!
 //! As in the tiers' store (`store::keyed`, same sections): `swept` is the
 //! earliest origin a new client may get; `tracked` counts places under the
 //! cap, taken before an insert and given back by whoever removes a client;
-//! `stored` counts what the table did (+1 after a slot is published `FULL`,
-//! −1 after one is marked `DEAD`), so that `stored <= tracked <= cap` and a
-//! watcher can see a broken cap. A store without a cap takes no places:
-//! `stored` alone counts its clients.
+//! `stored` counts what the table did: its claimed slots less its `DEAD`
+//! ones (a slot is claimed after its insert took a place and before it is
+//! published `FULL`; it is counted `DEAD` before the place is given back),
+//! so that `stored <= tracked <= cap` and a watcher can see a broken cap. A
+//! store without a cap takes no places: `stored` alone counts its clients,
+//! and an insert moves no counter but its table's claims.
 
 use std::borrow::Borrow;
 use std::cell::UnsafeCell;
@@ -142,9 +153,8 @@ const EMPTY: u64 = 0;
 const BUSY: u64 = 1;
 const FULL: u64 = 2;
 const DEAD: u64 = 3;
-const MOVING: u64 = 4;
-const MOVED: u64 = 5;
-const SEALED: u64 = 6;
+const MOVED: u64 = 4;
+const SEALED: u64 = 5;
 
 /// The tag bits that identify a key: its hash, low bits cleared.
 #[inline]
@@ -186,7 +196,7 @@ struct Slot<K, C> {
 
 impl<K, C> Slot<K, C> {
     /// The entry of a slot whose tag was loaded (Acquire) as `FULL`,
-    /// `DEAD`, `MOVING` or `MOVED`.
+    /// `DEAD` or `MOVED`.
     ///
     /// # Safety
     ///
@@ -227,12 +237,16 @@ impl<K, C> Slot<K, C> {
 pub(crate) struct Table<K, C> {
     slots: Box<[Slot<K, C>]>,
     mask: usize,
-    /// Slots claimed so far (every state but `EMPTY` and `SEALED`), and
-    /// places set aside for clients moving in. Relaxed: a lone counter moved
-    /// by read-modify-writes; it decides when to rebuild, never an answer.
+    /// Slots claimed so far (every state but `EMPTY` and `SEALED`): set by
+    /// the move that fills the table before it is published, then moved by
+    /// read-modify-writes. Relaxed: it decides when to rebuild, never an
+    /// answer.
     claimed: AtomicUsize,
     /// Claims stop here: 7/8 of the slots, so a probe always ends.
     room: usize,
+    /// Slots turned `DEAD`: counted by removals, which run under `upkeep`.
+    /// Relaxed, as `claimed`.
+    dead: AtomicUsize,
     /// The table this one is being emptied into; null until a rebuild
     /// begins. Release/Acquire: a reader that follows it sees it built.
     next: AtomicPtr<Table<K, C>>,
@@ -257,7 +271,7 @@ enum Written {
 
 /// Where a probe ended.
 enum Probe<'t, K, C> {
-    /// The key's slot (`FULL` or `MOVING`).
+    /// The key's slot (`FULL`).
     Found(&'t Slot<K, C>),
     /// Not in this table: the first `EMPTY` slot on its path.
     Vacant(usize),
@@ -282,6 +296,7 @@ impl<K, C> Table<K, C> {
                 .collect(),
             mask: capacity - 1,
             claimed: AtomicUsize::new(0),
+            dead: AtomicUsize::new(0),
             room: (capacity - capacity / 8).min(capacity - 1),
             next: AtomicPtr::new(std::ptr::null_mut()),
         }
@@ -353,13 +368,13 @@ impl<K, C> Table<K, C> {
                     BUSY => return Probe::Busy,
                     _ => {}
                 }
-                // SAFETY: `tag` was loaded with Acquire and is FULL, DEAD,
-                // MOVING or MOVED; the caller holds the table.
+                // SAFETY: `tag` was loaded with Acquire and is FULL, DEAD
+                // or MOVED; the caller holds the table.
                 if unsafe { slot.entry() }.key.borrow() != key {
                     break 'slot;
                 }
                 match state {
-                    FULL | MOVING => return Probe::Found(slot),
+                    FULL => return Probe::Found(slot),
                     MOVED => return Probe::Onward,
                     // An evicted copy: the key may be further on.
                     _ => break 'slot,
@@ -385,6 +400,15 @@ impl<K, C> Table<K, C> {
         (!next.is_null()).then(|| unsafe { &*next })
     }
 
+    /// The clients in this table, at most: its claims less its `DEAD`
+    /// slots, read in that order so that a removal between the two reads
+    /// can only lower the answer, never a claim raise it past what the
+    /// table held at the first. Exact when no call is in flight.
+    fn live(&self) -> usize {
+        let claimed = self.claimed.load(Ordering::Relaxed);
+        claimed.saturating_sub(self.dead.load(Ordering::Relaxed))
+    }
+
     /// Takes one claim under `room`; false if there is none left.
     fn claim(&self) -> bool {
         self.claimed
@@ -394,23 +418,26 @@ impl<K, C> Table<K, C> {
             .is_ok()
     }
 
-    /// Claims the first `EMPTY` slot on `hash`'s path and writes `entry`
-    /// there. Only for a client that cannot be in this table: a rebuild's
-    /// move (module docs, "Growing without stopping"), whose claim was set
-    /// aside beforehand.
+    /// Writes `entry` into the first `EMPTY` slot on `hash`'s path. Only
+    /// for a rebuild's move into this table (module docs, "Growing without
+    /// stopping"), of a client that cannot be in it yet: while the move
+    /// runs, it is the only writer of this table's empty slots, so a plain
+    /// load finds one and a plain store takes it, with no read-modify-write
+    /// (inserts wait for the move, `InlineStore::wait_for_move`; removals
+    /// only turn `FULL` slots `DEAD`).
     fn place(&self, hash: u64, entry: Entry<K, C>) {
         let print = fingerprint(hash);
         let mut index = hash as usize & self.mask;
         loop {
             let slot = &self.slots[index];
-            if slot
-                .tag
-                .compare_exchange(EMPTY, print | BUSY, Ordering::Acquire, Ordering::Relaxed)
-                .is_ok()
-            {
-                // SAFETY: this thread claimed the slot (EMPTY → BUSY) and
-                // is the only writer; no reader reads a BUSY slot's entry.
+            // Relaxed: only this thread writes an empty slot's tag, so an
+            // `EMPTY` it reads is current; any other tag is skipped unread.
+            if slot.tag.load(Ordering::Relaxed) == EMPTY {
+                // SAFETY: the slot is EMPTY and only this thread may change
+                // that (above); no reader reads an EMPTY slot's entry.
                 unsafe { slot.write(entry) };
+                // Release: publishes the entry to every reader that loads
+                // this tag with Acquire.
                 slot.tag.store(print | FULL, Ordering::Release);
                 return;
             }
@@ -425,7 +452,7 @@ impl<K, C> Drop for Table<K, C> {
             // Relaxed: `&mut self`, so every write to the tag happened
             // before this drop began.
             let state = slot.tag.load(Ordering::Relaxed) & STATE;
-            if matches!(state, FULL | DEAD | MOVING | MOVED) {
+            if matches!(state, FULL | DEAD | MOVED) {
                 // SAFETY: those states hold a written entry, dropped once,
                 // here: moving a client clones its key and continues its
                 // state in a new value, so the old entry is still its own.
@@ -444,8 +471,9 @@ pub(crate) struct InlineStore<K, C> {
     /// Randomly seeded (foldhash's `random()`), so ids crafted to collide
     /// in one process do not in another.
     hasher: foldhash::fast::SeedableRandomState,
-    /// Rebuilds and sweeps, one at a time. Checks never take it; an insert
-    /// waits on it only when its table has no room left.
+    /// Rebuilds, sweeps and `forget`, one at a time. Checks never take it;
+    /// an insert waits on it only when its table has no room left or is
+    /// being moved.
     upkeep: Mutex<()>,
     /// Under loom, held by each writer of a slot's entry (see
     /// `wait_for_writer`).
@@ -461,9 +489,6 @@ pub(crate) struct InlineStore<K, C> {
     /// The latest `now` a sweep judged at: the earliest origin a new client
     /// may get (module docs).
     swept: AtomicU64,
-    /// Clients in the table as completed inserts and removals count them
-    /// (module docs). Relaxed, as `tracked`.
-    stored: AtomicUsize,
     schedule: SweepSchedule,
 }
 
@@ -496,7 +521,6 @@ where
             grows,
             tracked: AtomicUsize::new(0),
             swept: AtomicU64::new(0),
-            stored: AtomicUsize::new(0),
             schedule: SweepSchedule::new(bounds),
         }
     }
@@ -586,9 +610,21 @@ where
     {
         let guard = Guard::new();
         let slot = self.find(key, hash, &guard)?;
-        // SAFETY: `find` answers only slots it loaded (Acquire) as FULL or
-        // MOVING, and `guard` holds their table.
+        // SAFETY: `find` answers only slots it loaded (Acquire) as FULL,
+        // and `guard` holds their table.
         Some(visit(unsafe { slot.entry() }.client))
+    }
+
+    /// Waits for a rebuild that has begun (its table's `next` was seen
+    /// set) to finish its move: the rebuild holds `upkeep` from before it
+    /// sets `next` until after the move.
+    #[cold]
+    fn wait_for_move(&self) {
+        drop(
+            self.upkeep
+                .lock()
+                .unwrap_or_else(|poison| poison.into_inner()),
+        );
     }
 
     /// A call that found its client's state retired (a rebuild moving it,
@@ -606,7 +642,10 @@ where
 
     /// A call for `key` (whose [`hash`](Self::hash) is `hash`), which was
     /// not tracked, at `now`: sweeps first if a sweep is due, then creates
-    /// the client if there is room, and runs `visit` on it.
+    /// the client if there is room. `first` runs on the new client before
+    /// it is published — no other thread can reach it yet — and answers
+    /// the client to publish with the call's answer, which is returned if
+    /// this call's insert is the one that created the client.
     #[cold]
     #[inline(never)]
     pub(crate) fn arrive<Q, R>(
@@ -615,7 +654,7 @@ where
         hash: u64,
         now: u64,
         policy: &impl Lifecycle<C>,
-        visit: impl FnOnce(&C) -> R,
+        first: impl FnOnce(C) -> (C, R),
     ) -> Arrival<R>
     where
         K: Borrow<Q>,
@@ -645,20 +684,16 @@ where
         // (see `store::keyed`'s `arrive`). A call gets here having seen the
         // client's eviction one of two ways, each of which makes that raise
         // visible: its state's retired mark (an AcqRel CAS made after the
-        // raise), or its slot DEAD (a Release CAS, `sweep_turn`).
+        // raise), or its slot DEAD (a Release store, `sweep_turn`).
         let origin = now.max(self.swept.load(Ordering::Acquire));
+        let (client, answer) = first(policy.new_client(origin));
         let entry = Entry {
             key: key.to_owned(),
-            client: policy.new_client(origin),
+            client,
         };
         let guard = Guard::new();
         match self.insert(key, hash, entry, policy, &guard) {
-            Some(slot) => {
-                self.stored.fetch_add(1, Ordering::Relaxed);
-                // SAFETY: this thread published the slot FULL, and `guard`
-                // holds its table.
-                Arrival::Created(visit(unsafe { slot.entry() }.client))
-            }
+            Some(_) => Arrival::Created(answer),
             None => {
                 // Another thread created it first: give the place back.
                 self.give_back(1);
@@ -689,7 +724,13 @@ where
                 Probe::Found(_) => return None,
                 Probe::Busy => self.wait_for_writer(),
                 Probe::Onward => match table.next(guard) {
-                    Some(next) => table = next,
+                    // The move into `next` is the only writer of its empty
+                    // slots while it runs (`Table::place`): wait for it to
+                    // end before claiming one.
+                    Some(next) => {
+                        self.wait_for_move();
+                        table = next;
+                    }
                     None => {
                         self.rebuild(table, policy, guard);
                         table = self.table.load(guard);
@@ -761,10 +802,9 @@ where
         if !std::ptr::eq(self.table.load(guard), table) {
             return; // rebuilt while this thread waited
         }
-        // Claims given back meanwhile (inserts that lost a slot race, or a
-        // rebuild's set-aside that the move did not need) left room: no
-        // rebuild. A table with every slot taken has no claim to give back,
-        // so an insert that found none still gets its rebuild.
+        // Claims given back meanwhile (inserts that lost a slot race) left
+        // room: no rebuild. A table with every slot taken has no claim to
+        // give back, so an insert that found none still gets its rebuild.
         if table.claimed.load(Ordering::Relaxed) < table.room {
             return;
         }
@@ -774,15 +814,12 @@ where
     /// Moves every live client of `table` (the current one) into a new
     /// table and publishes it. Runs under `upkeep`.
     fn move_table(&self, table: &Table<K, C>, policy: &impl Lifecycle<C>) {
-        // Live clients, counted in the slots (not by `stored`, which lags
-        // behind inserts that are done but not yet counted): a rebuild at
-        // the same size must leave at least half the room free, or the next
-        // insert would ask for another at once.
-        let live = table
-            .slots
-            .iter()
-            .filter(|slot| matches!(slot.tag.load(Ordering::Relaxed) & STATE, BUSY | FULL))
-            .count();
+        // Live clients, at most: every claim (inserts still writing, or
+        // about to give a lost claim back, included) less the slots turned
+        // DEAD, which only `upkeep`'s holder counts. A rebuild at the same
+        // size must leave at least half the room free, or the next insert
+        // would ask for another at once.
+        let live = table.live();
         // A table that could not hold its live clients again is doubled
         // even when capped (the sizing above makes that never happen).
         let capacity = if (self.grows && live * 2 > table.room) || live >= table.room {
@@ -795,11 +832,6 @@ where
         // reading it, so a failed move leaks it rather than free it.
         let next: ManuallyDrop<Staged<Table<K, C>>> =
             ManuallyDrop::new(TableCell::stage(Table::new(capacity)));
-        // Every client that can still move is in a claimed slot, and the old
-        // table's claims stop at its room: set that many aside, so inserts
-        // into `next` while the move runs leave space for the move. What the
-        // move did not need is given back at the end.
-        next.claimed.store(table.room, Ordering::Relaxed);
         let next_ptr: *const Table<K, C> = &**next;
         table.next.store(next_ptr.cast_mut(), Ordering::Release);
         let mut moved = 0;
@@ -820,53 +852,43 @@ where
                         self.wait_for_writer();
                         tag = slot.tag.load(Ordering::Acquire);
                     }
-                    FULL => match slot.tag.compare_exchange(
-                        tag,
-                        (tag & !STATE) | MOVING,
-                        Ordering::Acquire,
-                        Ordering::Acquire,
-                    ) {
-                        Ok(_) => {
-                            // SAFETY: the slot was FULL (Acquire) and this
-                            // thread holds the table it is rebuilding.
-                            let entry = unsafe { slot.entry() };
-                            let settled = match policy.relocate(entry.client) {
-                                Some(client) => {
-                                    let hash = self.hash(entry.key);
-                                    #[cfg(floodgate_loom)]
-                                    let _writing = self.writing.lock().unwrap();
-                                    next.place(
-                                        hash,
-                                        Entry {
-                                            key: entry.key.clone(),
-                                            client,
-                                        },
-                                    );
-                                    moved += 1;
-                                    MOVED
-                                }
-                                // Retired by someone whose removal will not
-                                // find it here any more: it cannot happen
-                                // (sweeps run under `upkeep`; `forget`
-                                // marks the slot first), but a retired
-                                // state must never move.
-                                None => DEAD,
-                            };
-                            // Release: a reader that sees MOVED and goes on
-                            // to `next` sees the client placed there.
-                            slot.tag.store((tag & !STATE) | settled, Ordering::Release);
-                            break;
-                        }
-                        Err(now) => tag = now,
-                    },
+                    FULL => {
+                        // SAFETY: the slot was FULL (Acquire) and this
+                        // thread holds the table it is rebuilding.
+                        let entry = unsafe { slot.entry() };
+                        // Frozen by its retirement mark, one read-modify-
+                        // write: a check's CAS lands before it (and is in
+                        // what moves) or fails on it. The tag needs no claim
+                        // of its own: once FULL, it changes only under
+                        // `upkeep` (sweeps and `forget` take it too). A
+                        // state retired already cannot happen (a removal
+                        // retires a state and marks its slot DEAD within one
+                        // hold of `upkeep`), but one must never move, so it
+                        // would be left `DEAD`.
+                        let settled = match policy.relocate(entry.client) {
+                            Some(client) => {
+                                let hash = self.hash(entry.key);
+                                let key = entry.key.clone();
+                                next.place(hash, Entry { key, client });
+                                moved += 1;
+                                MOVED
+                            }
+                            None => DEAD,
+                        };
+                        // Release: a reader that sees MOVED and goes on to
+                        // `next` sees the client placed there.
+                        slot.tag.store((tag & !STATE) | settled, Ordering::Release);
+                        break;
+                    }
                     // DEAD stays behind; nothing else is left by anyone
                     // but a rebuild, and only one runs.
                     _ => break,
                 }
             }
         }
-        next.claimed
-            .fetch_sub(table.room - moved, Ordering::Relaxed);
+        // Relaxed: the claims reach inserts with the table itself, through
+        // its publication (Release) or the `upkeep` they waited for.
+        next.claimed.store(moved, Ordering::Relaxed);
         self.table.publish(ManuallyDrop::into_inner(next));
     }
 
@@ -895,33 +917,31 @@ where
         Q: ?Sized + Hash + Eq,
     {
         let hash = self.hash(key);
+        // Under `upkeep`, as sweeps and rebuilds: a `FULL` slot's tag then
+        // changes nowhere else, so a move needs no claim on it
+        // (`move_table`).
+        let _upkeep = self
+            .upkeep
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
         let guard = Guard::new();
-        loop {
-            let Some(slot) = self.find(key, hash, &guard) else {
-                return false;
-            };
-            let tag = slot.tag.load(Ordering::Acquire);
-            if tag & STATE == FULL
-                && slot
-                    .tag
-                    .compare_exchange(
-                        tag,
-                        (tag & !STATE) | DEAD,
-                        Ordering::Acquire,
-                        Ordering::Relaxed,
-                    )
-                    .is_ok()
-            {
-                // `stored` first, then the place: as a sweep gives them back.
-                self.stored.fetch_sub(1, Ordering::Relaxed);
-                self.give_back(1);
-                // SAFETY: the slot was FULL (Acquire); `guard` holds it.
-                retire(unsafe { slot.entry() }.client);
-                return true;
-            }
-            // Being moved or removed by another thread: look again.
-            self.settle();
-        }
+        let Some(slot) = self.find(key, hash, &guard) else {
+            return false;
+        };
+        // `find` loaded the tag (Acquire) as FULL, and no one else may
+        // change it now. Release: a probe that loads DEAD (Acquire) and then
+        // reads the entry sees what this thread saw of it.
+        let tag = slot.tag.load(Ordering::Relaxed);
+        debug_assert_eq!(tag & STATE, FULL, "found, and only upkeep removes");
+        slot.tag.store((tag & !STATE) | DEAD, Ordering::Release);
+        // No rebuild runs while `upkeep` is held, so the slot is in the
+        // current table. Counted DEAD first, then the place given back: so
+        // `stored <= tracked`.
+        self.table.load(&guard).dead.fetch_add(1, Ordering::Relaxed);
+        self.give_back(1);
+        // SAFETY: the slot was FULL (Acquire, in `find`); `guard` holds it.
+        retire(unsafe { slot.entry() }.client);
+        true
     }
 
     /// An explicit sweep at `now`: how many clients it removed (0 if another
@@ -953,30 +973,24 @@ where
             }
             // SAFETY: the slot was FULL (Acquire); `guard` holds the table.
             let client = unsafe { slot.entry() }.client;
-            // Release on success: a call that finds the slot DEAD (by its
-            // probe's Acquire load of the tag, never having read the
-            // retired state) must also find `swept` raised above, or it
-            // re-creates the client with an origin older than this sweep
-            // (`arrive`; the drip policies' `sweep_races_an_older_check`
-            // models in `loom-tests/tests/eviction.rs` fail with Relaxed
-            // here).
-            if policy.retire_idle(client, now)
-                && slot
-                    .tag
-                    .compare_exchange(
-                        tag,
-                        (tag & !STATE) | DEAD,
-                        Ordering::Release,
-                        Ordering::Relaxed,
-                    )
-                    .is_ok()
-            {
+            // A plain store: under `upkeep`, no one else changes a FULL
+            // tag. Release: a call that finds the slot DEAD (by its probe's
+            // Acquire load of the tag, never having read the retired state)
+            // must also find `swept` raised above, or it re-creates the
+            // client with an origin older than this sweep (`arrive`; the
+            // drip policies' `sweep_races_an_older_check` models in
+            // `loom-tests/tests/eviction.rs` fail with Relaxed here).
+            if policy.retire_idle(client, now) {
+                slot.tag.store((tag & !STATE) | DEAD, Ordering::Release);
                 removed += 1;
             }
         }
-        // `stored` first, then the places: so `stored <= tracked`.
-        let stored = self.stored.fetch_sub(removed, Ordering::Relaxed) - removed;
-        let kept = self.give_back(removed).unwrap_or(stored);
+        // Counted DEAD first, then the places given back: so `stored <=
+        // tracked`.
+        let dead = table.dead.fetch_add(removed, Ordering::Relaxed) + removed;
+        let kept = self
+            .give_back(removed)
+            .unwrap_or_else(|| table.claimed.load(Ordering::Relaxed).saturating_sub(dead));
         turn.finish(kept);
         removed
     }
@@ -985,15 +999,15 @@ where
     /// a cap, how many the table holds.
     pub(crate) fn len(&self) -> usize {
         if self.schedule.bounds().cap().is_none() {
-            return self.stored.load(Ordering::Relaxed);
+            return self.stored();
         }
         self.tracked.load(Ordering::Relaxed)
     }
 
-    /// How many clients the table holds, as completed inserts and removals
-    /// count them. O(1).
+    /// How many clients the current table holds, as its claims and
+    /// removals count them (module docs). O(1).
     pub(crate) fn stored(&self) -> usize {
-        self.stored.load(Ordering::Relaxed)
+        self.table.load(&Guard::new()).live()
     }
 }
 
