@@ -51,12 +51,13 @@
 //!
 //! # Growing without stopping
 //!
-//! A table takes claims up to 7/8 of its slots (`room`). An insert that
-//! finds no room has the table rebuilt: twice the size if its live clients
-//! fill more than half the room, the same size otherwise (a flood of ids
-//! that were evicted leaves `DEAD` slots behind; the rebuild drops them). A
-//! capped store is sized for its cap once and is only ever rebuilt at that
-//! size. Rebuilds (and sweeps, and `forget`) run one at a time, under
+//! A table takes claims up to 7/8 of its slots (`room`; half in a growing
+//! store's tables of at most `SPARSE_BYTES`, whose probes are then shorter
+//! for little memory). An insert that finds no room has the table rebuilt:
+//! twice the size if its live clients fill more than half the room, the
+//! same size otherwise (a flood of ids that were evicted leaves `DEAD`
+//! slots behind; the rebuild drops them). A capped store is sized for its
+//! cap once and is only ever rebuilt at that size. Rebuilds (and sweeps, and `forget`) run one at a time, under
 //! `upkeep`; checks go on meanwhile, and so do inserts into the old table's
 //! empty slots while it has room:
 //!
@@ -172,6 +173,10 @@ const FIRST_CAPACITY: usize = if cfg!(floodgate_loom) { 2 } else { 64 };
 /// slots); a larger cap's table starts small and grows.
 const MOST_PRESIZED: usize = 1 << 20;
 
+/// A growing table of at most this many bytes (16,384 slots of 24 bytes)
+/// takes claims up to half its slots instead of 7/8 (`Table::room_for`).
+const SPARSE_BYTES: usize = 1 << 19;
+
 /// A client's key and state, on their way into a slot.
 struct Entry<K, C> {
     key: K,
@@ -242,7 +247,7 @@ pub(crate) struct Table<K, C> {
     /// read-modify-writes. Relaxed: it decides when to rebuild, never an
     /// answer.
     claimed: AtomicUsize,
-    /// Claims stop here: 7/8 of the slots, so a probe always ends.
+    /// Claims stop here (`room_for`): 7/8 of the slots, or half.
     room: usize,
     /// Slots turned `DEAD`: counted by removals, which run under `upkeep`.
     /// Relaxed, as `claimed`.
@@ -284,7 +289,9 @@ enum Probe<'t, K, C> {
 }
 
 impl<K, C> Table<K, C> {
-    fn new(capacity: usize) -> Self {
+    /// A table of `capacity` slots, all `EMPTY`; `sparse` for a store that
+    /// grows (`room_for`).
+    fn new(capacity: usize, sparse: bool) -> Self {
         debug_assert!(capacity.is_power_of_two() && capacity >= 2);
         Self {
             slots: (0..capacity)
@@ -297,9 +304,25 @@ impl<K, C> Table<K, C> {
             mask: capacity - 1,
             claimed: AtomicUsize::new(0),
             dead: AtomicUsize::new(0),
-            room: (capacity - capacity / 8).min(capacity - 1),
+            room: Self::room_for(capacity, sparse),
             next: AtomicPtr::new(std::ptr::null_mut()),
         }
+    }
+
+    /// Where claims stop in a table of `capacity` slots: 7/8 of them, so a
+    /// probe always ends; half of them in a small table of a store that
+    /// grows (`sparse`, at most [`SPARSE_BYTES`]), whose probes are then
+    /// shorter — a known client's check stays in its first slot more often —
+    /// for at most that many bytes more. A capped store's table is sized
+    /// for its cap at 7/8 and keeps that.
+    fn room_for(capacity: usize, sparse: bool) -> usize {
+        let small = capacity.saturating_mul(std::mem::size_of::<Slot<K, C>>()) <= SPARSE_BYTES;
+        let room = if sparse && small {
+            capacity / 2
+        } else {
+            capacity - capacity / 8
+        };
+        room.min(capacity - 1)
     }
 
     fn capacity(&self) -> usize {
@@ -508,7 +531,7 @@ where
             _ => (FIRST_CAPACITY, true),
         };
         Self {
-            table: TableCell::new(Table::new(capacity)),
+            table: TableCell::new(Table::new(capacity, grows)),
             // Under loom, fixed seeds: every execution of a model must probe
             // the same slots.
             #[cfg(not(floodgate_loom))]
@@ -831,7 +854,7 @@ where
         // panic): once the old table points to it, other threads may be
         // reading it, so a failed move leaks it rather than free it.
         let next: ManuallyDrop<Staged<Table<K, C>>> =
-            ManuallyDrop::new(TableCell::stage(Table::new(capacity)));
+            ManuallyDrop::new(TableCell::stage(Table::new(capacity, self.grows)));
         let next_ptr: *const Table<K, C> = &**next;
         table.next.store(next_ptr.cast_mut(), Ordering::Release);
         let mut moved = 0;
@@ -1066,13 +1089,28 @@ mod tests {
             assert!(capacity <= 4 * (cap + 16), "cap {cap}: {capacity} slots");
         }
         assert_eq!(first_table(Bounds::new().max_clients(100_000)).0, 131_072);
+        // A growing store's small first table is half used at most.
         assert_eq!(
             first_table(Bounds::new().max_clients(usize::MAX)),
-            (FIRST_CAPACITY, FIRST_CAPACITY - FIRST_CAPACITY / 8, true)
+            (FIRST_CAPACITY, FIRST_CAPACITY / 2, true)
         );
         assert_eq!(
             first_table(Bounds::new()),
-            (FIRST_CAPACITY, FIRST_CAPACITY - FIRST_CAPACITY / 8, true)
+            (FIRST_CAPACITY, FIRST_CAPACITY / 2, true)
         );
+    }
+
+    /// A growing store's tables take claims up to half their slots while
+    /// they are at most `SPARSE_BYTES` (16,384 slots of 24 bytes), 7/8
+    /// after; a capped store's always 7/8.
+    #[test]
+    fn small_growing_tables_are_half_used_at_most() {
+        type Small = Table<u64, AtomicU64>;
+        assert_eq!(std::mem::size_of::<Slot<u64, AtomicU64>>(), 24);
+        assert_eq!(Small::room_for(16_384, true), 8_192);
+        assert_eq!(Small::room_for(32_768, true), 28_672);
+        assert_eq!(Small::room_for(16_384, false), 14_336);
+        assert_eq!(Small::room_for(2, true), 1);
+        assert_eq!(Small::room_for(2, false), 1);
     }
 }
