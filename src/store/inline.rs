@@ -57,9 +57,10 @@
 //! twice the size if its live clients fill more than half the room, the
 //! same size otherwise (a flood of ids that were evicted leaves `DEAD`
 //! slots behind; the rebuild drops them). A capped store is sized for its
-//! cap once and is only ever rebuilt at that size. Rebuilds (and sweeps, and `forget`) run one at a time, under
-//! `upkeep`; checks go on meanwhile, and so do inserts into the old table's
-//! empty slots while it has room:
+//! cap once and is only ever rebuilt at that size. Rebuilds (and sweeps,
+//! and `forget`) run one at a time, under `upkeep`; checks go on
+//! meanwhile, and so do inserts into the old table's empty slots while it
+//! has room:
 //!
 //! 1. The new table is built and published as the old one's `next`.
 //! 2. Every slot of the old table, in order: an `EMPTY` one is `SEALED`
