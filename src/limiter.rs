@@ -801,14 +801,14 @@ where
 
     /// How many entries the map holds, as the slots its inserts claimed and
     /// its removals emptied count them, rather than the places reserved
-    /// under the cap that
-    /// [`tracked_clients`](Self::tracked_clients) counts. It exists for the
-    /// tests' cap watchers: the reservations cannot pass the cap by
-    /// construction, so only a count of what the map did can show a bug that
-    /// lets it. Never above `tracked_clients()` (each insert's slot is counted
-    /// after its reservation, each removal before its place is given back), and
-    /// equal to the map's length when no call is in flight. Without a cap
-    /// nothing is reserved, and the two are the same count.
+    /// under the cap that [`tracked_clients`](Self::tracked_clients)
+    /// counts. It exists for the tests' cap watchers: the reservations
+    /// cannot pass the cap by construction, so only a count of what the map
+    /// did can show a bug that lets it. Never above `tracked_clients()`
+    /// (each insert's slot is counted after its reservation, each removal
+    /// before its place is given back), and equal to the map's length when
+    /// no call is in flight. Without a cap nothing is reserved, and the two
+    /// are the same count.
     #[doc(hidden)]
     pub fn stored_clients(&self) -> usize {
         self.clients.stored()

@@ -754,3 +754,50 @@ fn a_cost_of_the_largest_limit_is_admitted_once() {
         ],
     );
 }
+
+/// A new client's first request is decided on its state before the client
+/// is published, where no other thread can reach it (`check_unshared`, no
+/// CAS): the same decision as the shared step's, and a state that answers
+/// every later time as the shared step's does, for every policy, cost and
+/// origin tried.
+#[test]
+fn a_first_request_decided_unshared_answers_as_the_shared_step() {
+    use floodgate::policy::{self, Policy};
+    use floodgate::Config;
+
+    fn compare<P: Policy>(limit: u64, window: u64) {
+        let policy = P::new(Config::per_ticks(limit, window).unwrap()).unwrap();
+        for origin in [0, 1, 999, 1_000_000_007] {
+            for since in [0, 1, window / 3, window, 5 * window + 7] {
+                let now = origin + since;
+                for cost in 1..=limit {
+                    let shared = policy.begin(origin);
+                    let expected = policy.check_within(&shared, now, cost);
+                    let (unshared, decided) =
+                        policy.check_unshared(policy.begin(origin), now, cost);
+                    let case = format!("{}: origin {origin}, now {now}, cost {cost}", P::KIND);
+                    assert_eq!(Ok(decided), expected, "{case}");
+                    for later in [
+                        now,
+                        now + 1,
+                        now + window / 2,
+                        now + window,
+                        now + 3 * window,
+                    ] {
+                        assert_eq!(
+                            policy.remaining(&unshared, later),
+                            policy.remaining(&shared, later),
+                            "{case}: remaining at {later}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    compare::<policy::SlidingWindow>(4, 1_000);
+    compare::<policy::TokenBucket>(4, 1_000);
+    compare::<policy::FixedWindow>(4, 1_000);
+    compare::<policy::SlidingWindowCounter>(4, 1_000);
+    compare::<policy::Gcra>(4, 1_000);
+    compare::<policy::LeakyBucket>(4, 1_000);
+}
