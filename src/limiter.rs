@@ -665,11 +665,7 @@ where
         // origin counts from tick 0, so there is no lag: its state began
         // at the origin, and a call before it is judged at its own time
         // against that state, which is only stricter.
-        let origin = client.origin.tick();
-        let (since, lag) = match now.checked_sub(origin) {
-            Some(since) => (since, 0),
-            None => (0, origin - now),
-        };
+        let (since, lag) = since_origin(client.origin.tick(), now);
         // One call site of the step, with no closure around it, so that the
         // whole step inlines into the hot path. A single request (the
         // constant 1 of `check_at`, once inlined) skips `check_n`'s tests
@@ -704,10 +700,7 @@ where
         let Client { origin, state } = client;
         // As in `decide`: an origin after `now` (a sweep's time, later than
         // this call's) is where the call is judged, `lag` ticks later.
-        let (since, lag) = match now.checked_sub(origin.tick()) {
-            Some(since) => (since, 0),
-            None => (0, origin.tick() - now),
-        };
+        let (since, lag) = since_origin(origin.tick(), now);
         let (state, decision) = self.policy.check_unshared(state, since, cost);
         let decision = if lag == 0 {
             decision
@@ -812,6 +805,17 @@ where
     #[doc(hidden)]
     pub fn stored_clients(&self) -> usize {
         self.clients.stored()
+    }
+}
+
+/// Where a call at `now` is judged for a client whose times count from
+/// `origin`: the ticks since it, and `lag`, how many ticks before it the
+/// call came (judged at the origin then, `Limiter::decide`).
+#[inline(always)]
+fn since_origin(origin: u64, now: u64) -> (u64, u64) {
+    match now.checked_sub(origin) {
+        Some(since) => (since, 0),
+        None => (0, origin - now),
     }
 }
 

@@ -237,12 +237,14 @@ fn many_clients_each_admit_exactly_min_of_limit_and_calls() {
 /// failed CASes is kept on the hot path to count collisions directly.) The
 /// scheduler decides whether a round interleaves, so rounds are repeated
 /// until one does; with 8 threads on a shared word each round almost always
-/// does, and the bound only keeps a pathological scheduler from looping.
+/// does on an idle machine, and the bound only keeps a pathological
+/// scheduler from looping (20 rounds once all failed to interleave while a
+/// build shared the two cores; rounds that interleave end the loop early).
 #[test]
 fn threads_really_interleave_on_one_client() {
     const LIMIT: u64 = 20_000;
     for engine in ENGINES {
-        let interleaved = (0..20).any(|_| {
+        let interleaved = (0..200).any(|_| {
             let limiter = frozen(PolicyKind::Gcra, engine, LIMIT, LONG_WINDOW, 0);
             let positions: Vec<Vec<u64>> = hammer(|_| {
                 (0..LIMIT as usize / THREADS)

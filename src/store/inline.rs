@@ -716,26 +716,25 @@ where
             client,
         };
         let guard = Guard::new();
-        match self.insert(key, hash, entry, policy, &guard) {
-            Some(_) => Arrival::Created(answer),
-            None => {
-                // Another thread created it first: give the place back.
-                self.give_back(1);
-                Arrival::Raced
-            }
+        if self.insert(key, hash, entry, policy, &guard) {
+            Arrival::Created(answer)
+        } else {
+            // Another thread created it first: give the place back.
+            self.give_back(1);
+            Arrival::Raced
         }
     }
 
     /// Puts `entry` in `key`'s first empty slot, unless `key` is present
-    /// (then `None`): in the current table, or in the one it is moving to.
-    fn insert<'g, Q>(
+    /// (then false): in the current table, or in the one it is moving to.
+    fn insert<Q>(
         &self,
         key: &Q,
         hash: u64,
         entry: Entry<K, C>,
         policy: &impl Lifecycle<C>,
-        guard: &'g Guard,
-    ) -> Option<&'g Slot<K, C>>
+        guard: &Guard,
+    ) -> bool
     where
         K: Borrow<Q>,
         Q: ?Sized + Eq,
@@ -745,7 +744,7 @@ where
         let mut table = self.table.load(guard);
         loop {
             match table.probe(key, hash) {
-                Probe::Found(_) => return None,
+                Probe::Found(_) => return false,
                 Probe::Busy => self.wait_for_writer(),
                 Probe::Onward => match table.next(guard) {
                     // The move into `next` is the only writer of its empty
@@ -763,7 +762,7 @@ where
                 Probe::Vacant(index) => {
                     let slot = &table.slots[index];
                     match self.write(table, slot, print, &mut entry) {
-                        Written::Yes => return Some(slot),
+                        Written::Yes => return true,
                         // A racing insert may have taken the last claim for
                         // this very key: if the slot is no longer empty,
                         // probe again before rebuilding anything.
