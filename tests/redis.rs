@@ -1533,6 +1533,44 @@ fn keys_expire_exactly_when_the_state_answers_as_an_empty_one() {
     limiter.clear_prefix(&prefix).unwrap();
 }
 
+/// A least TTL longer than any a script sets is the longest (2^46 ms),
+/// under every policy: the state is kept, so the limit holds. (Passed to
+/// Redis as it was, it made PEXPIRE delete the key it had just written, and
+/// every call was a new client's.)
+#[test]
+#[ignore = "needs a Redis server: FLOODGATE_REDIS_URL and --include-ignored"]
+fn a_least_ttl_past_the_longest_is_the_longest() {
+    const LONGEST_MS: i64 = 1 << 46;
+    let url = shared_url();
+    let prefix = prefix("longest_ttl");
+    let mut connection = inspect(&url);
+    let options = exact_options(&prefix).min_ttl(Duration::MAX);
+    for policy in PolicyKind::ALL {
+        let limiter = RedisLimiter::new(
+            &url,
+            policy,
+            Config::per_ticks(2, 1_000).unwrap(),
+            options.clone(),
+        )
+        .unwrap();
+        let since = Instant::now();
+        let admitted: Vec<bool> = (0..3)
+            .map(|_| limiter.try_check_at("c", 10).unwrap().allowed)
+            .collect();
+        assert_eq!(admitted, [true, true, false], "{policy}");
+        assert_ttl(&mut connection, &limiter.key("c"), LONGEST_MS, since);
+    }
+    RedisLimiter::new(
+        &url,
+        PolicyKind::Gcra,
+        Config::per_ticks(1, 1).unwrap(),
+        exact_options(&prefix),
+    )
+    .unwrap()
+    .clear_prefix(&prefix)
+    .unwrap();
+}
+
 #[test]
 #[ignore = "needs a Redis server: FLOODGATE_REDIS_URL and --include-ignored"]
 fn an_idle_client_expires_and_comes_back_as_a_new_one() {

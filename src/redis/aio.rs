@@ -378,10 +378,7 @@ impl AsyncRedisLimiter {
         op: Op,
         now: Option<u64>,
     ) -> Result<T, RedisError> {
-        let invocation =
-            self.core
-                .arguments
-                .invocation(&self.core.script, &self.core.key(key), op, now)?;
+        let invocation = script::invocation(&self.core.script, &self.core.key(key), op, now)?;
         let mut connection = self.connection.clone();
         // `invoke_async` sends EVALSHA; only on NOSCRIPT (the script did not
         // run) does it load the script and send it again.

@@ -36,7 +36,7 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
 use super::aio::{within, Connection};
-use super::script::{Reply, MAX_BATCH};
+use super::script::{self, Reply, MAX_BATCH};
 use super::{Core, RedisError};
 
 /// How many batch calls may be in flight on the connection at once: while
@@ -149,14 +149,12 @@ async fn send(
 ) {
     let replies = if let [alone] = batch.as_slice() {
         // One check: the plain call, as if there were no batching.
-        let call = core
-            .arguments
-            .single(&core.script, &alone.key, &alone.now, alone.cost);
+        let call = script::single(&core.script, &alone.key, &alone.now, alone.cost);
         within(core.timeout, call.invoke_async::<Reply>(&mut connection))
             .await
             .map(|reply| vec![reply])
     } else {
-        let call = core.arguments.batch(
+        let call = script::batch(
             &core.script,
             batch
                 .iter()

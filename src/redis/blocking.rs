@@ -9,7 +9,7 @@ use ::redis::cluster::ClusterConnection;
 use ::redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use ::redis::{Connection, ConnectionLike, FromRedisValue, RedisResult};
 
-use super::script::{Op, Reply};
+use super::script::{self, Op, Reply};
 use super::{
     cluster_primaries, prefix_pattern, Core, RedisConfigError, RedisError, RedisOptions, Target,
     TimeSource,
@@ -290,10 +290,7 @@ impl RedisLimiter {
         op: Op,
         now: Option<u64>,
     ) -> Result<T, RedisError> {
-        let invocation =
-            self.core
-                .arguments
-                .invocation(&self.core.script, &self.core.key(key), op, now)?;
+        let invocation = script::invocation(&self.core.script, &self.core.key(key), op, now)?;
         // `invoke` sends EVALSHA; only on NOSCRIPT (the script did not run)
         // does it load the script and send it again.
         self.pool

@@ -34,10 +34,13 @@
 //!
 //! Each decision that reaches Redis is one round trip (the rejection
 //! cache, below, answers some without any). Each policy's step is one Lua
-//! script (`src/redis/scripts/`), loaded once
-//! and called by its SHA1 with `EVALSHA`; Redis runs a script alone, so the
-//! read, the step and the write are atomic with no `WATCH`/`MULTI` and no
-//! retry. The scripts are the contract of `SPEC.md` written out in integer
+//! script (`src/redis/scripts/`), loaded once and called by its SHA1 with
+//! `EVALSHA`; Redis runs a script alone, so the read, the step and the write
+//! are atomic with no `WATCH`/`MULTI` and no retry. A limiter's constants
+//! (limit, window, tick, least TTL) are written into its script, so a call
+//! carries only its operation, `now` and cost: limiters of one policy and
+//! quota share a script, and each quota adds one to Redis's script cache.
+//! The scripts are the contract of `SPEC.md` written out in integer
 //! arithmetic, field by field, and the tests compare every answer with the
 //! in-memory engine's.
 //!
@@ -226,7 +229,6 @@ use crate::{
     RateLimiter, Tick,
 };
 use rejections::{Rejections, Stamp};
-use script::Arguments;
 
 /// Where a decision's `now` comes from.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -393,7 +395,9 @@ impl RedisOptions {
     /// zero). States normally expire as soon as they answer as an empty one;
     /// a longer life keeps the grid policies' origins (and so their answers
     /// exact) for clients that come back within it, and protects
-    /// caller-supplied times that run slower than real time.
+    /// caller-supplied times that run slower than real time. At most 2^46
+    /// ms (2,230 years), the longest TTL the scripts set: a longer one is
+    /// that.
     pub fn min_ttl(mut self, min_ttl: Duration) -> Self {
         self.min_ttl = min_ttl;
         self
@@ -705,8 +709,8 @@ struct Core {
     /// `{prefix}:{policy}:{limit}:{window}:{clock}:{`; a key is this, the
     /// client, and `}`.
     key_head: String,
+    /// The policy's script, with this limiter's constants in it.
     script: ::redis::Script,
-    arguments: Arguments,
     time: TimeSource,
     clock: UnixClock,
     timeout: Duration,
@@ -811,8 +815,7 @@ impl Core {
                 config.limit(),
                 config.window()
             ),
-            script: script::script(policy),
-            arguments: Arguments::new(
+            script: script::script(
                 policy,
                 config,
                 u64::try_from(tick_ns).expect("checked above"),

@@ -40,8 +40,21 @@ const DRIVER: &str = include_str!("scripts/driver.lua");
 /// runs scripts one at a time) for well under a millisecond.
 pub(super) const MAX_BATCH: usize = 32;
 
-/// The script that runs `policy`'s step.
-pub(super) fn script(policy: PolicyKind) -> Script {
+/// The script that runs `policy`'s step for one limiter: its constants
+/// (the limit, the window, the tick's length in milliseconds, the least TTL,
+/// whether to answer a leaky bucket's delay) are written into the script as
+/// literals, so a call sends and Redis parses only its own arguments (an
+/// operation, a `now` and a cost). Limiters of the same policy and
+/// constants share one script. `tick_ns` is the tick's length in
+/// nanoseconds: a whole number of milliseconds, or a divisor of one
+/// millisecond (checked by the options).
+pub(super) fn script(policy: PolicyKind, config: Config, tick_ns: u64, min_ttl_ms: u64) -> Script {
+    const MS: u64 = 1_000_000;
+    let (ms_per_tick, ticks_per_ms) = if tick_ns >= MS {
+        (tick_ns / MS, 1)
+    } else {
+        (1, MS / tick_ns)
+    };
     let step = match policy {
         PolicyKind::SlidingWindow => include_str!("scripts/sliding_window.lua"),
         PolicyKind::TokenBucket => include_str!("scripts/token_bucket.lua"),
@@ -49,9 +62,24 @@ pub(super) fn script(policy: PolicyKind) -> Script {
         PolicyKind::SlidingWindowCounter => include_str!("scripts/sliding_window_counter.lua"),
         PolicyKind::Gcra | PolicyKind::LeakyBucket => include_str!("scripts/gcra.lua"),
     };
+    // Every constant is an integer below 2^53 (the window at most
+    // MAX_WINDOW, the TTL at most u64::MAX ms only in principle: the
+    // prelude caps what it sets), written in decimal: Lua reads it exactly.
+    let constants = format!(
+        "local L = {}\nlocal W = {}\nlocal ms_per_tick = {ms_per_tick}\n\
+         local ticks_per_ms = {ticks_per_ms}\nlocal min_ttl = {}\nlocal leaky = {}\n",
+        config.limit(),
+        config.window(),
+        min_ttl_ms.min(MAX_TTL_MS),
+        policy == PolicyKind::LeakyBucket,
+    );
     // The step is the body of the prelude's `decide`: `end` closes it.
-    Script::new(&format!("{PRELUDE}\n{step}\nend\n{DRIVER}"))
+    Script::new(&format!("{constants}{PRELUDE}\n{step}\nend\n{DRIVER}"))
 }
+
+/// The longest TTL a script sets, in milliseconds: 2^46 (2,230 years), as
+/// the prelude's `MAX_TTL`. A longer least TTL is that.
+const MAX_TTL_MS: u64 = 1 << 46;
 
 /// What a script is asked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,123 +94,57 @@ pub(super) enum Op {
     Peek,
 }
 
-/// The arguments every call of one limiter shares (everything but the
-/// operation and `now`), encoded once.
-#[derive(Clone, Debug)]
-pub(super) struct Arguments {
-    limit: String,
-    window: String,
-    ms_per_tick: String,
-    ticks_per_ms: String,
-    min_ttl_ms: String,
-    leaky: &'static str,
+/// The script call for `key`: `now` is `None` for the server's clock.
+///
+/// # Errors
+///
+/// [`RedisError::TimeOutOfRange`] for a `now` past [`MAX_NOW`].
+pub(super) fn invocation<'s>(
+    script: &'s Script,
+    key: &str,
+    op: Op,
+    now: Option<u64>,
+) -> Result<::redis::ScriptInvocation<'s>, RedisError> {
+    Ok(call(script, key, op, &encode_now(now)?))
 }
 
-impl Arguments {
-    /// `tick_ns` is the tick's length in nanoseconds: a whole number of
-    /// milliseconds, or a divisor of one millisecond (checked by the
-    /// options).
-    pub(super) fn new(policy: PolicyKind, config: Config, tick_ns: u64, min_ttl_ms: u64) -> Self {
-        const MS: u64 = 1_000_000;
-        let (ms_per_tick, ticks_per_ms) = if tick_ns >= MS {
-            (tick_ns / MS, 1)
-        } else {
-            (1, MS / tick_ns)
-        };
-        Self {
-            limit: config.limit().to_string(),
-            window: config.window().to_string(),
-            ms_per_tick: ms_per_tick.to_string(),
-            ticks_per_ms: ticks_per_ms.to_string(),
-            min_ttl_ms: min_ttl_ms.to_string(),
-            leaky: if policy == PolicyKind::LeakyBucket {
-                "1"
-            } else {
-                "0"
-            },
-        }
-    }
+/// A check of `cost` of `key` at `now` (from [`encode_now`]): the call a
+/// batch of one sends.
+pub(super) fn single<'s>(
+    script: &'s Script,
+    key: &str,
+    now: &str,
+    cost: u64,
+) -> ::redis::ScriptInvocation<'s> {
+    call(script, key, Op::CheckN(cost), now)
+}
 
-    /// The script call for `key`: `now` is `None` for the server's clock.
-    ///
-    /// # Errors
-    ///
-    /// [`RedisError::TimeOutOfRange`] for a `now` past [`MAX_NOW`].
-    pub(super) fn invocation<'s>(
-        &self,
-        script: &'s Script,
-        key: &str,
-        op: Op,
-        now: Option<u64>,
-    ) -> Result<::redis::ScriptInvocation<'s>, RedisError> {
-        Ok(self.call(script, key, op, &encode_now(now)?))
-    }
+/// The call of `op` on `key` at `now` (from [`encode_now`]): `ARGV[1]` to
+/// `ARGV[3]` of the prelude's contract.
+fn call<'s>(script: &'s Script, key: &str, op: Op, now: &str) -> ::redis::ScriptInvocation<'s> {
+    let (op, cost) = match op {
+        Op::CheckN(cost) => ("c", cost),
+        Op::Remaining => ("r", 1),
+        Op::Peek => ("p", 1),
+    };
+    let mut call = script.key(key);
+    call.arg(op).arg(now).arg(cost);
+    call
+}
 
-    /// A check of `cost` of `key` at `now` (from [`encode_now`]): the call
-    /// a batch of one sends.
-    pub(super) fn single<'s>(
-        &self,
-        script: &'s Script,
-        key: &str,
-        now: &str,
-        cost: u64,
-    ) -> ::redis::ScriptInvocation<'s> {
-        self.call(script, key, Op::CheckN(cost), now)
+/// A batch call: one check of each request's key in order, each
+/// `(key, now, cost)` with `now` from [`encode_now`] and `1 <= cost <= L`.
+/// The reply is one [`Reply`] per request.
+pub(super) fn batch<'s, 'r>(
+    script: &'s Script,
+    requests: impl IntoIterator<Item = (&'r str, &'r str, u64)>,
+) -> ::redis::ScriptInvocation<'s> {
+    let mut call = script.prepare_invoke();
+    call.arg("b");
+    for (key, now, cost) in requests {
+        call.key(key).arg(now).arg(cost);
     }
-
-    /// The call of `op` on `key` at `now` (from [`encode_now`]).
-    fn call<'s>(
-        &self,
-        script: &'s Script,
-        key: &str,
-        op: Op,
-        now: &str,
-    ) -> ::redis::ScriptInvocation<'s> {
-        let cost = match op {
-            Op::CheckN(cost) => cost,
-            _ => 1,
-        };
-        let op = match op {
-            Op::CheckN(_) => "c",
-            Op::Remaining => "r",
-            Op::Peek => "p",
-        };
-        let mut call = script.key(key);
-        self.head(&mut call, op, now, cost);
-        call
-    }
-
-    /// `ARGV[1]` to `ARGV[9]` (the prelude's contract): the operation, the
-    /// call's `now` and cost, and the arguments every call shares.
-    fn head(&self, call: &mut ::redis::ScriptInvocation<'_>, op: &str, now: &str, cost: u64) {
-        call.arg(op)
-            .arg(now)
-            .arg(&self.limit)
-            .arg(&self.window)
-            .arg(&self.ms_per_tick)
-            .arg(&self.ticks_per_ms)
-            .arg(&self.min_ttl_ms)
-            .arg(self.leaky)
-            .arg(cost);
-    }
-
-    /// A batch call: one check of each request's key in order, each
-    /// `(key, now, cost)` with `now` from [`encode_now`] and `1 <= cost <= L`.
-    /// The reply is one [`Reply`] per request.
-    pub(super) fn batch<'s, 'r>(
-        &self,
-        script: &'s Script,
-        requests: impl IntoIterator<Item = (&'r str, &'r str, u64)>,
-    ) -> ::redis::ScriptInvocation<'s> {
-        let mut call = script.prepare_invoke();
-        // ARGV[2] and ARGV[9] (one call's now and cost) are unused by a batch
-        // but keep their places, so the shared arguments keep theirs.
-        self.head(&mut call, "b", "", 1);
-        for (key, now, cost) in requests {
-            call.key(key).arg(now).arg(cost);
-        }
-        call
-    }
+    call
 }
 
 /// `now` as a script argument: empty for the server's clock.

@@ -29,7 +29,7 @@ if op == 'b' then
   local replies = {}
   for i = 1, #KEYS do
     -- At most L <= 2^32 - 1: exact.
-    replies[i] = decide(KEYS[i], true, at(ARGV[8 + 2 * i]), tonumber(ARGV[9 + 2 * i]))
+    replies[i] = decide(KEYS[i], true, at(ARGV[2 * i]), tonumber(ARGV[2 * i + 1]))
   end
   return replies
 end
@@ -39,4 +39,4 @@ end
 if op == 'p' and redis.call('EXISTS', KEYS[1]) == 0 then
   return false
 end
-return decide(KEYS[1], op == 'c', at(ARGV[2]), tonumber(ARGV[9]))
+return decide(KEYS[1], op == 'c', at(ARGV[2]), tonumber(ARGV[3]))

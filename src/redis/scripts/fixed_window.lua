@@ -10,21 +10,15 @@ else
   index = tonumber(state[2])
   count = tonumber(state[3])
 end
-local r, lag = since(origin)
+local r, lag = since(now, origin)
 local current = idiv(r, W)
 
--- Empty (on its grid) once window i ends; a window with no admission is
--- empty already.
-local function ttl(i, c)
-  if c > 0 then
-    return (i + 1) * W - (now - origin)
-  end
-  return 0
-end
+-- A state is empty (on its grid) once its window i ends: its TTL is
+-- (i + 1) * W - (now - origin). A window with no admission is empty already.
 
 if not check then
   if new then
-    store({'o', int(origin), 'i', '0', 'c', '0'}, ttl(0, 0))
+    store(key, 0, 'o', int(origin), 'i', '0', 'c', '0')
   end
   if current > index then
     return {0, L, 0, 0}
@@ -38,7 +32,8 @@ if current > index then
   window, used = current, 0
 end
 if used + cost <= L then
-  store({'o', int(origin), 'i', int(window), 'c', int(used + cost)}, ttl(window, used + cost))
+  store(key, (window + 1) * W - (now - origin),
+    'o', int(origin), 'i', int(window), 'c', int(used + cost))
   return {1, L - used - cost, 0, 0}
 end
 return {0, L - used, (window + 1) * W - r + lag, 0}

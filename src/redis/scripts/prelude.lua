@@ -11,19 +11,20 @@
 --          peek: as `r` for a key that exists, nil for one that does not;
 --          `b` a batch: decide one request of each key, in order
 -- ARGV[2]  now in ticks, or empty: the script reads Redis TIME in
---          microseconds (then one tick is one microsecond); `b` ignores it
--- ARGV[3]  L, the limit
--- ARGV[4]  W, the window in ticks
--- ARGV[5]  milliseconds per tick (1 when a tick is a millisecond or less)
--- ARGV[6]  ticks per millisecond (1 when a tick is a millisecond or more)
--- ARGV[7]  the least TTL in milliseconds given to a state that is written
--- ARGV[8]  gcra.lua only: `1` for leaky-bucket (answer the queueing delay)
--- ARGV[9]  the request's cost n for `c`, 1 <= n <= L (the caller answers a
+--          microseconds (then one tick is one microsecond)
+-- ARGV[3]  the request's cost n for `c`, 1 <= n <= L (the caller answers a
 --          cost of 0 or above L from `r`): admitted iff n single requests
---          at `now` would all be, then the state they would leave; `b`
---          ignores it
--- ARGV[8 + 2i], ARGV[9 + 2i]  `b` only: the now (or empty) and the cost of
---          the decision for KEYS[i], as ARGV[2] and ARGV[9] for `c`
+--          at `now` would all be, then the state they would leave
+-- ARGV[2i], ARGV[2i + 1]  `b` only: the now (or empty) and the cost of the
+--          decision for KEYS[i], as ARGV[2] and ARGV[3] for `c`
+--
+-- The limiter's constants come before this head, as literals (one script
+-- per policy and constants, so that a call carries only its own
+-- arguments): L the limit, W the window in ticks, ms_per_tick the
+-- milliseconds per tick (1 when a tick is a millisecond or less),
+-- ticks_per_ms the ticks per millisecond (1 when a tick is a millisecond
+-- or more), min_ttl the least TTL in milliseconds given to a state that is
+-- written, and leaky (gcra.lua only) whether to answer the queueing delay.
 --
 -- Returns {allowed (0/1), remaining, retry_after, delay}; `remaining` and
 -- `peek` calls return {0, remaining, 0, 0}, and a `peek` of a key that does
@@ -42,11 +43,7 @@
 -- ends by returning the reply), then `driver.lua`, which reads the clock
 -- and calls `decide` once or once per key.
 
-local L = tonumber(ARGV[3])
-local W = tonumber(ARGV[4])
-local ms_per_tick = tonumber(ARGV[5])
-local ticks_per_ms = tonumber(ARGV[6])
-local min_ttl = tonumber(ARGV[7])
+local floor, max, min, format = math.floor, math.max, math.min, string.format
 
 -- The longest TTL set, 2^46 ms (2,230 years): far past any state's use, and
 -- small enough that the product below is compared before it can lose
@@ -57,7 +54,7 @@ local MAX_TTL = 70368744177664
 -- is already exact in that range; the corrections make that independent of
 -- the argument.
 local function idiv(a, b)
-  local q = math.floor(a / b)
+  local q = floor(a / b)
   if q * b > a then
     q = q - 1
   elseif (q + 1) * b <= a then
@@ -67,18 +64,14 @@ local function idiv(a, b)
 end
 
 local function int(x)
-  return string.format('%d', x)
+  return format('%d', x)
 end
 
--- One decision: a request of cost `cost` (1 <= cost <= L, an exact
--- integer) of the client whose state is `key` at `now`, if `check`; else its
--- remaining. Returns the reply (the policy's step ends in its `return`).
-local function decide(key, check, now, cost)
--- The client's origin, its time relative to it (judged at the origin when
--- `now` is earlier: a call that raced the one creating the client), and how
--- much earlier than the origin the call is (added to its retry_after, and to
--- a leaky bucket's delay).
-local function since(origin)
+-- A call at `now` of the client whose origin is `origin`: its time relative
+-- to the origin (judged at the origin when `now` is earlier: a call that
+-- raced the one creating the client), and how much earlier than the origin
+-- the call is (added to its retry_after, and to a leaky bucket's delay).
+local function since(now, origin)
   local r = now - origin
   if r < 0 then
     return 0, -r
@@ -86,14 +79,17 @@ local function since(origin)
   return r, 0
 end
 
--- Writes the state `fields` (a flat field/value list) with a TTL of
--- `ticks` converted to milliseconds, rounded up and at least `min_ttl`.
--- `ticks` is how long the state still answers differently from an empty
--- one. When neither it nor `min_ttl` is positive the state is not worth
--- keeping and nothing is written: that happens only for the state a
--- `remaining` call creates for a new client (an admission always leaves a
--- positive TTL), so there is no older key to delete.
-local function store(fields, ticks)
+-- Writes the state `...` (field/value pairs) of `key` with a TTL of `ticks`
+-- converted to milliseconds, rounded up and at least `min_ttl`. `ticks` is
+-- how long the state still answers differently from an empty one. When
+-- neither it nor `min_ttl` is positive the state is not worth keeping and
+-- nothing is written: that happens only for the state a `remaining` call
+-- creates for a new client (an admission always leaves a positive TTL), so
+-- there is no older key to delete.
+--
+-- The helpers are defined once per call, not per decision: a closure made
+-- for each decision of a batch is an allocation each.
+local function store(key, ticks, ...)
   local ms = 0
   if ticks > 0 then
     if ticks >= MAX_TTL / ms_per_tick then
@@ -109,7 +105,11 @@ local function store(fields, ticks)
   if ms <= 0 then
     return
   end
-  redis.call('HSET', key, unpack(fields))
+  redis.call('HSET', key, ...)
   redis.call('PEXPIRE', key, int(ms))
 end
 
+-- One decision: a request of cost `cost` (1 <= cost <= L, an exact
+-- integer) of the client whose state is `key` at `now`, if `check`; else its
+-- remaining. Returns the reply (the policy's step ends in its `return`).
+local function decide(key, check, now, cost)

@@ -12,7 +12,7 @@ else
   n = tonumber(state[2])
   head = tonumber(state[3])
 end
-local r, lag = since(origin)
+local r, lag = since(now, origin)
 
 -- The k-th oldest kept admission, k in 0 .. n - 1.
 local function kept(k)
@@ -23,13 +23,13 @@ end
 -- sorted and an early `now` cannot see a window with fewer admissions.
 local at = r
 if n > 0 then
-  at = math.max(r, kept(n - 1))
+  at = max(r, kept(n - 1))
 end
 -- The kept admissions that have left the window at `at` (t + W <= at) come
 -- first: binary search for the first one still in it.
 local low, high = 0, n
 while low < high do
-  local middle = math.floor((low + high) / 2)
+  local middle = floor((low + high) / 2)
   if kept(middle) + W <= at then
     low = middle + 1
   else
@@ -46,7 +46,7 @@ end
 
 if not check then
   if new then
-    store({'o', int(origin), 'n', '0', 'h', '0'}, 0)
+    store(key, 0, 'o', int(origin), 'n', '0', 'h', '0')
   end
   return {0, L - used, 0, 0}
 end
@@ -76,7 +76,7 @@ if used + cost <= L then
   fields[#fields + 1] = int(n)
   fields[#fields + 1] = 'h'
   fields[#fields + 1] = int(head)
-  store(fields, ttl(at))
+  store(key, ttl(at), unpack(fields))
   return {1, L - used - cost, 0, 0}
 end
 -- With the `used` times in the window in order, the k-th oldest

@@ -14,7 +14,7 @@ else
   previous = tonumber(state[3])
   current = tonumber(state[4])
 end
-local r, lag = since(origin)
+local r, lag = since(now, origin)
 
 -- The counts as seen at r, rolled forward by the windows that have passed;
 -- an r before the stored window is judged at that window's start (e = 0),
@@ -58,15 +58,15 @@ end
 
 if not check then
   if new then
-    store({'o', int(origin), 'i', '0', 'p', '0', 'c', '0'}, ttl(0, 0, 0))
+    store(key, ttl(0, 0, 0), 'o', int(origin), 'i', '0', 'p', '0', 'c', '0')
   end
   return {0, remaining_with(c), 0, 0}
 end
 -- The last of the `cost` single requests: c + m with m = cost - 1.
 local m = cost - 1
 if room(c + m) > 0 then
-  store({'o', int(origin), 'i', int(at_index), 'p', int(p), 'c', int(c + cost)},
-    ttl(at_index, p, c + cost))
+  store(key, ttl(at_index, p, c + cost),
+    'o', int(origin), 'i', int(at_index), 'p', int(p), 'c', int(c + cost))
   return {1, remaining_with(c + cost), 0, 0}
 end
 

@@ -10,7 +10,7 @@ else
   tokens = tonumber(state[2])
   drips = tonumber(state[3])
 end
-local r, lag = since(origin)
+local r, lag = since(now, origin)
 local I = idiv(W, L)
 
 -- The bucket at r: every drip not yet counted is added, up to L. An `r`
@@ -18,27 +18,26 @@ local I = idiv(W, L)
 local available, counted = tokens, drips
 local due = idiv(r, I)
 if due > drips then
-  available = math.min(tokens + (due - drips), L)
+  available = min(tokens + (due - drips), L)
   counted = due
 end
 
--- Full again at drip d + (L - t); from then on it answers as a new client's
--- bucket would, except that its drips keep the old grid. (d + L - t) * I is
--- at most r + W.
-local function ttl(t, d)
-  return (d + L - t) * I - (now - origin)
-end
+-- A state (t, d) is full again at drip d + (L - t): its TTL is
+-- (d + L - t) * I - (now - origin). From then on it answers as a new
+-- client's bucket would, except that its drips keep the old grid.
+-- (d + L - t) * I is at most r + W.
 
 if not check then
   if new then
-    store({'o', int(origin), 't', int(tokens), 'd', '0'}, ttl(tokens, 0))
+    store(key, (L - tokens) * I - (now - origin), 'o', int(origin), 't', int(tokens), 'd', '0')
   end
   return {0, available, 0, 0}
 end
 if available >= cost then
   tokens = available - cost
   drips = counted
-  store({'o', int(origin), 't', int(tokens), 'd', int(drips)}, ttl(tokens, drips))
+  store(key, (drips + L - tokens) * I - (now - origin),
+    'o', int(origin), 't', int(tokens), 'd', int(drips))
   return {1, tokens, 0, 0}
 end
 -- The (cost - available)-th drip after the last counted one fills it to
