@@ -759,14 +759,19 @@ fn batched_checks_of_one_client_admit_exactly_the_limit() {
         });
         assert_eq!((admitted, remaining), (50, 0), "{policy}");
     }
+    clear(&url, &prefix);
+}
+
+/// Deletes every key under `prefix` on the server at `url`.
+fn clear(url: &str, prefix: &str) {
     RedisLimiter::new(
-        &url,
+        url,
         PolicyKind::Gcra,
         Config::per_ticks(1, 1).unwrap(),
-        exact_options(&prefix),
+        exact_options(prefix),
     )
     .unwrap()
-    .clear_prefix(&prefix)
+    .clear_prefix(prefix)
     .unwrap();
 }
 
@@ -1560,15 +1565,7 @@ fn a_least_ttl_past_the_longest_is_the_longest() {
         assert_eq!(admitted, [true, true, false], "{policy}");
         assert_ttl(&mut connection, &limiter.key("c"), LONGEST_MS, since);
     }
-    RedisLimiter::new(
-        &url,
-        PolicyKind::Gcra,
-        Config::per_ticks(1, 1).unwrap(),
-        exact_options(&prefix),
-    )
-    .unwrap()
-    .clear_prefix(&prefix)
-    .unwrap();
+    clear(&url, &prefix);
 }
 
 #[test]
