@@ -62,12 +62,13 @@ pub(super) fn script(policy: PolicyKind, config: Config, tick_ns: u64, min_ttl_m
         PolicyKind::SlidingWindowCounter => include_str!("scripts/sliding_window_counter.lua"),
         PolicyKind::Gcra | PolicyKind::LeakyBucket => include_str!("scripts/gcra.lua"),
     };
-    // Every constant is an integer below 2^53 (the window at most
-    // MAX_WINDOW, the TTL at most u64::MAX ms only in principle: the
-    // prelude caps what it sets), written in decimal: Lua reads it exactly.
+    // Every constant is an integer below 2^53 (the limit below 2^32, the
+    // window at most MAX_WINDOW, checked by the options; the least TTL
+    // capped at the longest), written in decimal: Lua reads it exactly.
     let constants = format!(
         "local L = {}\nlocal W = {}\nlocal ms_per_tick = {ms_per_tick}\n\
-         local ticks_per_ms = {ticks_per_ms}\nlocal min_ttl = {}\nlocal leaky = {}\n",
+         local ticks_per_ms = {ticks_per_ms}\nlocal min_ttl = {}\nlocal leaky = {}\n\
+         local MAX_TTL = {MAX_TTL_MS}\n",
         config.limit(),
         config.window(),
         min_ttl_ms.min(MAX_TTL_MS),
@@ -77,8 +78,8 @@ pub(super) fn script(policy: PolicyKind, config: Config, tick_ns: u64, min_ttl_m
     Script::new(&format!("{constants}{PRELUDE}\n{step}\nend\n{DRIVER}"))
 }
 
-/// The longest TTL a script sets, in milliseconds: 2^46 (2,230 years), as
-/// the prelude's `MAX_TTL`. A longer least TTL is that.
+/// The longest TTL a script sets, in milliseconds: 2^46 (2,230 years), the
+/// scripts' `MAX_TTL`. A longer least TTL is that.
 const MAX_TTL_MS: u64 = 1 << 46;
 
 /// What a script is asked.

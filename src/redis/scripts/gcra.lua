@@ -13,9 +13,9 @@ end
 local r, lag = since(now, origin)
 local I = idiv(W, L)
 local tau = I * (L - 1)
--- The TTL of a state is `schedule - r`, with r = now - origin here: empty
--- once the TAT is not ahead of `now`, since from then on max(TAT, now) =
--- now, exactly as for a new client (gcra has no grid).
+-- A state whose TAT is `s` has the TTL s - (now - origin): it is empty once
+-- the TAT is not ahead of `now`, since from then on max(TAT, now) = now,
+-- exactly as for a new client (gcra has no grid).
 
 -- The last of the `cost` single requests is at t + (cost - 1) * I; the
 -- admission moves the TAT on by cost * I <= L * I <= W.

@@ -24,7 +24,10 @@
 -- milliseconds per tick (1 when a tick is a millisecond or less),
 -- ticks_per_ms the ticks per millisecond (1 when a tick is a millisecond
 -- or more), min_ttl the least TTL in milliseconds given to a state that is
--- written, and leaky (gcra.lua only) whether to answer the queueing delay.
+-- written, leaky (gcra.lua only) whether to answer the queueing delay, and
+-- MAX_TTL the longest TTL set, 2^46 ms (2,230 years): far past any state's
+-- use, and small enough that the product in `store` is compared before it
+-- can lose precision.
 --
 -- Returns {allowed (0/1), remaining, retry_after, delay}; `remaining` and
 -- `peek` calls return {0, remaining, 0, 0}, and a `peek` of a key that does
@@ -38,17 +41,13 @@
 -- it multiplies). Numbers handed to Redis are formatted with %d, never with
 -- tostring, whose %.14g would round times of 15 digits and more.
 --
--- Layout: this head (what every decision of the call shares), then
--- `decide` (the per-decision helpers below and the policy's step, which
--- ends by returning the reply), then `driver.lua`, which reads the clock
--- and calls `decide` once or once per key.
+-- Layout: the constants, this head (the helpers every decision of the call
+-- shares), then `decide` (the policy's step, which ends by returning the
+-- reply), then `driver.lua`, which reads the clock and calls `decide` once
+-- or once per key.
 
 local floor, max, min, format = math.floor, math.max, math.min, string.format
 
--- The longest TTL set, 2^46 ms (2,230 years): far past any state's use, and
--- small enough that the product below is compared before it can lose
--- precision.
-local MAX_TTL = 70368744177664
 
 -- floor(a / b) for integers 0 <= a < 2^53 and b >= 1. The double quotient
 -- is already exact in that range; the corrections make that independent of
