@@ -702,11 +702,7 @@ where
         // this call's) is where the call is judged, `lag` ticks later.
         let (since, lag) = since_origin(origin.tick(), now);
         let (state, decision) = self.policy.check_unshared(state, since, cost);
-        let decision = if lag == 0 {
-            decision
-        } else {
-            self.policy.measured_from_earlier(decision, lag)
-        };
+        let decision = self.policy.measured_from_earlier(decision, lag);
         (Client { origin, state }, decision)
     }
 

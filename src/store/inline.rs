@@ -1010,10 +1010,8 @@ where
         }
         // Counted DEAD first, then the places given back: so `stored <=
         // tracked`.
-        let dead = table.dead.fetch_add(removed, Ordering::Relaxed) + removed;
-        let kept = self
-            .give_back(removed)
-            .unwrap_or_else(|| table.claimed.load(Ordering::Relaxed).saturating_sub(dead));
+        table.dead.fetch_add(removed, Ordering::Relaxed);
+        let kept = self.give_back(removed).unwrap_or_else(|| table.live());
         turn.finish(kept);
         removed
     }
