@@ -472,7 +472,7 @@ where
         Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
         K: Borrow<Q>,
     {
-        self.check_known_first(key, now, 1)
+        self.check_known_first(key, || now, 1)
     }
 
     /// Decides one request of cost `cost` of `key` at `now`, in one atomic
@@ -483,14 +483,20 @@ where
         Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
         K: Borrow<Q>,
     {
-        self.check_known_first(key, now, cost)
+        self.check_known_first(key, || now, cost)
     }
 
-    /// The body of `check_at` and `check_n_at`, inlined into both so that
-    /// `check_at`'s constant cost of 1 reaches the step: the hot path, a
-    /// known client, is one look-up and one step.
+    /// The body of `check_at`, `check_n_at`, `check` and `check_n`,
+    /// inlined into each so that `check_at`'s constant cost of 1 reaches
+    /// the step: the hot path, a known client, is one look-up and one step.
+    ///
+    /// `now` is read where the decision needs it, once the look-up's loads
+    /// are issued: with the limiter's clock, the clock's read (a TSC read
+    /// and a scaling, 11 to 13 ns) then overlaps the miss on the client's
+    /// slot instead of coming before it. A later read is only a fresher
+    /// time, which every decision accepts.
     #[inline(always)]
-    fn check_known_first<Q>(&self, key: &Q, now: u64, cost: u64) -> Decision
+    fn check_known_first<Q>(&self, key: &Q, now: impl Fn() -> u64, cost: u64) -> Decision
     where
         Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
         K: Borrow<Q>,
@@ -500,11 +506,11 @@ where
             key,
             hash,
             #[inline(always)]
-            |client| self.decide(client, now, cost),
+            |client| self.decide(client, now(), cost),
         ) {
             Some(Ok(decision)) => decision.in_ticks(self.tick),
             found => self
-                .check_cold(key, hash, now, cost, found.is_some())
+                .check_cold(key, hash, now(), cost, found.is_some())
                 .in_ticks(self.tick),
         }
     }
@@ -758,7 +764,7 @@ where
         Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
         K: Borrow<Q>,
     {
-        self.check_at(key, self.clock.now())
+        self.check_known_first(key, || self.clock.now(), 1)
     }
 
     /// Decides one request of cost `cost` of `key` now, by the limiter's
@@ -769,7 +775,7 @@ where
         Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
         K: Borrow<Q>,
     {
-        self.check_n_at(key, self.clock.now(), cost)
+        self.check_known_first(key, || self.clock.now(), cost)
     }
 
     /// How many requests of `key` would be admitted now, by the limiter's
@@ -875,6 +881,17 @@ where
     #[inline]
     fn check_n_at(&self, key: &Q, now: u64, cost: u64) -> Decision {
         Limiter::check_n_at(self, key, now, cost)
+    }
+
+    /// The inherent `check`, which reads the clock after the look-up.
+    #[inline]
+    fn check(&self, key: &Q) -> Decision {
+        Limiter::check(self, key)
+    }
+
+    #[inline]
+    fn check_n(&self, key: &Q, cost: u64) -> Decision {
+        Limiter::check_n(self, key, cost)
     }
 
     #[inline]
