@@ -801,3 +801,46 @@ fn a_first_request_decided_unshared_answers_as_the_shared_step() {
     compare::<policy::Gcra>(4, 1_000);
     compare::<policy::LeakyBucket>(4, 1_000);
 }
+
+/// A check by the limiter's own clock reads it once, for a new client and
+/// a known one, directly and through the trait, and is decided at the time
+/// it read: the read comes after the look-up (`Limiter::check`), and
+/// nothing reads it a second time. The clock here moves 10 ticks a read.
+#[test]
+fn a_check_reads_its_clock_once_and_is_decided_at_that_time() {
+    use floodgate::policy::{self, Policy};
+    use floodgate::{Clock, Config, Limiter, RateLimiter, Tick};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    struct Counting(Arc<AtomicU64>);
+    impl Clock for Counting {
+        fn now(&self) -> u64 {
+            self.0.fetch_add(1, Ordering::SeqCst) * 10
+        }
+        fn tick(&self) -> Tick {
+            Tick::NANOSECOND
+        }
+    }
+    let count = Arc::new(AtomicU64::new(0));
+    let reads = || count.load(Ordering::SeqCst);
+    // gcra, 2 per 100 ticks: an interval of 50 and a burst of 2.
+    let config = Config::per_ticks(2, 100).expect("a valid quota");
+    let gcra = policy::Gcra::new(config).expect("a valid gcra quota");
+    let limiter =
+        Limiter::with_clock(gcra, Counting(Arc::clone(&count))).expect("a nanosecond clock");
+    assert!(limiter.check(&1).allowed, "new client, read at 0");
+    assert_eq!(reads(), 1);
+    assert!(limiter.check(&1).allowed, "known client, read at 10");
+    assert_eq!(reads(), 2);
+    // Read at 20: the next admission is at 100, 80 ticks on, 30 past the
+    // burst's tolerance. Had the clock been read twice, the time would be
+    // 30 and the wait 20.
+    let third = limiter.check(&1);
+    assert_eq!((third.allowed, third.retry_after), (false, 30));
+    assert_eq!(reads(), 3);
+    let through_the_trait: &dyn RateLimiter<u64> = &limiter;
+    assert!(through_the_trait.check(&2).allowed);
+    assert!(!through_the_trait.check_n(&1, 2).allowed);
+    assert_eq!(reads(), 5);
+}
