@@ -19,10 +19,16 @@
 //! * admission `e` is one CAS on slot `e mod L`, from (`e`, oldest) to
 //!   (`e + L`, `U_{e−1} + n`, now) — it fails if anyone else committed entry
 //!   `e` first, so each entry is committed exactly once, in order;
-//! * `committed` is only a hint for `e`: it is moved from `e` to `e + 1` by
-//!   whoever sees the slot of `e` already committed (the admitting thread
-//!   or any other that finds it lagging), so it is never more than one behind
-//!   and no thread waits on another.
+//! * `committed` is only a hint for `e`, never past it: it is set only to
+//!   an entry count that a slot showed reached. The admitting thread moves
+//!   it from `e` to `e + 1`; a reader that finds the hint's slot committed
+//!   moves it on to what that slot shows (the slot of entry `h` holds the
+//!   latest entry `m ≡ h mod L`, so `m + 1` entries at least are
+//!   committed), however far behind it was. It may lag by more than one
+//!   when the ring is shared by two copies of the state (a client moved to
+//!   a new table while a call still decides through the old one,
+//!   `relocate`): each copy's hint moves only when a call goes through that
+//!   copy. No thread waits on another either way (`snapshot`).
 //!
 //! An entry never changes while it is in its slot, and a slot read is
 //! checked against the sequence it should carry, so every read a decision
@@ -83,6 +89,16 @@ struct Snapshot {
 /// A slot was overwritten while being read: the state moved on; start again.
 struct Moved;
 
+/// What the slot at a hint says of the frontier (`frontier_at`).
+enum Frontier {
+    /// The hint is the frontier: its slot waits for that entry.
+    Open,
+    /// The ring is frozen with this many entries.
+    Retired(u64),
+    /// At least this many entries are committed: look there.
+    Behind(u64),
+}
+
 /// Entry `entry`'s sequence (module docs; 43 bits, `cell`).
 #[inline]
 fn sequence(entry: u64) -> u64 {
@@ -119,27 +135,66 @@ impl SlidingWindowState {
         }
     }
 
+    /// What the slot of entry `n` says of the frontier `e` (the next entry
+    /// to commit), given `n <= e` (module docs: a hint never passes the
+    /// frontier). The slot holds the latest entry `m ≡ n (mod L)` that was
+    /// committed (sequence `m + L`), or the mark on a frozen frontier
+    /// (sequence `e | R`); its distance from `n`'s own sequence tells which.
+    #[inline]
+    fn frontier_at(&self, n: u64, slot: LogSlot) -> Frontier {
+        if slot.sequence & LogSlot::RETIRED != 0 {
+            // Only the frontier is ever marked, and a marked ring never
+            // changes again.
+            return Frontier::Retired(
+                n + (slot.sequence.wrapping_sub(sequence(n)) & LogSlot::SEQUENCE),
+            );
+        }
+        let ahead = slot.sequence.wrapping_sub(sequence(n)) & LogSlot::SEQUENCE;
+        if ahead == 0 {
+            return Frontier::Open;
+        }
+        // Entry `n + ahead − L` is committed (`ahead` is a multiple of L,
+        // at least L): the frontier is past it. Entries commit in order
+        // (an admission's CAS expects the frontier's slot), so every entry
+        // below it is committed too.
+        let len = self.ring.len() as u64;
+        debug_assert!(
+            ahead >= len && ahead.is_multiple_of(len),
+            "slot {slot:?} for entry {n}"
+        );
+        Frontier::Behind((n + ahead + 1).saturating_sub(len).max(n + 1))
+    }
+
     /// A consistent view of the state: linearised at the load of the oldest
     /// slot (which shows that entry `n` had not yet been committed).
+    ///
+    /// Progress: the loop starts from the hint, which is never past the
+    /// frontier (it is only ever set from what a slot showed committed), in
+    /// this copy of the state or another that shares its ring (`relocate`).
+    /// Each pass either returns, or moves `n` forward to an entry that a
+    /// slot showed committed (at most up to the frontier, which only an
+    /// admission's CAS moves), or finds that entry `n − 1` was overwritten,
+    /// which takes `L` more admissions by other threads. So with no other
+    /// thread running the loop ends within `L + 1` passes (a hint that lags
+    /// by any number of entries catches up one slot's worth per pass), and
+    /// it goes on only while other threads commit entries.
     #[inline]
     fn snapshot(&self) -> Result<Snapshot, Retired> {
-        let len = self.ring.len() as u64;
+        // Acquire: a hint only; every slot read below is checked by its
+        // sequence number.
+        let mut n = self.committed.load(Ordering::Acquire);
         loop {
-            // Acquire: a hint only; every slot read below is checked by its
-            // sequence number.
-            let n = self.committed.load(Ordering::Acquire);
             let oldest = LogSlot::unpack(self.slot(n).load(Ordering::Acquire));
-            if oldest.sequence == sequence(n) | LogSlot::RETIRED {
-                return Err(Retired);
-            }
-            if oldest.sequence == sequence(n + len) {
-                // Entry n is committed but the hint lags: move it on for
-                // whoever committed it, then look again.
-                self.advance_hint(n);
-                continue;
-            }
-            if oldest.sequence != sequence(n) {
-                continue; // the hint moved on after we read it
+            match self.frontier_at(n, oldest) {
+                Frontier::Open => {}
+                Frontier::Retired(_) => return Err(Retired),
+                Frontier::Behind(committed) => {
+                    // The hint lags: move it on for whoever committed the
+                    // entries, then look at the slot of the frontier found.
+                    self.advance_hint_to(committed);
+                    n = committed;
+                    continue;
+                }
             }
             let latest = match n.checked_sub(1) {
                 None => LogSlot {
@@ -148,7 +203,8 @@ impl SlidingWindowState {
                     time: 0,
                 },
                 // Entry n − 1 stays in its slot until entry n − 1 + L, which
-                // follows entry n: if it is gone, so is this view.
+                // follows entry n: if it is gone, so is this view, and the
+                // next pass finds slot n committed.
                 Some(previous) => match self.read(previous) {
                     Ok(slot) => slot,
                     Err(Moved) => continue,
@@ -175,15 +231,18 @@ impl SlidingWindowState {
             .is_ok()
     }
 
-    /// The entries of a retired (frozen) ring: the marked slot is the
-    /// frontier `n`, and the hint is `n` or `n − 1`.
+    /// The entries of a retired (frozen) ring: the frontier, where the
+    /// mark is. Found from the hint as `snapshot` finds it: with no slot
+    /// changing, each pass moves on to a later committed entry, so the loop
+    /// ends within `L + 1` passes.
     fn frozen_entries(&self) -> u64 {
-        let hint = self.committed.load(Ordering::Acquire);
-        let at_hint = LogSlot::unpack(self.slot(hint).load(Ordering::Acquire));
-        if at_hint.sequence == sequence(hint) | LogSlot::RETIRED {
-            hint
-        } else {
-            hint + 1
+        let mut n = self.committed.load(Ordering::Acquire);
+        loop {
+            match self.frontier_at(n, self.frozen(n)) {
+                Frontier::Retired(frontier) => return frontier,
+                Frontier::Behind(committed) => n = committed,
+                Frontier::Open => unreachable!("a frozen ring's frontier is marked"),
+            }
         }
     }
 
@@ -199,6 +258,13 @@ impl SlidingWindowState {
         let _ =
             self.committed
                 .compare_exchange(from, from + 1, Ordering::AcqRel, Ordering::Relaxed);
+    }
+
+    /// Moves the hint up to `committed` (an entry count a slot showed
+    /// reached), never back. One read-modify-write: it never retries.
+    #[cold]
+    fn advance_hint_to(&self, committed: u64) {
+        self.committed.fetch_max(committed, Ordering::AcqRel);
     }
 }
 
@@ -321,6 +387,10 @@ impl SlidingWindow {
     }
 
     fn remaining_at(&self, state: &SlidingWindowState, now: u64) -> Result<u64, Retired> {
+        // Progress: a pass is repeated only when a slot read after the
+        // snapshot was overwritten, which takes other threads' admissions
+        // (L of them past the snapshot's frontier); `snapshot` itself ends
+        // as its docs say.
         loop {
             let snapshot = state.snapshot()?;
             let now = now.max(snapshot.latest.time);
@@ -370,6 +440,11 @@ impl Policy for SlidingWindow {
     ) -> Result<Decision, Retired> {
         let limit = self.config.limit();
         let read = |entry| state.read(entry);
+        // Progress: a pass is repeated only when a slot it read was
+        // overwritten, or when its CAS on the frontier failed: both only
+        // after another thread committed an entry (or marked the ring,
+        // which the next snapshot answers as `Retired`). `snapshot` ends
+        // as its docs say.
         loop {
             let snapshot = state.snapshot()?;
             let Snapshot { n, oldest, latest } = snapshot;
@@ -420,6 +495,8 @@ impl Policy for SlidingWindow {
     }
 
     fn retire_if_idle(&self, state: &SlidingWindowState, now: u64) -> bool {
+        // Progress: the mark's CAS fails only after another thread
+        // committed the frontier entry or marked it.
         loop {
             let Ok(snapshot) = state.snapshot() else {
                 return false;
@@ -435,6 +512,7 @@ impl Policy for SlidingWindow {
 
     /// Judged no earlier than the newest entry in the log.
     fn retire_spent(&self, state: &SlidingWindowState, now: u64) -> Spent {
+        // Progress: as `retire_if_idle`'s.
         while let Ok(snapshot) = state.snapshot() {
             if state.mark(&snapshot) {
                 break;
@@ -483,8 +561,10 @@ impl Policy for SlidingWindow {
 
     /// The ring is not frozen but shared: the old table's entry and the
     /// new one's hold the same ring, so a check through either is a check
-    /// on the one state. Only the `committed` hint is per entry, and a hint
-    /// that lags is allowed (module docs).
+    /// on the one state. Only the `committed` hint is per entry: the old
+    /// entry's may fall any number of entries behind while calls go
+    /// through the new one, and the next call through the old one catches
+    /// it up (module docs, `snapshot`).
     fn relocate(&self, state: &SlidingWindowState) -> Option<SlidingWindowState> {
         (!self.is_retired(state)).then(|| SlidingWindowState {
             committed: AtomicU64::new(state.committed.load(Ordering::Acquire)),
