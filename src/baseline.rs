@@ -363,6 +363,9 @@ impl<K: Hash + Eq, C> MutexLimiter<K, C> {
         K: Borrow<Q>,
         Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
     {
+        // Progress: a pass repeats only when a sweep removed the client
+        // between the look-up and its lock; the next look-up then creates
+        // it (or finds the one another thread created).
         loop {
             match self.slot(key, now) {
                 Slot::Tracked(client) => {

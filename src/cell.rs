@@ -270,6 +270,14 @@ pub(crate) struct Step<W> {
 /// stores; the load it was computed from for one that does not. `step` is
 /// pure, so running it again after a lost race is harmless. A retired word
 /// is never stepped on: `Err(Retired)`.
+///
+/// Progress (this loop and the two retiring ones below): a pass ends the
+/// loop unless its CAS failed, and a CAS fails because another thread's
+/// CAS on the word succeeded since the load (or, on machines whose CAS is
+/// a load-linked/store-conditional pair, spuriously, which a weak CAS
+/// allows: the retry then runs on a fresh value). So a call with no other
+/// thread writing the word ends within a pass or two, and it goes on only
+/// while other threads' steps land: lock-free, and never a wait.
 #[inline]
 pub(crate) fn transition<A: AtomicWord>(
     cell: &A,
@@ -322,6 +330,7 @@ pub(crate) fn read<A: AtomicWord>(cell: &A) -> Result<A::Word, Retired> {
 /// the word was judged idle.
 pub(crate) fn retire_if<A: AtomicWord>(cell: &A, idle: impl Fn(A::Word) -> bool) -> bool {
     let mut current = cell.load_word();
+    // Progress: as `transition`'s.
     loop {
         if A::is_retired(current) || !idle(current) {
             return false;
@@ -337,6 +346,7 @@ pub(crate) fn retire_if<A: AtomicWord>(cell: &A, idle: impl Fn(A::Word) -> bool)
 /// (by this call or an earlier one), and whether this call retired it.
 pub(crate) fn retire<A: AtomicWord>(cell: &A) -> (A::Word, bool) {
     let mut current = cell.load_word();
+    // Progress: as `transition`'s.
     loop {
         if A::is_retired(current) {
             return (A::unmarked(current), false);

@@ -432,7 +432,8 @@ impl ManualClock {
 
     /// Moves the time forward by `ticks` (saturating at `u64::MAX`).
     pub fn advance(&self, ticks: u64) {
-        // fetch_update cannot fail with a closure that always returns Some.
+        // fetch_update cannot fail with a closure that always returns Some;
+        // it retries its CAS only after another thread moved the time.
         let _ = self
             .ticks
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {

@@ -528,6 +528,15 @@ where
         // its enum first: a `Decision` moved through `Arrival` and `Result`
         // was copied with its padding, and the copies' loads stalled on the
         // stores before them (a tenth of a new client's check).
+        //
+        // Progress: a pass repeats only when the client's state was retired
+        // under it (a move's freeze, a sweep, `forget`: the store's `settle`
+        // says why the slot changes within a few of that thread's steps,
+        // and the next pass then finds the client moved, or gone and made
+        // anew), when it vanished between two looks (a removal by another
+        // thread), or when another thread created it first (`Raced`: the
+        // next pass finds it). Each is another thread's finished step, so
+        // with no other thread running the call ends within two passes.
         loop {
             if present {
                 match self
@@ -581,6 +590,7 @@ where
         Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
         K: Borrow<Q>,
     {
+        // Progress: as `check_cold`'s.
         loop {
             let answer = if present {
                 match self
@@ -623,6 +633,7 @@ where
         Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
         K: Borrow<Q>,
     {
+        // Progress: as `check_cold`'s; a client removed ends the loop.
         loop {
             match self.clients.peek(key, |client| self.count(client, now))? {
                 Ok(remaining) => return Some(remaining),
@@ -641,7 +652,7 @@ where
         Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
         K: Borrow<Q>,
     {
-        self.clients.forget(key, |client| {
+        self.clients.forget(key, &self.policy, |client| {
             self.policy.retire_spent(&client.state, 0);
         })
     }

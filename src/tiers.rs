@@ -874,6 +874,13 @@ where
         Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
         K: Borrow<Q>,
     {
+        // Progress: a pass repeats only when the client's state was made by
+        // an older rule or was retired; `carry_over` then replaces it by
+        // this thread's own step (or finds it replaced or removed by
+        // another's), so the next pass finds a current state unless another
+        // thread reloaded, swept or forgot meanwhile: each pass that
+        // repeats follows another thread's finished step, or this one's.
+        // A new client raced (`Raced`) is found by the next pass.
         loop {
             // A lock-free read of the current rule (arc-swap's fast path).
             let guard = self.current.load();
@@ -993,6 +1000,7 @@ where
         Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
         K: Borrow<Q>,
     {
+        // Progress: as `call`'s.
         loop {
             let guard = self.current.load();
             let generation: &Arc<Generation> = &guard;

@@ -161,6 +161,9 @@ where
     Q: ?Sized,
     L: RateLimiter<Q> + ?Sized,
 {
+    // Progress: each refusal sleeps until the policy's `retry_after`, when
+    // the request would be admitted but for other callers; a request that
+    // can never be admitted ends at once (`NeverAdmitted`).
     loop {
         // A cost above the limit is refused with `retry_after == u64::MAX`
         // (the contract), so it ends below without a sleep.

@@ -114,6 +114,10 @@ impl Batcher {
 /// time, until every limiter sharing the queue is gone.
 async fn drain(core: Arc<Core>, connection: Connection, mut pending: mpsc::Receiver<Pending>) {
     let in_flight = Arc::new(Semaphore::new(IN_FLIGHT));
+    // Progress: each pass waits for a permit (given back when a batch's
+    // reply arrives or fails, `send`) and a check; it ends when the last
+    // limiter sharing the queue is dropped and the channel closes. The
+    // inner loop takes at most `MAX_BATCH` checks.
     loop {
         // The permit first: while every batch is in flight, checks gather
         // in the queue and go out together when one returns.

@@ -417,6 +417,8 @@ impl Conn {
                         port,
                     });
                     let mut cursor = 0;
+                    // Progress: Redis's SCAN ends a full iteration with
+                    // cursor 0 (its guarantee), or an error ends the loop.
                     loop {
                         let reply = connection.route_command(&scan(Some(cursor)), route.clone())?;
                         let (next, mut batch): (u64, Vec<String>) =

@@ -64,12 +64,12 @@
 //!
 //! 1. The new table is built and published as the old one's `next`.
 //! 2. Every slot of the old table, in order: an `EMPTY` one is `SEALED`
-//!    (inserts that reach it wait for the move, then go on to `next`); a
-//!    `BUSY` one is waited for; a `FULL` one has its state frozen by the
-//!    policy's retirement mark and continued in `next`
-//!    ([`Lifecycle::relocate`]), and becomes `MOVED`. The move is the only
-//!    writer of `next`'s empty slots, so it places clients there with plain
-//!    stores.
+//!    (inserts that reach it see the move through, then go on to `next`);
+//!    a `BUSY` one is waited for; a `FULL` one has its key hashed and
+//!    cloned, then its state frozen by the policy's retirement mark and
+//!    continued in `next` ([`Lifecycle::relocate`]), and becomes `MOVED`.
+//!    The move is the only writer of `next`'s empty slots, so it places
+//!    clients there with plain stores.
 //! 3. `next` becomes the current table; the old one goes to the epoch
 //!    collector (`store::epoch`) and is freed once no thread holds a pin
 //!    taken before.
@@ -83,6 +83,25 @@
 //! move is over, so it can never create a client that is still waiting to
 //! move.
 //!
+//! # Panics, and no wait without an end
+//!
+//! The only code of the caller's that a store call runs is the key's
+//! `Hash`, `Eq`, `Clone` and `Drop`, and none of it runs between two steps
+//! that another thread waits between: a `BUSY` slot's claim and its `FULL`
+//! (the key was made before the claim), a move's freeze of a state and its
+//! `MOVED` (the key is hashed and cloned before the freeze), a sweep's
+//! retirement of a state and its `DEAD`. So each of those waits ends within
+//! a few steps of the thread it waits for, which nothing can stop, and a
+//! panic leaves no slot in between. A move that unwinds (a `Hash` or
+//! `Clone` that panicked) leaves `next` set and the slots before the
+//! panicking one `SEALED` or `MOVED`: every holder of `upkeep` takes the
+//! move up where it stopped before it does anything else
+//! (`lock_upkeep`), into the same `next`, and so does an insert that needs
+//! `next`. No client is lost (its slot is `FULL` in the old table or
+//! placed in `next`, never neither) and none is counted twice (a slot is
+//! moved at most once: `MOVED` is final). Each wait and retry loop says
+//! beside it which step of which thread ends it.
+//!
 //! # Removing clients
 //!
 //! Whoever turns a slot `DEAD` removed the client, and only they move the
@@ -92,7 +111,8 @@
 //! check that found the slot before either is decided on the old state or
 //! fails on the mark and looks again. A check that meets a retired state
 //! in a slot still `FULL` (a sweep between its CAS and its mark, a move
-//! between its freeze and `MOVED`) waits for the slot to change.
+//! between its freeze and `MOVED`) yields until the slot changes
+//! (`settle`).
 //!
 //! # Orderings
 //!
@@ -108,8 +128,8 @@
 //! where nothing is read on their strength: claiming an empty slot and
 //! sealing one publish no entry (the claimer's entry goes out with its own
 //! `FULL`). The counters (`claimed`, `dead`, `tracked`) are Relaxed: each
-//! publishes nothing, is moved by read-modify-writes (and `claimed` set
-//! once by the move that fills its table, before it is published), and
+//! publishes nothing, is moved by read-modify-writes (and `claimed`
+//! counted by the move that fills its table, before it is published), and
 //! decides when to rebuild, whether there is a place or what `stored`
 //! reads, never what a decision answers. The states' own words keep their orderings (`cell`).
 //!
@@ -128,11 +148,14 @@
 use std::borrow::Borrow;
 use std::cell::UnsafeCell;
 use std::hash::{BuildHasher, Hash, Hasher};
-use std::mem::{ManuallyDrop, MaybeUninit};
+use std::mem::MaybeUninit;
+use std::panic::AssertUnwindSafe;
 
 use crate::bounds::{Bounds, SweepSchedule, SweepTurn};
 use crate::store::Arrival;
-use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Guard, Mutex, Ordering, Staged, TableCell};
+use crate::sync::{
+    AtomicPtr, AtomicU64, AtomicUsize, Guard, Mutex, MutexGuard, Ordering, Staged, TableCell,
+};
 
 /// What the store needs of a policy: how a client (its state, with what it
 /// keeps of its origin) is begun, judged idle, and frozen for a move.
@@ -180,8 +203,7 @@ type KeyHasher = foldhash::quality::SeedableRandomState;
 
 /// How many slots a new unbounded store starts with. Under loom, two: room
 /// for one client, so a model's second client rebuilds the table (and the
-/// models of one client never do: under loom a slot's claim and its
-/// publication are one step for other writers, see `wait_for_writer`).
+/// models of one client never do).
 const FIRST_CAPACITY: usize = if cfg!(floodgate_loom) { 2 } else { 64 };
 
 /// The largest table a capped store allocates up front (24 MiB of 24-byte
@@ -257,9 +279,9 @@ impl<K, C> Slot<K, C> {
 pub(crate) struct Table<K, C> {
     slots: Box<[Slot<K, C>]>,
     mask: usize,
-    /// Slots claimed so far (every state but `EMPTY` and `SEALED`): set by
-    /// the move that fills the table before it is published, then moved by
-    /// read-modify-writes. Relaxed: it decides when to rebuild, never an
+    /// Slots claimed so far (every state but `EMPTY` and `SEALED`): counted
+    /// by the move that fills the table before it is published, then moved
+    /// by read-modify-writes. Relaxed: it decides when to rebuild, never an
     /// answer.
     claimed: AtomicUsize,
     /// Claims stop here (`room_for`): 7/8 of the slots, or half.
@@ -268,7 +290,9 @@ pub(crate) struct Table<K, C> {
     /// Relaxed, as `claimed`.
     dead: AtomicUsize,
     /// The table this one is being emptied into; null until a rebuild
-    /// begins. Release/Acquire: a reader that follows it sees it built.
+    /// begins, then set once (a move that unwinds is taken up again into
+    /// the same table). Release/Acquire: a reader that follows it sees it
+    /// built.
     next: AtomicPtr<Table<K, C>>,
 }
 
@@ -384,6 +408,7 @@ impl<K, C> Table<K, C> {
     {
         let mask = self.slots.len() - 1;
         let mut visited = 0;
+        // Progress: one slot a pass, at most every slot once.
         loop {
             let slot = &self.slots[index];
             'slot: {
@@ -431,10 +456,13 @@ impl<K, C> Table<K, C> {
     #[inline]
     fn next<'g>(&self, _: &'g Guard) -> Option<&'g Table<K, C>> {
         let next = self.next.load(Ordering::Acquire);
-        // SAFETY: `next` is set once, to a table that is staged by the
-        // rebuild and then published as current; it is retired only by a
-        // later rebuild, after this one, so the collector frees it only
-        // once the guard that reached this table is gone.
+        // SAFETY: `next` is set once in a table's life, to a table that is
+        // staged by the rebuild and then published as current (by that
+        // rebuild, or by the holder of `upkeep` that finishes it if it
+        // unwound: `move_table` goes on into the same `next`); it is retired
+        // only by a later rebuild, after this one, so the collector frees
+        // it only once the guard that reached this table is gone. A staged
+        // table never published is freed only by the store's drop.
         (!next.is_null()).then(|| unsafe { &*next })
     }
 
@@ -449,6 +477,8 @@ impl<K, C> Table<K, C> {
 
     /// Takes one claim under `room`; false if there is none left.
     fn claim(&self) -> bool {
+        // Progress: `fetch_update` retries its CAS only after another
+        // thread's claim or give-back moved the count.
         self.claimed
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |claimed| {
                 (claimed < self.room).then_some(claimed + 1)
@@ -466,6 +496,9 @@ impl<K, C> Table<K, C> {
     fn place(&self, hash: u64, entry: Entry<K, C>) {
         let print = fingerprint(hash);
         let mut index = hash as usize & self.mask;
+        // Progress: the table has empty slots to spare (its room is below
+        // its size, and the move places at most its live clients), and no
+        // one else fills them meanwhile, so the walk ends within one lap.
         loop {
             let slot = &self.slots[index];
             // Relaxed: only this thread writes an empty slot's tag, so an
@@ -477,6 +510,13 @@ impl<K, C> Table<K, C> {
                 // Release: publishes the entry to every reader that loads
                 // this tag with Acquire.
                 slot.tag.store(print | FULL, Ordering::Release);
+                // Counted as it is placed, so a move that unwinds and is
+                // taken up again counts each client once. A load and a
+                // store: no other thread moves this table's claims until
+                // it is published (Relaxed: it reaches inserts with the
+                // table, through its publication).
+                let claimed = self.claimed.load(Ordering::Relaxed);
+                self.claimed.store(claimed + 1, Ordering::Relaxed);
                 return;
             }
             index = (index + 1) & self.mask;
@@ -485,20 +525,39 @@ impl<K, C> Table<K, C> {
 }
 
 impl<K, C> Drop for Table<K, C> {
+    /// Drops every entry, even past a key's `Drop` that panics: the first
+    /// panic is resumed once the rest are dropped (a second one, during
+    /// that unwinding, would abort), so one bad key leaks no other.
     fn drop(&mut self) {
+        let mut panicked = None;
         for slot in self.slots.iter_mut() {
             // Relaxed: `&mut self`, so every write to the tag happened
             // before this drop began.
             let state = slot.tag.load(Ordering::Relaxed) & STATE;
             if matches!(state, FULL | DEAD | MOVED) {
-                // SAFETY: those states hold a written entry, dropped once,
-                // here: moving a client clones its key and continues its
-                // state in a new value, so the old entry is still its own.
-                unsafe {
-                    slot.key.get_mut().assume_init_drop();
-                    slot.client.get_mut().assume_init_drop();
+                let key = slot.key.get_mut();
+                let client = slot.client.get_mut();
+                for part in [
+                    // SAFETY: those states hold a written entry, dropped
+                    // once, here: moving a client clones its key and
+                    // continues its state in a new value, so the old entry
+                    // is still its own.
+                    std::panic::catch_unwind(AssertUnwindSafe(|| unsafe {
+                        key.assume_init_drop()
+                    })),
+                    // SAFETY: as above.
+                    std::panic::catch_unwind(AssertUnwindSafe(|| unsafe {
+                        client.assume_init_drop()
+                    })),
+                ] {
+                    if let Err(panic) = part {
+                        panicked.get_or_insert(panic);
+                    }
                 }
             }
+        }
+        if let Some(panic) = panicked {
+            std::panic::resume_unwind(panic);
         }
     }
 }
@@ -513,10 +572,6 @@ pub(crate) struct InlineStore<K, C> {
     /// an insert waits on it only when its table has no room left or is
     /// being moved.
     upkeep: Mutex<()>,
-    /// Under loom, held by each writer of a slot's entry (see
-    /// `wait_for_writer`).
-    #[cfg(floodgate_loom)]
-    writing: Mutex<()>,
     /// Whether a rebuild may double the table: not for a capped store,
     /// whose first table already holds its cap.
     grows: bool,
@@ -554,8 +609,6 @@ where
             #[cfg(floodgate_loom)]
             hasher: KeyHasher::fixed(),
             upkeep: Mutex::new(()),
-            #[cfg(floodgate_loom)]
-            writing: Mutex::new(()),
             grows,
             tracked: AtomicUsize::new(0),
             swept: AtomicU64::new(0),
@@ -601,6 +654,10 @@ where
         Q: ?Sized + Eq,
     {
         let mut table = self.table.load(guard);
+        // Progress: `Onward` goes to a newer table, of which there are
+        // finitely many (a table's `next` is set once, `Table::next`), and
+        // `Busy` waits for a writer that publishes within a few of its own
+        // steps (`wait_for_writer`).
         loop {
             match table.probe(key, hash) {
                 Probe::Found(slot) => return Some(slot),
@@ -611,16 +668,18 @@ where
         }
     }
 
-    /// Waits for a thread that is writing a slot's entry (`BUSY`): a few
-    /// stores. Under loom, writers hold `writing`, so the wait is a
-    /// blocking step loom can schedule rather than a spin it would explore
-    /// without end.
+    /// Waits for a thread that is writing a slot's entry (`BUSY`), then
+    /// the caller probes again.
+    ///
+    /// Progress: the writer turned the slot `BUSY` in `write` and stores
+    /// `FULL` a few of its own steps later, with no code of the caller's
+    /// (no key's `Hash`, `Eq`, `Clone` or `Drop`, no clock) in between, so
+    /// nothing can stop it but its thread not being scheduled; the wait
+    /// yields to it. Under loom, a yield too: a scheduling point, so a
+    /// writer that never published would be a model that never ends.
     #[cold]
     fn wait_for_writer(&self) {
-        #[cfg(not(floodgate_loom))]
         crate::sync::spin();
-        #[cfg(floodgate_loom)]
-        drop(self.writing.lock().unwrap());
     }
 
     /// Runs `visit` on `key`'s client, if it is tracked.
@@ -646,36 +705,57 @@ where
         K: Borrow<Q>,
         Q: ?Sized + Eq,
     {
-        let guard = Guard::new();
+        let guard = self.table.pin();
         let slot = self.find(key, hash, &guard)?;
         // SAFETY: `find` answers only slots it loaded (Acquire) as FULL,
         // and `guard` holds their table.
         Some(visit(unsafe { slot.entry() }.client))
     }
 
-    /// Waits for a rebuild that has begun (its table's `next` was seen
-    /// set) to finish its move: the rebuild holds `upkeep` from before it
-    /// sets `next` until after the move.
+    /// Sees a rebuild that has begun (its table's `next` was seen set)
+    /// through: takes `upkeep`, and finishes the move if the thread that
+    /// began it did not (a key's `Hash` or `Clone` panicked in it).
+    ///
+    /// Progress: the rebuild holds `upkeep` from before it sets `next`
+    /// until the move is over or has unwound; either way the lock is given
+    /// back (a poisoned lock is taken as it is), and this thread then ends
+    /// the move itself if it is not over, in steps of its own.
     #[cold]
-    fn wait_for_move(&self) {
-        drop(
-            self.upkeep
-                .lock()
-                .unwrap_or_else(|poison| poison.into_inner()),
-        );
+    fn finish_move(&self, policy: &impl Lifecycle<C>, guard: &Guard) {
+        let _upkeep = self.lock_upkeep(policy, guard);
+    }
+
+    /// Takes `upkeep` for a rebuild, a sweep or `forget`, after finishing
+    /// a move that an earlier holder began and did not end (it unwound):
+    /// every holder then finds the current table with no move under way,
+    /// as the module docs say.
+    fn lock_upkeep(&self, policy: &impl Lifecycle<C>, guard: &Guard) -> MutexGuard<'_, ()> {
+        let upkeep = self
+            .upkeep
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        let table = self.table.load(guard);
+        if table.next(guard).is_some() {
+            self.move_table(table, policy, guard);
+        }
+        upkeep
     }
 
     /// A call that found its client's state retired (a rebuild moving it,
-    /// a sweep or `forget` removing it) waits for that step to finish
+    /// a sweep or `forget` removing it) yields to the thread doing that
     /// before it looks again.
-    /// Under loom, a wait for `upkeep` (which rebuilds and sweeps hold
-    /// throughout), for the reason `wait_for_writer` gives.
+    ///
+    /// Progress: a state is seen retired in a slot still `FULL` only
+    /// between two steps of one holder of `upkeep` with no code of the
+    /// caller's in between: a move's freeze and its store of `MOVED`
+    /// (`move_table` runs the key's `Hash` and `Clone` before it freezes
+    /// the state), or a sweep's retirement and its store of `DEAD`. Both
+    /// always happen, so the next look finds the slot changed once that
+    /// thread is scheduled. (`forget` marks the slot `DEAD` before it
+    /// retires the state.) Under loom, a scheduling point.
     #[cold]
     pub(crate) fn settle(&self) {
-        #[cfg(not(floodgate_loom))]
         crate::sync::spin();
-        #[cfg(floodgate_loom)]
-        drop(self.upkeep.lock().unwrap());
     }
 
     /// A call for `key` (whose [`hash`](Self::hash) is `hash`), which was
@@ -724,17 +804,22 @@ where
         // visible: its state's retired mark (an AcqRel CAS made after the
         // raise), or its slot DEAD (a Release store, `sweep_turn`).
         let origin = now.max(self.swept.load(Ordering::Acquire));
+        // The place goes back unless this call creates the client, however
+        // it ends: another thread creating it first, or a panic in the
+        // key's `Clone` (`to_owned`), `Eq` or `Drop`, or in a rebuild
+        // this insert runs.
+        let place = Place(cap.map(|_| &self.tracked));
         let (client, answer) = first(policy.new_client(origin));
         let entry = Entry {
             key: key.to_owned(),
             client,
         };
-        let guard = Guard::new();
+        let guard = self.table.pin();
         if self.insert(key, hash, entry, policy, &guard) {
+            std::mem::forget(place);
             Arrival::Created(answer)
         } else {
-            // Another thread created it first: give the place back.
-            self.give_back(1);
+            drop(place);
             Arrival::Raced
         }
     }
@@ -756,16 +841,24 @@ where
         let print = fingerprint(hash);
         let mut entry = Some(entry);
         let mut table = self.table.load(guard);
+        // Progress: each pass returns, or moves to a newer table (after
+        // seeing its move through: `finish_move`, which ends it itself if
+        // need be), or rebuilds a table with no room (`rebuild`: the table
+        // is current with room again when it returns), or probes again
+        // after another thread took the slot it wanted (`Lost`: that
+        // thread's claim succeeded, and there are finitely many slots to
+        // take before the table has no room), or waits for a writer that
+        // publishes within a few of its own steps.
         loop {
             match table.probe(key, hash) {
                 Probe::Found(_) => return false,
                 Probe::Busy => self.wait_for_writer(),
                 Probe::Onward => match table.next(guard) {
                     // The move into `next` is the only writer of its empty
-                    // slots while it runs (`Table::place`): wait for it to
-                    // end before claiming one.
+                    // slots while it runs (`Table::place`): see it end
+                    // (or end it) before claiming one.
                     Some(next) => {
-                        self.wait_for_move();
+                        self.finish_move(policy, guard);
                         table = next;
                     }
                     None => {
@@ -802,8 +895,6 @@ where
         print: u64,
         entry: &mut Option<Entry<K, C>>,
     ) -> Written {
-        #[cfg(floodgate_loom)]
-        let _writing = self.writing.lock().unwrap();
         if !table.claim() {
             return Written::NoRoom;
         }
@@ -832,12 +923,9 @@ where
     #[cold]
     #[inline(never)]
     fn rebuild(&self, table: &Table<K, C>, policy: &impl Lifecycle<C>, guard: &Guard) {
-        let _upkeep = self
-            .upkeep
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner());
+        let _upkeep = self.lock_upkeep(policy, guard);
         if !std::ptr::eq(self.table.load(guard), table) {
-            return; // rebuilt while this thread waited
+            return; // rebuilt while this thread waited (or by `lock_upkeep`)
         }
         // Claims given back meanwhile (inserts that lost a slot race) left
         // room: no rebuild. A table with every slot taken has no claim to
@@ -845,34 +933,40 @@ where
         if table.claimed.load(Ordering::Relaxed) < table.room {
             return;
         }
-        self.move_table(table, policy);
+        self.move_table(table, policy, guard);
     }
 
     /// Moves every live client of `table` (the current one) into a new
-    /// table and publishes it. Runs under `upkeep`.
-    fn move_table(&self, table: &Table<K, C>, policy: &impl Lifecycle<C>) {
-        // Live clients, at most: every claim (inserts still writing, or
-        // about to give a lost claim back, included) less the slots turned
-        // DEAD, which only `upkeep`'s holder counts. A rebuild at the same
-        // size must leave at least half the room free, or the next insert
-        // would ask for another at once.
-        let live = table.live();
-        // A table that could not hold its live clients again is doubled
-        // even when capped (the sizing above makes that never happen).
-        let capacity = if (self.grows && live * 2 > table.room) || live >= table.room {
-            table.capacity() * 2
-        } else {
-            table.capacity()
+    /// table and publishes it; or, if a move of `table` began and did not
+    /// end (it unwound, `lock_upkeep`), goes on with that one. Runs under
+    /// `upkeep`.
+    ///
+    /// A key's `Hash` and `Clone` run before its client's state is frozen,
+    /// so a panic in either leaves the slot `FULL` and its state live, the
+    /// slots before it moved or sealed and `next` set: a consistent store
+    /// that the next holder of `upkeep` finishes moving. Nothing else in
+    /// the move can panic.
+    fn move_table(&self, table: &Table<K, C>, policy: &impl Lifecycle<C>, guard: &Guard) {
+        let next: &Table<K, C> = match table.next(guard) {
+            Some(next) => next,
+            None => {
+                let staged = TableCell::stage(Table::new(self.next_capacity(table), self.grows));
+                // Owned through `table.next` until it is published below
+                // (or, if every move of `table` unwinds and the store is
+                // dropped, freed by the store's drop).
+                let next = Staged::into_raw(staged);
+                table.next.store(next, Ordering::Release);
+                // SAFETY: just made from a box, and freed only by
+                // `publish`'s caller below or the store's drop.
+                unsafe { &*next }
+            }
         };
-        // Not dropped if the move unwinds (a key's `Clone` or `Hash` may
-        // panic): once the old table points to it, other threads may be
-        // reading it, so a failed move leaks it rather than free it.
-        let next: ManuallyDrop<Staged<Table<K, C>>> =
-            ManuallyDrop::new(TableCell::stage(Table::new(capacity, self.grows)));
-        let next_ptr: *const Table<K, C> = &**next;
-        table.next.store(next_ptr.cast_mut(), Ordering::Release);
-        let mut moved = 0;
         for slot in table.slots.iter() {
+            // Progress: each pass turns the slot to a state no other
+            // thread changes again (SEALED, MOVED, DEAD), or waits for a
+            // writer that publishes within a few of its own steps
+            // (`wait_for_writer`); an EMPTY slot's CAS fails only on a
+            // claim, which moves it to BUSY.
             let mut tag = slot.tag.load(Ordering::Acquire);
             loop {
                 match tag & STATE {
@@ -893,6 +987,10 @@ where
                         // SAFETY: the slot was FULL (Acquire) and this
                         // thread holds the table it is rebuilding.
                         let entry = unsafe { slot.entry() };
+                        // The caller's code first: if it unwinds, nothing
+                        // of this slot has changed.
+                        let hash = self.hash(entry.key);
+                        let key = entry.key.clone();
                         // Frozen by its retirement mark, one read-modify-
                         // write: a check's CAS lands before it (and is in
                         // what moves) or fails on it. The tag needs no claim
@@ -904,10 +1002,7 @@ where
                         // would be left `DEAD`.
                         let settled = match policy.relocate(entry.client) {
                             Some(client) => {
-                                let hash = self.hash(entry.key);
-                                let key = entry.key.clone();
                                 next.place(hash, Entry { key, client });
-                                moved += 1;
                                 MOVED
                             }
                             None => DEAD,
@@ -917,16 +1012,34 @@ where
                         slot.tag.store((tag & !STATE) | settled, Ordering::Release);
                         break;
                     }
-                    // DEAD stays behind; nothing else is left by anyone
-                    // but a rebuild, and only one runs.
+                    // DEAD, MOVED and SEALED stay as they are: a removal
+                    // or this move (or an earlier, unwound one) left them.
                     _ => break,
                 }
             }
         }
-        // Relaxed: the claims reach inserts with the table itself, through
-        // its publication (Release) or the `upkeep` they waited for.
-        next.claimed.store(moved, Ordering::Relaxed);
-        self.table.publish(ManuallyDrop::into_inner(next));
+        let next = table.next.load(Ordering::Relaxed);
+        // SAFETY: `next` came from `Staged::into_raw` above (in this call
+        // or an unwound one) and is published once, here: `table` stops
+        // being current, so no later move of it can reach this line.
+        self.table.publish(unsafe { Staged::from_raw(next) });
+    }
+
+    /// The size of the table that `table`'s live clients move into.
+    fn next_capacity(&self, table: &Table<K, C>) -> usize {
+        // Live clients, at most: every claim (inserts still writing, or
+        // about to give a lost claim back, included) less the slots turned
+        // DEAD, which only `upkeep`'s holder counts. A rebuild at the same
+        // size must leave at least half the room free, or the next insert
+        // would ask for another at once.
+        let live = table.live();
+        // A table that could not hold its live clients again is doubled
+        // even when capped (the sizing above makes that never happen).
+        if (self.grows && live * 2 > table.room) || live >= table.room {
+            table.capacity() * 2
+        } else {
+            table.capacity()
+        }
     }
 
     /// Takes a place under `cap`; false at the cap. Without a cap there
@@ -948,7 +1061,7 @@ where
     /// Removes `key`'s client and retires its state with `retire`; whether
     /// it was tracked. A call that still holds the state finds it retired
     /// on its next CAS and looks the client up again.
-    pub(crate) fn forget<Q>(&self, key: &Q, retire: impl Fn(&C)) -> bool
+    pub(crate) fn forget<Q>(&self, key: &Q, policy: &impl Lifecycle<C>, retire: impl Fn(&C)) -> bool
     where
         K: Borrow<Q>,
         Q: ?Sized + Hash + Eq,
@@ -957,11 +1070,8 @@ where
         // Under `upkeep`, as sweeps and rebuilds: a `FULL` slot's tag then
         // changes nowhere else, so a move needs no claim on it
         // (`move_table`).
-        let _upkeep = self
-            .upkeep
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner());
-        let guard = Guard::new();
+        let guard = self.table.pin();
+        let _upkeep = self.lock_upkeep(policy, &guard);
         let Some(slot) = self.find(key, hash, &guard) else {
             return false;
         };
@@ -992,14 +1102,11 @@ where
 
     /// Removes every client idle at `now`, under `upkeep`.
     fn sweep_turn(&self, turn: SweepTurn<'_>, now: u64, policy: &impl Lifecycle<C>) -> usize {
-        let _upkeep = self
-            .upkeep
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner());
+        let guard = self.table.pin();
+        let _upkeep = self.lock_upkeep(policy, &guard);
         // Raised before any state is judged, so that every eviction below
         // happens after it (Release: see `arrive`).
         self.swept.fetch_max(now, Ordering::Release);
-        let guard = Guard::new();
         // The current table: no rebuild runs while `upkeep` is held.
         let table = self.table.load(&guard);
         let mut removed = 0;
@@ -1042,7 +1149,42 @@ where
     /// How many clients the current table holds, as its claims and
     /// removals count them (module docs). O(1).
     pub(crate) fn stored(&self) -> usize {
-        self.table.load(&Guard::new()).live()
+        self.table.load(&self.table.pin()).live()
+    }
+}
+
+/// A place under the cap that an arriving call took (`reserve`; the
+/// store's `tracked`, or nothing without a cap): given back when dropped,
+/// unless the call created its client (then forgotten).
+struct Place<'s>(Option<&'s AtomicUsize>);
+
+impl Drop for Place<'_> {
+    fn drop(&mut self) {
+        if let Some(tracked) = self.0 {
+            // Relaxed: as `give_back`.
+            tracked.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A table staged by a move that unwound and was never taken up again is
+/// owned by nothing but the current table's `next`: freed here, with the
+/// clients placed in it (their keys are clones, their states copies, so the
+/// current table's drop frees its own).
+impl<K, C> Drop for InlineStore<K, C> {
+    fn drop(&mut self) {
+        let guard = self.table.pin();
+        let next = self
+            .table
+            .load(&guard)
+            .next
+            .swap(std::ptr::null_mut(), Ordering::Acquire);
+        if !next.is_null() {
+            // SAFETY: `&mut self`: no thread reaches the store any more,
+            // and a non-null `next` of the current table was made by
+            // `Staged::into_raw` and never published (`move_table`).
+            drop(unsafe { Staged::from_raw(next) });
+        }
     }
 }
 

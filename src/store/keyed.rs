@@ -223,6 +223,10 @@ where
     where
         Q: ?Sized + Hash + Equivalent<K>,
     {
+        // Progress: a pass repeats only when another thread replaced or
+        // removed the entry between the look-up and the removal (a tier's
+        // carry-over, a sweep): that thread's step is done, and the next
+        // look finds its result.
         loop {
             let Some(client) = self.get(key) else {
                 return false;

@@ -20,6 +20,8 @@ fn reserve(tracked: &crate::sync::AtomicUsize, cap: Option<usize>) -> bool {
         tracked.fetch_add(1, Ordering::Relaxed);
         return true;
     };
+    // Progress: `fetch_update` retries its CAS only after another
+    // thread's reservation or give-back moved the count.
     tracked
         .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |places| {
             (places < cap).then_some(places + 1)
