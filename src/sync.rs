@@ -1,5 +1,6 @@
-//! The only file that names std or loom atomics. Everything else imports
-//! `crate::sync`, so the loom models check the very code the library ships.
+//! The only file that names std, loom or shuttle atomics. Everything else
+//! imports `crate::sync`, so the models check the very code the library
+//! ships.
 //!
 //! Under `--cfg floodgate_loom` the atomics come from `loom`. Loom has no
 //! 128-bit atomic, so there `AtomicU128` is a word behind a loom mutex, and
@@ -7,6 +8,19 @@
 //! operation one indivisible step, which is what the real ones give, but
 //! each also hides something; what, and why the models still prove what
 //! they claim, follows.
+//!
+//! Under `--cfg floodgate_shuttle` too (always set with `floodgate_loom`,
+//! so every model-only choice elsewhere applies unchanged) the same
+//! stand-ins run on `shuttle`'s atomics, mutexes and yield (`model` below),
+//! for the models in `shuttle-tests/`: too large for loom to exhaust (more
+//! threads and calls, a table growth and a sweep in one run), so shuttle's
+//! PCT scheduler samples their schedules instead. That proves nothing, but
+//! each run finds a bug that needs `d` particular steps in order with
+//! probability at least `1/(n·k^(d-1))` (`n` threads, `k` steps), so a
+//! bug of small depth is found within a bounded number of runs, however
+//! large the model. The stand-ins hide what they hide under loom; and
+//! shuttle runs every atomic as `SeqCst` (its fences do nothing), so the
+//! orderings are left to the loom models.
 //!
 //! # What the 128-bit stand-in cannot see
 //!
@@ -72,20 +86,23 @@
 //!   no pin taken before that is held, and a reader holds its pin (the
 //!   current table, or an outgrown one's `next`) for as long as it uses
 //!   the slot.
-//! * **Waits.** A thread that meets a slot being written (`BUSY`) or a
-//!   state being moved waits for the thread doing it; in production it
-//!   yields and looks again. Several threads spinning like that are a
-//!   schedule loom explores without end, so under the cfg the waits block
-//!   instead: writers hold a mutex from their claim to their publication,
-//!   and a waiter takes it (or the rebuild lock) once. Loom then explores
-//!   every order of readers and writers around a write, but two writers'
-//!   claims never interleave inside each other's write: what that hides is
-//!   a lost claim race (`Written::Lost`), which the production path retries
-//!   exactly as the model's does, from a fresh probe.
 //! * **The entries' memory.** A slot's key and client are written through
 //!   a std `UnsafeCell`, which loom does not track; what makes them safe to
 //!   read is that the write happens before the Release store of the tag
 //!   that every reader loads with Acquire first, and that loom does check.
+//!
+//! The waits are not stood in for. A thread that meets a slot being
+//! written (`BUSY`) or a state being moved or removed yields and looks
+//! again, under loom as in production ([`spin`]): loom schedules around
+//! each spin, so a wait for a step that never comes is a model that never
+//! ends, which loom reports. The one lock, `upkeep` (rebuilds, sweeps,
+//! `forget`), is a loom mutex, as it is a mutex in production; no check
+//! takes it. One limit of loom's scheduler shapes the models: two threads
+//! spinning on one write at once hand the turn to each other, never to the
+//! writer, so such a model never ends however right the code is. The loom
+//! models keep at most one thread able to wait on a write at a time; the
+//! shuttle models, whose scheduler lowers a yielding thread below every
+//! other, run three and four.
 //!
 //! # What the map stand-in cannot see
 //!
@@ -125,22 +142,37 @@ pub(crate) use std::sync::{Mutex, MutexGuard};
 // state) is set once and then only read, so std's is used under loom too.
 pub(crate) use std::sync::OnceLock;
 
+/// The model checker the stand-ins run on: loom, or shuttle when
+/// `floodgate_shuttle` is set as well. Both name their types as std does,
+/// so one set of paths serves either.
+#[cfg(all(floodgate_loom, not(floodgate_shuttle)))]
+use loom as model;
+#[cfg(all(floodgate_loom, floodgate_shuttle))]
+use shuttle as model;
+
 #[cfg(floodgate_loom)]
-pub(crate) use loom::sync::atomic::{
+pub(crate) use self::model::sync::atomic::{
     fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
 };
 #[cfg(floodgate_loom)]
-pub(crate) use loom::sync::{Mutex, MutexGuard};
+pub(crate) use self::model::sync::{Mutex, MutexGuard};
 
 /// Lets the thread whose step this one waits for run: a wait of the cold
 /// path only (a slot being filled, moved or removed by another thread),
-/// never of a known client's check. Under loom the store waits on a mutex
-/// instead (`store::inline`'s `wait_for_writer`): a spin of several threads
-/// is a schedule loom would explore without end.
-#[cfg(not(floodgate_loom))]
+/// never of a known client's check. Each caller says beside it which step
+/// of which thread ends its wait, and why that step always comes.
+///
+/// Under loom, loom's yield: a scheduling point that lets loom run the
+/// other threads, so a wait is modelled as the spin it is, and a wait whose
+/// step never comes is a model that never ends (which loom reports), not a
+/// lock that hides it. Under shuttle, shuttle's: its PCT scheduler lowers
+/// the yielding thread below every other, so the spin lets the others run.
 #[inline]
 pub(crate) fn spin() {
+    #[cfg(not(floodgate_loom))]
     std::thread::yield_now();
+    #[cfg(floodgate_loom)]
+    model::thread::yield_now();
 }
 
 /// A thread's pin on the inline store's tables: while one is held, no
@@ -168,12 +200,30 @@ mod epoch_table {
 
     /// The pointer to the current table, always a `Box` this cell owns.
     /// Replacing it hands the old table to the epoch collector, which
-    /// frees it once no pin taken before the replacement is held.
-    pub(crate) struct TableCell<T>(AtomicPtr<T>);
+    /// frees it once no pin of this store (`scope`) taken before the
+    /// replacement is held. `Send` and `Sync` as the `Box<T>` it owns is
+    /// (the marker): it hands out `&T` to any thread, and drops a `T`.
+    pub(crate) struct TableCell<T> {
+        current: AtomicPtr<T>,
+        /// This store's scope in the collector (`epoch::new_scope`).
+        scope: u64,
+        _owns: std::marker::PhantomData<Box<T>>,
+    }
 
     impl<T> TableCell<T> {
         pub(crate) fn new(value: T) -> Self {
-            Self(AtomicPtr::new(Box::into_raw(Box::new(value))))
+            Self {
+                current: AtomicPtr::new(Box::into_raw(Box::new(value))),
+                scope: epoch::new_scope(),
+                _owns: std::marker::PhantomData,
+            }
+        }
+
+        /// A pin of the calling thread for this store's tables: a stuck
+        /// one holds back no other store's (`store::epoch`).
+        #[inline]
+        pub(crate) fn pin(&self) -> Guard {
+            Guard::in_store(self.scope)
         }
 
         /// Makes a table that is not yet published.
@@ -184,13 +234,15 @@ mod epoch_table {
         /// The current table, alive as long as `guard`. Acquire pairs with
         /// `publish`'s swap: a reader sees the table as it was built.
         #[inline]
-        pub(crate) fn load<'g>(&self, _guard: &'g Guard) -> &'g T {
+        pub(crate) fn load<'g>(&self, guard: &'g Guard) -> &'g T {
+            debug_assert!(guard.reaches(self.scope), "a pin of another store");
             // SAFETY: the pointer came from `Box::into_raw` and is freed
             // only by the collector, after a `publish` replaced it and
-            // every pin taken before that was dropped (`store::epoch`'s
-            // module docs); `guard` is such a pin, held for `'g`. Or by
-            // `drop`, which no borrow of the cell outlives.
-            unsafe { &*self.0.load(Ordering::Acquire) }
+            // every pin of this store (or of every store) taken before that
+            // was dropped (`store::epoch`'s module docs); `guard` is such a
+            // pin, held for `'g`. Or by `drop`, which no borrow of the cell
+            // outlives.
+            unsafe { &*self.current.load(Ordering::Acquire) }
         }
 
         /// Makes `table` the current one and retires the old one.
@@ -200,12 +252,12 @@ mod epoch_table {
         {
             // AcqRel: Release publishes the new table's contents; Acquire
             // takes the old one's for its drop.
-            let old = self.0.swap(Box::into_raw(table), Ordering::AcqRel);
+            let old = self.current.swap(Box::into_raw(table), Ordering::AcqRel);
             // SAFETY: `old` came from `Box::into_raw` (`new` or an earlier
             // `publish`) and the swap took it out of the cell, so it is
-            // owned here once; pins that still read it keep it from being
-            // freed (`epoch::retire`).
-            epoch::retire(unsafe { Box::from_raw(old) });
+            // owned here once; pins of this store that still read it keep
+            // it from being freed (`epoch::retire_in`).
+            epoch::retire_in(unsafe { Box::from_raw(old) }, self.scope);
         }
     }
 
@@ -219,7 +271,7 @@ mod epoch_table {
             // SAFETY: the pointer came from `Box::into_raw`, no reference
             // to it outlives `&mut self` (above), and the cell is not used
             // again.
-            drop(unsafe { Box::from_raw(*self.0.get_mut()) });
+            drop(unsafe { Box::from_raw(*self.current.get_mut()) });
             epoch::collect();
         }
     }
@@ -268,6 +320,10 @@ mod loom_table {
 
         pub(crate) fn stage(value: T) -> Staged<T> {
             Box::new(value)
+        }
+
+        pub(crate) fn pin(&self) -> Guard {
+            Guard::new()
         }
 
         pub(crate) fn load<'g>(&self, _: &'g Guard) -> &'g T {
@@ -324,14 +380,15 @@ pub(crate) use self::loom_swap::SwapCell;
 
 #[cfg(floodgate_loom)]
 mod loom_swap {
+    use super::Mutex;
     use std::sync::Arc;
 
     /// `ArcSwap`'s three operations the tiers use, as single loom steps.
-    pub(crate) struct SwapCell<T>(loom::sync::Mutex<Arc<T>>);
+    pub(crate) struct SwapCell<T>(Mutex<Arc<T>>);
 
     impl<T> SwapCell<T> {
         pub(crate) fn from_pointee(value: T) -> Self {
-            Self(loom::sync::Mutex::new(Arc::new(value)))
+            Self(Mutex::new(Arc::new(value)))
         }
 
         pub(crate) fn load(&self) -> Arc<T> {
@@ -377,15 +434,15 @@ pub(crate) use self::loom_index::replace_if;
 
 #[cfg(floodgate_loom)]
 mod loom_u128 {
-    use super::Ordering;
+    use super::{Mutex, Ordering};
 
     /// A 128-bit word whose every operation is one step under loom.
     #[derive(Debug)]
-    pub(crate) struct AtomicU128(loom::sync::Mutex<u128>);
+    pub(crate) struct AtomicU128(Mutex<u128>);
 
     impl AtomicU128 {
         pub(crate) fn new(value: u128) -> Self {
-            Self(loom::sync::Mutex::new(value))
+            Self(Mutex::new(value))
         }
 
         pub(crate) fn load(&self, _: Ordering) -> u128 {
@@ -426,17 +483,18 @@ mod loom_u128 {
 
 #[cfg(floodgate_loom)]
 mod loom_index {
+    use super::Mutex;
     use scc::Equivalent;
 
     /// The keyed store's map under loom: each operation is one step on a
     /// loom mutex, so loom explores every order of the create protocol's
     /// inserts and peeks. A linear scan is enough for the few keys of a
     /// model.
-    pub(crate) struct ClientIndex<K, V>(loom::sync::Mutex<Vec<(K, V)>>);
+    pub(crate) struct ClientIndex<K, V>(Mutex<Vec<(K, V)>>);
 
     impl<K, V> Default for ClientIndex<K, V> {
         fn default() -> Self {
-            Self(loom::sync::Mutex::new(Vec::new()))
+            Self(Mutex::new(Vec::new()))
         }
     }
 

@@ -1,5 +1,5 @@
-//! Reclamation of the inline store's outgrown tables, with a pin that costs
-//! two plain stores.
+//! Reclamation of the inline store's outgrown tables, with a pin and unpin
+//! that cost three plain stores.
 //!
 //! Every check of a known client pins the table it reads, so the pin is on
 //! the hot path. The epoch collectors of the field (`sdd`, which `scc` is
@@ -8,14 +8,20 @@
 //! check that was 7 of its 22 ns (`benches/README.md`, "The pin"). Tables
 //! are retired rarely (once per rebuild), so here the retiring side pays:
 //!
-//! * a **pin** stores the current epoch into the thread's own [`Record`]
-//!   with a plain store, and an **unpin** stores 0;
+//! * a **pin** stores its store's scope and the current epoch into the
+//!   thread's own [`Record`] with plain stores, and an **unpin** stores 0;
 //! * a **collect**, before it reads the records, makes every running thread
 //!   of the process pass a full memory barrier, with Linux's
 //!   `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)` — the asymmetric barrier
 //!   of folly's hazard pointers and of `seize`. Where that is not available
 //!   (another OS, an old kernel, a filtered syscall) a pin issues a SeqCst
 //!   fence instead, and the collect one too: the same proof, paid per pin.
+//!   Where the expedited command was registered and is refused later (a
+//!   seccomp filter on that one command), a collect uses
+//!   `MEMBARRIER_CMD_GLOBAL`, the same barrier for every thread of the
+//!   system, slower and needing no registration; if that is refused too,
+//!   nothing can be freed safely any more, and the process is told so on
+//!   standard error, once (`heavy_barrier`).
 //!
 //! # Why nothing is freed while a pin can reach it
 //!
@@ -40,6 +46,34 @@
 //!   or a newer epoch. The unpin's Release store of 0 follows every read
 //!   the pin made, and the collect's Acquire load of that 0 orders the
 //!   free after them.
+//!
+//! # Scopes: what a stuck pin holds back
+//!
+//! Each store has a scope of its own (`new_scope`), and a pin records the
+//! scope of the store it was taken in beside its epoch; garbage records
+//! the scope of the store it came from. A pin holds back only garbage of
+//! its own scope: tables of another store are never reached under it. So a
+//! pin held for ever (a thread stopped inside a call: a debugger, a key's
+//! `Eq` that never returns) keeps alive what its own store retires from
+//! then on, nothing of any other store. The bound is per store: a store
+//! whose call is stuck keeps each table it retires after that. Those it
+//! outgrows double, so they add up to less than its current table; a
+//! rebuild at the same size (a capped store's, or a growing store's after
+//! evictions left `DEAD` slots) keeps one table of that size, and takes at
+//! least an eighth of a table's new clients to come about. Every other
+//! store's are freed as ever.
+//!
+//! A pin nested in a pin of another store (a key's `Hash` that checks
+//! another limiter) keeps the outer pin's epoch and widens its scope to
+//! every store (`EVERY_STORE`) until the outer pin ends: a Release store
+//! before the nested pin's barrier, so a collect that misses it is one
+//! whose barrier came first, and the nested pin's loads then see every
+//! replacement that collect's garbage came from (the argument above). A
+//! collect reads each record's epoch (Acquire) and then its scope
+//! (Acquire): the scope is stored (Release) before the epoch, so a collect
+//! that reads a pin's epoch reads that pin's scope or a later pin's, and a
+//! later pin's scope is stored (Release) after the earlier pin's last read,
+//! which the collect's free is then ordered after.
 //!
 //! A collect never waits: what it cannot free yet stays, and the next
 //! unpin that sees `pending` tries again (at most once every
@@ -71,6 +105,15 @@ const RETRY_EVERY: u32 = 64;
 /// rebuilds are never reached).
 const UNPINNED: u64 = 0;
 
+/// The scope of a pin that may reach any store's tables (a pin nested in
+/// a pin of another store), and of garbage that any pin may reach. Stores'
+/// own scopes start at 1 ([`new_scope`]).
+pub const EVERY_STORE: u64 = 0;
+
+/// What the collector keeps until it may free it: the epoch it was
+/// retired at, the store whose pins may reach it, and the thing itself.
+type Garbage = (u64, u64, Box<dyn Send>);
+
 /// Frees outgrown tables once no pin can reach them.
 pub struct Collector {
     /// The current epoch: moved on by every retire.
@@ -79,7 +122,7 @@ pub struct Collector {
     /// by registrations. Records are never freed, only reused.
     records: Mutex<Vec<&'static Record>>,
     /// What was retired and not yet freed, with its epoch.
-    garbage: Mutex<Vec<(u64, Box<dyn Send>)>>,
+    garbage: Mutex<Vec<Garbage>>,
     /// `garbage` is not empty: unpins try to collect. Relaxed: a hint,
     /// never what makes a free safe.
     pending: AtomicBool,
@@ -90,6 +133,11 @@ pub struct Record {
     /// The epoch the thread pinned at, or [`UNPINNED`]. A pin taken while
     /// the thread holds one already (a nested pin) leaves it as it is.
     pinned: AtomicU64,
+    /// The store the outermost pin is in ([`EVERY_STORE`] once a pin of
+    /// another store nested in it): only that store's garbage is held back
+    /// by this pin. Written by the owner before `pinned`, and read by
+    /// collects after it (Release/Acquire both ways, module docs).
+    scope: AtomicU64,
     /// Unpins left before the next attempt to collect (owner only).
     countdown: AtomicU32,
     /// Owned by a thread (or by a guard taken during thread exit).
@@ -162,6 +210,7 @@ impl Collector {
         }
         let record: &'static Record = Box::leak(Box::new(Record {
             pinned: AtomicU64::new(UNPINNED),
+            scope: AtomicU64::new(EVERY_STORE),
             countdown: AtomicU32::new(0),
             in_use: AtomicBool::new(true),
             lent: AtomicBool::new(false),
@@ -175,29 +224,53 @@ impl Collector {
     /// is dropped stay alive.
     #[cfg(any(test, floodgate_loom))]
     pub fn pin(&self, record: &'static Record) -> Pin<'_> {
+        self.pin_in(record, EVERY_STORE)
+    }
+
+    /// As [`pin`](Self::pin), for tables of the store `scope` only.
+    #[cfg(any(test, floodgate_loom))]
+    pub fn pin_in(&self, record: &'static Record, scope: u64) -> Pin<'_> {
         Pin {
             collector: self,
-            record: self.enter(record).then_some(record),
+            record: self.enter(record, scope).then_some(record),
             _not_send: std::marker::PhantomData,
         }
     }
 
-    /// Pins `record` unless it is pinned already (a nested pin keeps the
-    /// outer one's epoch, which is older and so covers everything the inner
-    /// one may load): true if this call pinned it.
+    /// Pins `record` for the tables of the store `scope` unless it is
+    /// pinned already (a nested pin keeps the outer one's epoch, which is
+    /// older and so covers everything the inner one may load, and widens
+    /// its scope to every store if the inner one is in another): true if
+    /// this call pinned it.
     #[inline]
-    fn enter(&self, record: &Record) -> bool {
+    fn enter(&self, record: &Record, scope: u64) -> bool {
         // Relaxed: only the owning thread writes its record's `pinned`.
         if record.pinned.load(Ordering::Relaxed) != UNPINNED {
+            if record.scope.load(Ordering::Relaxed) != scope {
+                self.widen(record);
+            }
             return false;
         }
         // Acquire: see the table replacements of every retire up to this
-        // epoch (module docs). Relaxed store: ordered before the table
-        // loads by the barrier below.
+        // epoch (module docs). Release stores: a collect that reads this
+        // `pinned` (Acquire) reads this scope or a later one; one that
+        // reads the scope reads it after every access of the pins before.
+        // Both are ordered before the table loads by the barrier below.
         let epoch = self.epoch.load(Ordering::Acquire);
-        record.pinned.store(epoch, Ordering::Relaxed);
+        record.scope.store(scope, Ordering::Release);
+        record.pinned.store(epoch, Ordering::Release);
         light_barrier(record.asymmetric);
         true
+    }
+
+    /// A pin of another store nested in this record's: from now until the
+    /// outer pin ends, it holds back every store's garbage. Ordered before
+    /// the nested pin's table loads by the barrier, as a pin's own store
+    /// is (module docs).
+    #[cold]
+    fn widen(&self, record: &Record) {
+        record.scope.store(EVERY_STORE, Ordering::Release);
+        light_barrier(record.asymmetric);
     }
 
     /// Unpins `record`, which [`enter`](Self::enter) pinned.
@@ -231,13 +304,20 @@ impl Collector {
 
     /// Hands over `garbage`, which no new pin can reach any more (it was
     /// replaced before this call), to be freed once no older pin is held.
+    #[cfg(any(test, floodgate_loom))]
     pub fn retire(&self, garbage: Box<dyn Send>) {
+        self.retire_in(garbage, EVERY_STORE);
+    }
+
+    /// As `retire`, for garbage that only pins of the store `scope` (and
+    /// pins of every store) can reach.
+    pub fn retire_in(&self, garbage: Box<dyn Send>, scope: u64) {
         let mut list = lock(&self.garbage);
         // AcqRel: Release so that a pin which reads the new epoch sees the
         // replacement made before this call; the list's lock orders the
         // pushes of concurrent retires.
         let epoch = self.epoch.fetch_add(1, Ordering::AcqRel) + 1;
-        list.push((epoch, garbage));
+        list.push((epoch, scope, garbage));
         self.pending.store(true, Ordering::Relaxed);
         self.collect_locked(list);
     }
@@ -256,24 +336,35 @@ impl Collector {
         lock(&self.garbage).is_empty()
     }
 
-    fn collect_locked(&self, mut list: MutexGuard<'_, Vec<(u64, Box<dyn Send>)>>) {
+    fn collect_locked(&self, mut list: MutexGuard<'_, Vec<Garbage>>) {
         if list.is_empty() || !heavy_barrier() {
             return;
         }
-        let oldest = lock(&self.records)
+        // Each pin held: its epoch and the store it may reach.
+        let pins: Vec<(u64, u64)> = lock(&self.records)
             .iter()
-            // Acquire: a 0 read here follows the unpin's reads (module docs).
-            .map(|record| record.pinned.load(Ordering::Acquire))
-            .filter(|&epoch| epoch != UNPINNED)
-            .min()
-            .unwrap_or(u64::MAX);
+            .filter_map(|record| {
+                // Acquire: a 0 read here follows the unpin's reads (module
+                // docs); an epoch read here comes with its pin's scope, or
+                // a later one, which is stored only after this pin ended.
+                let epoch = record.pinned.load(Ordering::Acquire);
+                (epoch != UNPINNED).then(|| (epoch, record.scope.load(Ordering::Acquire)))
+            })
+            .collect();
+        // A pin holds back garbage retired after it began, of its store
+        // (or of every store: nested, or garbage of no one store).
+        let held = |&(retired, scope, _): &Garbage| {
+            pins.iter().any(|&(pinned, reach)| {
+                pinned < retired && (reach == EVERY_STORE || scope == EVERY_STORE || reach == scope)
+            })
+        };
         let mut free = Vec::new();
         let mut index = 0;
         while index < list.len() {
-            if list[index].0 <= oldest {
-                free.push(list.swap_remove(index));
-            } else {
+            if held(&list[index]) {
                 index += 1;
+            } else {
+                free.push(list.swap_remove(index));
             }
         }
         self.pending.store(!list.is_empty(), Ordering::Relaxed);
@@ -340,14 +431,50 @@ fn light_barrier(asymmetric: bool) {
 
 /// The collect's side: false if the barrier could not be made (nothing may
 /// be freed then).
+///
+/// The expedited command can fail after its registration succeeded (a
+/// seccomp filter on that one command): the pins, which fence only for the
+/// compiler, then need another barrier of the same strength, and
+/// `MEMBARRIER_CMD_GLOBAL` is one (every running thread of the system
+/// passes a full barrier; it needs no registration, and takes
+/// milliseconds, which a collect can afford). If that fails too, no barrier
+/// can be had: nothing is freed from then on, and the process is told so
+/// on standard error, once.
 #[cfg(all(not(floodgate_loom), any(target_os = "linux", target_os = "android")))]
 fn heavy_barrier() -> bool {
-    if Collector::asymmetric() {
-        rustix::thread::membarrier(rustix::thread::MembarrierCommand::PrivateExpedited).is_ok()
-    } else {
+    use rustix::thread::{membarrier, MembarrierCommand};
+    if !Collector::asymmetric() {
         fence(Ordering::SeqCst);
-        true
+        return true;
     }
+    registered_barrier(
+        || membarrier(MembarrierCommand::PrivateExpedited),
+        || membarrier(MembarrierCommand::Global),
+    )
+}
+
+/// [`heavy_barrier`] once membarrier was registered: the expedited
+/// command, else the global one, else false (and the process told).
+#[cfg(all(not(floodgate_loom), any(target_os = "linux", target_os = "android")))]
+fn registered_barrier(
+    expedited: impl FnOnce() -> rustix::io::Result<()>,
+    global: impl FnOnce() -> rustix::io::Result<()>,
+) -> bool {
+    let Err(expedited) = expedited() else {
+        return true;
+    };
+    let Err(global) = global() else {
+        return true;
+    };
+    static TOLD: std::sync::Once = std::sync::Once::new();
+    TOLD.call_once(|| {
+        eprintln!(
+            "floodgate: membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) failed after it was \
+             registered ({expedited}), and MEMBARRIER_CMD_GLOBAL too ({global}): the \
+             limiters' outgrown tables will not be freed in this process"
+        );
+    });
+    false
 }
 
 #[cfg(any(floodgate_loom, not(any(target_os = "linux", target_os = "android"))))]
@@ -361,7 +488,8 @@ fn heavy_barrier() -> bool {
 mod global {
     use std::cell::Cell;
 
-    use super::{Collector, Ordering, Record};
+    use super::{Collector, Ordering, Record, EVERY_STORE};
+    use std::sync::atomic::AtomicU64;
 
     static COLLECTOR: Collector = Collector::new();
 
@@ -384,17 +512,41 @@ mod global {
         }
     }
 
-    /// A pin of the calling thread on the process's collector.
-    pub(crate) struct Guard(Option<&'static Record>);
+    /// A pin of the calling thread on the process's collector. Neither
+    /// `Send` nor `Sync` (the raw-pointer marker): `enter` and `leave`
+    /// assume that only the record's own thread writes its `pinned`, so a
+    /// guard must be dropped on the thread that took it.
+    pub(crate) struct Guard(
+        Option<&'static Record>,
+        std::marker::PhantomData<*const ()>,
+        /// The scope it was taken for, for `reaches`.
+        u64,
+    );
 
     impl Guard {
+        /// A pin that holds back every store's garbage.
         #[inline]
         pub(crate) fn new() -> Self {
+            Self::in_store(EVERY_STORE)
+        }
+
+        /// A pin for the tables of the store `scope` ([`new_scope`]).
+        #[inline]
+        pub(crate) fn in_store(scope: u64) -> Self {
             let record = match RECORD.get() {
                 Some(record) => record,
                 None => first_record(),
             };
-            Guard(COLLECTOR.enter(record).then_some(record))
+            Guard(
+                COLLECTOR.enter(record, scope).then_some(record),
+                std::marker::PhantomData,
+                scope,
+            )
+        }
+
+        /// Whether tables of the store `scope` may be loaded under it.
+        pub(crate) fn reaches(&self, scope: u64) -> bool {
+            self.2 == EVERY_STORE || self.2 == scope
         }
     }
 
@@ -422,9 +574,17 @@ mod global {
         record
     }
 
-    /// See [`Collector::retire`].
-    pub(crate) fn retire(garbage: Box<dyn Send>) {
-        COLLECTOR.retire(garbage);
+    /// See [`Collector::retire_in`].
+    pub(crate) fn retire_in(garbage: Box<dyn Send>, scope: u64) {
+        COLLECTOR.retire_in(garbage, scope);
+    }
+
+    /// A scope of its own for a new store: what its pins hold back, and
+    /// what holds its garbage back.
+    pub(crate) fn new_scope() -> u64 {
+        static NEXT: AtomicU64 = AtomicU64::new(EVERY_STORE + 1);
+        // Relaxed: a unique number is all it gives.
+        NEXT.fetch_add(1, Ordering::Relaxed)
     }
 
     /// See [`Collector::collect`].
@@ -487,7 +647,7 @@ mod global {
 }
 
 #[cfg(not(floodgate_loom))]
-pub(crate) use global::{collect, retire, Guard};
+pub(crate) use global::{collect, new_scope, retire_in, Guard};
 
 // The tests stand in for the store's table cell, raw pointers and all.
 #[cfg(all(test, not(floodgate_loom)))]
@@ -590,6 +750,58 @@ mod tests {
             .unwrap();
         }
         assert_eq!(super::lock(&COLLECTOR.records).len(), 1);
+    }
+
+    /// An expedited barrier refused after registration falls back to the
+    /// global one; with both refused, none is made (and nothing is freed).
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    #[test]
+    fn a_refused_expedited_barrier_falls_back_to_the_global_one() {
+        use rustix::io::Errno;
+        assert!(super::registered_barrier(|| Ok(()), || unreachable!()));
+        assert!(super::registered_barrier(|| Err(Errno::PERM), || Ok(())));
+        assert!(!super::registered_barrier(
+            || Err(Errno::PERM),
+            || Err(Errno::NOSYS)
+        ));
+    }
+
+    /// A pin held for ever in one store holds back that store's garbage,
+    /// and garbage of no one store, but not another store's; and once a pin
+    /// of another store nested in it, every store's.
+    #[test]
+    fn a_stuck_pin_holds_back_its_own_store_only() {
+        static COLLECTOR: Collector = Collector::new();
+        let frees = Arc::new(AtomicUsize::new(0));
+        let garbage = || {
+            Box::new(Table {
+                canary: AtomicU64::new(ALIVE),
+                frees: Arc::clone(&frees),
+            })
+        };
+        let record = COLLECTOR.register();
+        let stuck = COLLECTOR.pin_in(record, 7);
+        COLLECTOR.retire_in(garbage(), 8);
+        assert_eq!(frees.load(Ordering::Relaxed), 1, "another store's: freed");
+        COLLECTOR.retire_in(garbage(), 7);
+        COLLECTOR.retire(garbage());
+        assert_eq!(
+            frees.load(Ordering::Relaxed),
+            1,
+            "its own, and no one's: kept"
+        );
+        let nested = COLLECTOR.pin_in(record, 8);
+        drop(nested);
+        COLLECTOR.retire_in(garbage(), 9);
+        assert_eq!(
+            frees.load(Ordering::Relaxed),
+            1,
+            "widened: every store's kept"
+        );
+        drop(stuck);
+        COLLECTOR.collect();
+        assert_eq!(frees.load(Ordering::Relaxed), 4);
+        assert!(COLLECTOR.is_empty());
     }
 
     /// Nested pins on one thread: only the outermost unpins.
