@@ -137,3 +137,33 @@ fn an_unpin_that_collects_spares_a_held_table() {
         assert!(tables.is_freed(0));
     });
 }
+
+/// A check of one store (scope 2) whose key's `Hash` checks another store
+/// (scope 1), racing a rebuild of that other store: the nested pin widens
+/// the outer one's scope before it loads the table, so a collect that
+/// frees store 1's garbage never frees the table the nested check reads,
+/// whatever the order; and once the pins are gone it is freed.
+#[test]
+fn a_pin_nested_in_another_stores_pin_holds_its_table() {
+    floodgate_loom_tests::model(|| {
+        let tables = tables(2);
+        let reader = {
+            let tables = Arc::clone(&tables);
+            thread::spawn(move || {
+                let record = tables.collector.register();
+                let _outer = tables.collector.pin_in(record, 2);
+                let _nested = tables.collector.pin_in(record, 1);
+                // Acquire, as `TableCell::load`.
+                let table = tables.current.load(Ordering::Acquire);
+                assert!(!tables.is_freed(table), "read a freed table");
+            })
+        };
+        assert_eq!(tables.current.swap(1, Ordering::AcqRel), 0);
+        tables
+            .collector
+            .retire_in(Box::new(Freed(Arc::clone(&tables), 0)), 1);
+        reader.join().unwrap();
+        tables.collector.collect();
+        assert!(tables.is_freed(0), "kept after every pin ended");
+    });
+}
