@@ -137,6 +137,19 @@ pub mod __loom {
     pub use crate::store::epoch::{Collector, Pin, Record};
 }
 
+/// The store's pin, for `benches/pin.rs` only (timed beside other
+/// collectors' pins); not part of the API.
+#[doc(hidden)]
+pub mod __bench {
+    /// Runs `f` pinned as a check's table read is: the process's collector,
+    /// the thread's record.
+    #[inline]
+    pub fn pinned<R>(f: impl FnOnce() -> R) -> R {
+        let _guard = crate::sync::Guard::new();
+        f()
+    }
+}
+
 pub use baseline::MutexLimiter;
 pub use bounds::{Bounds, Overflow, UnknownOverflow};
 pub use cell::wide_cas_is_lock_free;
