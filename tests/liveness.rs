@@ -32,14 +32,7 @@ const THREADS: usize = 4;
 /// many times within one run.
 const WINDOW: Duration = Duration::from_micros(200);
 
-const POLICIES: [PolicyKind; 6] = [
-    PolicyKind::SlidingWindow,
-    PolicyKind::TokenBucket,
-    PolicyKind::FixedWindow,
-    PolicyKind::SlidingWindowCounter,
-    PolicyKind::Gcra,
-    PolicyKind::LeakyBucket,
-];
+const POLICIES: [PolicyKind; 6] = PolicyKind::ALL;
 
 const LIMITS: [u64; 5] = [1, 2, 3, 7, 100];
 
