@@ -592,3 +592,54 @@ fn a_panic_in_a_keys_clone_eq_or_drop_costs_only_its_call() {
     panic_elsewhere::<Gcra>();
     panic_elsewhere::<LeakyBucket>();
 }
+
+/// A clock that panics once, when armed.
+#[derive(Clone, Default)]
+struct PanickingClock {
+    now: Arc<AtomicU64>,
+    armed: Arc<AtomicBool>,
+}
+
+impl Clock for PanickingClock {
+    fn now(&self) -> u64 {
+        if self.armed.swap(false, SeqCst) {
+            panic!("the clock panics, once");
+        }
+        self.now.load(SeqCst)
+    }
+
+    fn tick(&self) -> Tick {
+        Tick::NANOSECOND
+    }
+}
+
+/// A clock that panics inside a check (a known client's, read after the
+/// look-up, and a new client's) reaches the caller and changes nothing:
+/// the known client's next check finds its state as it was, and the new
+/// client was not created.
+#[test]
+fn a_panic_in_the_clock_costs_only_its_call() {
+    for policy in PolicyKind::ALL {
+        let clock = PanickingClock::default();
+        let limiter = build_with::<str, _>(
+            policy,
+            Config::per_ticks(2, 1_000_000).unwrap(),
+            Engine::LockFree,
+            clock.clone(),
+        )
+        .unwrap();
+        assert!(limiter.check("known").allowed, "{policy}");
+        for key in ["known", "new"] {
+            clock.armed.store(true, SeqCst);
+            let checked = catch_unwind(AssertUnwindSafe(|| limiter.check(key)));
+            assert!(
+                checked.is_err(),
+                "{policy}: the clock panicked in {key}'s check"
+            );
+        }
+        assert_eq!(limiter.peek("new"), None, "{policy}: not created");
+        assert_eq!(limiter.remaining("known"), 1, "{policy}: one of two spent");
+        assert!(limiter.check("known").allowed, "{policy}");
+        assert!(!limiter.check("known").allowed, "{policy}");
+    }
+}
