@@ -46,6 +46,12 @@
 //! The `fresh` key stream measures a new client's first check: every turn
 //! builds the engines anew and checks [`INSERTS`] never-seen keys, split
 //! over the threads.
+//!
+//! `--tail` times every call on its own instead, while a table grows to
+//! millions of clients or a capped one is flooded: the rows of
+//! `"keys": "tail"` (the `tail` module's docs). It takes about half a minute
+//! on two cores, so it runs only when asked, and alone unless `--keys` asks
+//! for the grid too.
 
 use std::fmt::Write as _;
 use std::num::NonZeroU32;
@@ -71,6 +77,9 @@ use crate::heap::Meter;
 #[cfg(feature = "redis")]
 #[path = "bench_redis.rs"]
 mod redis;
+
+#[path = "bench_tail.rs"]
+mod tail;
 
 /// The default limit. Small because a `sliding-window` client keeps
 /// its last `L` admission times (16 bytes each) and the Zipf grid tracks
@@ -149,10 +158,28 @@ pub struct Args {
 
     /// Key distributions to measure (comma-separated): hot (one client),
     /// uniform (10,000 clients), zipf (100,000 clients, s = 1), fresh
-    /// (never-seen clients: a new client's first check, `gcra`).
-    #[arg(long, value_name = "KEYS", value_delimiter = ',', value_enum,
-          default_values_t = [Keys::Hot, Keys::Uniform, Keys::Zipf, Keys::Fresh])]
+    /// (never-seen clients: a new client's first check, `gcra`). Default:
+    /// all four, or none with --tail.
+    #[arg(long, value_name = "KEYS", value_delimiter = ',', value_enum)]
     keys: Vec<Keys>,
+
+    /// Time every call while tables grow to --tail-clients clients and a
+    /// capped one is flooded: p50 to max of known and new clients' checks,
+    /// `gcra` on every engine (about half a minute at the default sizes).
+    #[arg(long)]
+    tail: bool,
+
+    /// The growth targets of --tail (comma-separated new clients); the
+    /// smallest is also the cap of its flood, which brings four times that.
+    #[arg(long, value_name = "N", value_delimiter = ',',
+          default_values_t = tail::CLIENTS,
+          value_parser = clap::value_parser!(u64).range(1..=1 << 32))]
+    tail_clients: Vec<u64>,
+
+    /// The known clients --tail checks round-robin beside the new ones.
+    #[arg(long, value_name = "N", default_value_t = tail::KNOWN,
+          value_parser = clap::value_parser!(u64).range(1..=1 << 24))]
+    tail_known: u64,
 
     /// Clocks of the `gcra` rows (comma-separated): quanta (each engine's
     /// default, every row of every policy), coarse (quanta's recent time on
@@ -1006,6 +1033,10 @@ pub fn run(args: Args) -> ExitCode {
     };
     #[cfg(feature = "redis")]
     if let Some(url) = &args.backend {
+        if args.tail {
+            eprintln!("floodgate bench: --tail measures the in-process engines, not --backend");
+            return ExitCode::from(2);
+        }
         if args.connections.iter().any(|&c| c == 0 || c > MAX_THREADS) {
             eprintln!("floodgate bench: connection counts must be between 1 and {MAX_THREADS}");
             return ExitCode::from(2);
@@ -1048,8 +1079,13 @@ pub fn run(args: Args) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let keys = match (args.keys.is_empty(), args.tail) {
+        (false, _) => args.keys.clone(),
+        (true, false) => vec![Keys::Hot, Keys::Uniform, Keys::Zipf, Keys::Fresh],
+        (true, true) => Vec::new(),
+    };
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if !args.json {
+    if !args.json && !keys.is_empty() {
         println!(
             "floodgate bench: {} checks per {} ns per client; {rounds} rounds x {} ms \
              per row, engines interleaved, medians; {cores} cores{}",
@@ -1078,7 +1114,7 @@ pub fn run(args: Args) -> ExitCode {
     };
     let mut rows = Vec::new();
     let mut capacities = Vec::new();
-    for &keys in &args.keys {
+    for &keys in &keys {
         if keys == Keys::Fresh {
             if policies.contains(&PolicyKind::Gcra) && args.clocks.contains(&ClockKind::Quanta) {
                 rows.extend(insert_rows(
@@ -1142,22 +1178,40 @@ pub fn run(args: Args) -> ExitCode {
         }
     }
     add_ratios(&mut rows);
+    let tail_started = Instant::now();
+    let tail = args
+        .tail
+        .then(|| tail::rows(&args.tail_clients, args.tail_known, &mut capacities, cores));
+    let tail_seconds = tail_started.elapsed().as_secs_f64();
     capacities.sort_by(f64::total_cmp);
-    let capacity = format!(
-        "machine check: a pure compute loop on {cores} threads ran at {:.2}x its one-thread \
-         speed (median of {} probes between rounds; lowest {:.2}x). Below {cores}x, other \
-         work shared the cores and the multi-thread rows are depressed.",
-        capacities[capacities.len() / 2],
-        capacities.len(),
-        capacities[0],
-    );
+    // No probe ran if no row did (a `fresh` grid without `gcra`).
+    let capacity = capacities.first().map_or_else(String::new, |lowest| {
+        format!(
+            "machine check: a pure compute loop on {cores} threads ran at {:.2}x its one-thread \
+             speed (median of {} probes between rounds; lowest {lowest:.2}x). Below {cores}x, \
+             other work shared the cores and the multi-thread rows are depressed.",
+            capacities[capacities.len() / 2],
+            capacities.len(),
+        )
+    });
     if args.json {
-        println!("{}", json(&rows));
-        eprintln!("{capacity}");
+        let tail_rows = tail.iter().flat_map(|(rows, _)| tail::json(rows));
+        println!("{}", json_rows(json_values(&rows).chain(tail_rows)));
+        if !capacity.is_empty() {
+            eprintln!("{capacity}");
+        }
     } else {
-        print!("{}", table(&rows));
-        print!("{}", targets(&rows, cores));
-        println!("{capacity}");
+        if !rows.is_empty() {
+            print!("{}", table(&rows));
+            print!("{}", targets(&rows, cores));
+        }
+        if let Some((rows, floor)) = &tail {
+            print!("{}", tail::table(rows, *floor));
+            println!("the tail rows took {tail_seconds:.1} s");
+        }
+        if !capacity.is_empty() {
+            println!("{capacity}");
+        }
         println!("measured in {:.1} s", started.elapsed().as_secs_f64());
     }
     ExitCode::SUCCESS
@@ -1392,8 +1446,14 @@ fn targets(rows: &[Row], cores: usize) -> String {
     out
 }
 
+#[cfg(test)]
 fn json(rows: &[Row]) -> String {
-    json_rows(rows.iter().map(|row| {
+    json_rows(json_values(rows))
+}
+
+/// The throughput rows as `--json` objects.
+fn json_values(rows: &[Row]) -> impl Iterator<Item = serde_json::Value> + '_ {
+    rows.iter().map(|row| {
         serde_json::json!({
             "policy": row.policy.name(),
             "engine": row.engine.name(),
@@ -1413,7 +1473,7 @@ fn json(rows: &[Row]) -> String {
             "vs_floor": row.vs_floor,
             "bytes_per_client": row.bytes_per_client,
         })
-    }))
+    })
 }
 
 /// `--json` output: a JSON array with one row object per line.
