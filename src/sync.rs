@@ -159,8 +159,9 @@ pub(crate) use self::model::sync::{Mutex, MutexGuard};
 
 /// Lets the thread whose step this one waits for run: a wait of the cold
 /// path only (a slot being filled, moved or removed by another thread),
-/// never of a known client's check. Each caller says beside it which step
-/// of which thread ends its wait, and why that step always comes.
+/// which a known client's check reaches only while its own state is being
+/// moved or removed. Each caller says beside it which step of which thread
+/// ends its wait, and why that step always comes.
 ///
 /// Under loom, loom's yield: a scheduling point that lets loom run the
 /// other threads, so a wait is modelled as the spin it is, and a wait whose
