@@ -32,8 +32,6 @@ const THREADS: usize = 4;
 /// many times within one run.
 const WINDOW: Duration = Duration::from_micros(200);
 
-const POLICIES: [PolicyKind; 6] = PolicyKind::ALL;
-
 const LIMITS: [u64; 5] = [1, 2, 3, 7, 100];
 
 /// Clients whose admissions are counted against the bound, and never
@@ -286,7 +284,7 @@ fn every_call_returns_in_tiers_under_reloads() {
         TierSpec::new(policy, Config::per_ticks(limit, window).unwrap()).unwrap()
     };
     for (bounds_name, bounds) in bound_kinds() {
-        for policy in POLICIES {
+        for policy in PolicyKind::ALL {
             let case = format!("tiers from {policy}, {bounds_name}, reloaded");
             let tiers = Arc::new(
                 Tiers::with_clock(
@@ -301,7 +299,7 @@ fn every_call_returns_in_tiers_under_reloads() {
             );
             let reloaded = Arc::clone(&tiers);
             let reload: Arc<dyn Fn(u64) + Send + Sync> = Arc::new(move |roll: u64| {
-                let policy = POLICIES[(roll % 6) as usize];
+                let policy = PolicyKind::ALL[(roll % 6) as usize];
                 let limit = 1 + (roll >> 8) % 3;
                 reloaded.reload("free", spec(policy, limit)).unwrap();
             });

@@ -436,8 +436,8 @@ fn light_barrier(asymmetric: bool) {
 /// seccomp filter on that one command): the pins, which fence only for the
 /// compiler, then need another barrier of the same strength, and
 /// `MEMBARRIER_CMD_GLOBAL` is one (every running thread of the system
-/// passes a full barrier; it needs no registration, and takes
-/// milliseconds, which a collect can afford). If that fails too, no barrier
+/// passes a full barrier; it needs no registration, and is slower, which
+/// a collect, once per rebuild, can afford). If that fails too, no barrier
 /// can be had: nothing is freed from then on, and the process is told so
 /// on standard error, once.
 #[cfg(all(not(floodgate_loom), any(target_os = "linux", target_os = "android")))]

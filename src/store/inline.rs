@@ -808,7 +808,7 @@ where
         // it ends: another thread creating it first, or a panic in the
         // key's `Clone` (`to_owned`), `Eq` or `Drop`, or in a rebuild
         // this insert runs.
-        let place = Place(cap.map(|_| &self.tracked));
+        let place = Place(self);
         let (client, answer) = first(policy.new_client(origin));
         let entry = Entry {
             key: key.to_owned(),
@@ -1050,14 +1050,6 @@ where
         cap.is_none() || super::reserve(&self.tracked, cap)
     }
 
-    /// Gives back `places` that `reserve` took; how many are still taken,
-    /// or `None` without a cap (nothing was taken). No load of its own:
-    /// a removal's counts are read only from its read-modify-writes.
-    fn give_back(&self, places: usize) -> Option<usize> {
-        self.schedule.bounds().cap()?;
-        Some(self.tracked.fetch_sub(places, Ordering::Relaxed) - places)
-    }
-
     /// Removes `key`'s client and retires its state with `retire`; whether
     /// it was tracked. A call that still holds the state finds it retired
     /// on its next CAS and looks the client up again.
@@ -1153,17 +1145,23 @@ where
     }
 }
 
-/// A place under the cap that an arriving call took (`reserve`; the
-/// store's `tracked`, or nothing without a cap): given back when dropped,
-/// unless the call created its client (then forgotten).
-struct Place<'s>(Option<&'s AtomicUsize>);
+impl<K, C> InlineStore<K, C> {
+    /// Gives back `places` that `reserve` took; how many are still taken,
+    /// or `None` without a cap (nothing was taken). No load of its own:
+    /// a removal's counts are read only from its read-modify-writes.
+    fn give_back(&self, places: usize) -> Option<usize> {
+        self.schedule.bounds().cap()?;
+        Some(self.tracked.fetch_sub(places, Ordering::Relaxed) - places)
+    }
+}
 
-impl Drop for Place<'_> {
+/// A place under the cap that an arriving call took (`reserve`): given
+/// back when dropped, unless the call created its client (then forgotten).
+struct Place<'s, K, C>(&'s InlineStore<K, C>);
+
+impl<K, C> Drop for Place<'_, K, C> {
     fn drop(&mut self) {
-        if let Some(tracked) = self.0 {
-            // Relaxed: as `give_back`.
-            tracked.fetch_sub(1, Ordering::Relaxed);
-        }
+        self.0.give_back(1);
     }
 }
 
