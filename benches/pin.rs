@@ -343,6 +343,8 @@ struct Control {
 impl Control {
     fn start_line(&self, generation: usize) {
         self.arrived.fetch_add(1, Ordering::AcqRel);
+        // Progress: ends when the other thread of this generation arrives,
+        // its own `fetch_add` above; both are sent the same row.
         while self.arrived.load(Ordering::Acquire) < 2 * generation {
             std::hint::spin_loop();
         }

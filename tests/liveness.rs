@@ -178,6 +178,8 @@ fn hammer(
     std::thread::sleep(RUN);
     stop.store(true, Ordering::Relaxed);
     let deadline = Instant::now() + WATCHDOG;
+    // Ends when every worker has seen `stop` and finished its call (each
+    // adds to `done`), or at the deadline, which fails the test.
     while done.load(Ordering::SeqCst) < workers {
         if Instant::now() > deadline {
             let stuck: Vec<String> = inside

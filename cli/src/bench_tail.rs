@@ -288,6 +288,8 @@ fn probe<E: Probed>(engine: &E, known: u64, new: u64) -> Probe {
             let mut admitted = 0;
             let mut next = 0;
             barrier.wait();
+            // Ends when the new clients' thread, below, has given every new
+            // client its first check and sets `done`.
             while !done.load(Ordering::Relaxed) {
                 let id = ids[next];
                 next = if next + 1 == ids.len() { 0 } else { next + 1 };
@@ -306,6 +308,8 @@ fn probe<E: Probed>(engine: &E, known: u64, new: u64) -> Probe {
         barrier.wait();
         // A small run could end before the known thread is scheduled at
         // all: the new clients start once it has made its first call.
+        // Progress: the known thread sets `checking` after its first check,
+        // which nothing stops once it is past the barrier both passed.
         while !checking.load(Ordering::Relaxed) {
             std::hint::spin_loop();
             std::thread::yield_now();
