@@ -60,14 +60,14 @@ trait Subject: Sync {
 impl<P: Policy> Subject for Limiter<u64, P, QuantaClock> {
     #[inline]
     fn check(&self, key: u64) -> bool {
-        Limiter::check(self, &key).allowed
+        Limiter::check(self, &key).allowed()
     }
 }
 
 impl Subject for MutexLimiter<u64, QuantaClock> {
     #[inline]
     fn check(&self, key: u64) -> bool {
-        RateLimiter::<u64>::check(self, &key).allowed
+        RateLimiter::<u64>::check(self, &key).allowed()
     }
 }
 
@@ -389,7 +389,7 @@ fn sweep(c: &mut Criterion) {
         let config = Config::per_ticks(LIMIT, FLOOD_WINDOW_NS).expect("valid quota");
         let limiter = Limiter::new(Gcra::new(config).expect("valid quota"));
         for key in 0..SWEPT {
-            assert!(limiter.check_at(&key, 0).allowed);
+            assert!(limiter.check_at(&key, 0).allowed());
         }
         limiter
     };

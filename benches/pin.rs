@@ -285,7 +285,7 @@ fn check_loop(limiter: &Limiter<u64, Gcra, ManualClock>, lane: &mut Lane, ops: u
     let mut admitted = 0;
     for _ in 0..ops {
         lane.now += NOW_STEP_NS;
-        admitted += u64::from(limiter.check_at(black_box(&key), lane.now).allowed);
+        admitted += u64::from(limiter.check_at(black_box(&key), lane.now).allowed());
     }
     admitted
 }

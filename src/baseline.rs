@@ -116,12 +116,12 @@ use crate::{
 ///     ManualClock::new(0),
 /// )?;
 /// for at in [0, 100, 200] {
-///     assert!(limiter.check_at("rahul", at).allowed);
+///     assert!(limiter.check_at("rahul", at).allowed());
 /// }
 /// let fourth = limiter.check_at("rahul", 300);
-/// assert!(!fourth.allowed);
-/// assert_eq!(fourth.retry_after, 700); // the request at 0 leaves at 1000
-/// assert!(limiter.check_at("priya", 300).allowed);
+/// assert!(!fourth.allowed());
+/// assert_eq!(fourth.retry_after_ticks(), Some(700)); // the request at 0 leaves at 1000
+/// assert!(limiter.check_at("priya", 300).allowed());
 /// assert_eq!(limiter.tracked_clients(), 2);
 /// # Ok::<(), floodgate::ConfigError>(())
 /// ```
@@ -207,12 +207,12 @@ impl<K, C: Clock> MutexLimiter<K, C> {
     ///     ManualClock::new(0),
     ///     Bounds::new().max_clients(1).on_overflow(Overflow::Reject),
     /// )?;
-    /// assert!(limiter.check_at(&1, 0).allowed);
+    /// assert!(limiter.check_at(&1, 0).allowed());
     /// let second = limiter.check_at(&2, 10); // no room, and client 1 is busy
-    /// assert!(!second.allowed);
-    /// assert_eq!(second.retry_after, 1_000);
+    /// assert!(!second.allowed());
+    /// assert_eq!(second.retry_after_ticks(), Some(1_000));
     /// // At 1_000 client 1's window is over: it is swept to make room.
-    /// assert!(limiter.check_at(&2, 1_000).allowed);
+    /// assert!(limiter.check_at(&2, 1_000).allowed());
     /// assert_eq!(limiter.tracked_clients(), 1);
     /// # Ok::<(), floodgate::ConfigError>(())
     /// ```

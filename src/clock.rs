@@ -182,7 +182,7 @@ impl QuantaClock {
 /// let clock = CoarseClock::new(Duration::from_millis(1)).expect("no other upkeep thread");
 /// let gcra = Gcra::new(Config::per(10, Duration::from_secs(1))?)?;
 /// let limiter = Limiter::<u64, Gcra, CoarseClock>::with_clock(gcra, clock)?;
-/// assert!(limiter.check(&7).allowed);
+/// assert!(limiter.check(&7).allowed());
 /// # Ok::<(), floodgate::ConfigError>(())
 /// ```
 #[derive(Clone)]

@@ -150,8 +150,10 @@ pub enum ConfigError {
         policy: PolicyKind,
         /// The limit that was given.
         limit: u64,
-        /// The window that was given.
+        /// The window that was given, in ticks.
         window: u64,
+        /// The window as it was written, if it was given as a duration.
+        span: Option<Duration>,
     },
     /// The window is longer than the policy can hold: a `Duration` past
     /// `u64::MAX` ticks, or a drip policy's (`token-bucket`, `gcra`,
@@ -193,16 +195,38 @@ impl fmt::Display for ConfigError {
                 "limit {limit} is out of range for {policy}: it must be between 1 and {max}"
             ),
             ConfigError::ZeroWindow => {
-                f.write_str("window 0 is invalid: it must be at least 1 tick")
+                f.write_str("the window is zero: a rate needs a window of at least one tick")
             }
             ConfigError::WindowShorterThanLimit {
                 policy,
                 limit,
                 window,
+                span: Some(span),
+            } if *window > 0 => {
+                // The window in the words it was given, and the shortest
+                // one that would do, in the same clock's ticks.
+                let tick_nanos = span.as_nanos() / u128::from(*window);
+                let least = Duration::from_nanos(
+                    u64::try_from(tick_nanos.max(1) * u128::from(*limit)).unwrap_or(u64::MAX),
+                );
+                f.write_str("window ")?;
+                crate::rule::write_duration(f, *span)?;
+                write!(
+                    f,
+                    " is too short for limit {limit}: {policy} releases one request every \
+                     window/limit, at least one tick of the clock, so the window must be at least "
+                )?;
+                crate::rule::write_duration(f, least)
+            }
+            ConfigError::WindowShorterThanLimit {
+                policy,
+                limit,
+                window,
+                ..
             } => write!(
                 f,
-                "window {window} is shorter than limit {limit}: {policy} releases one request \
-                 every window/limit ticks, so it needs window >= limit"
+                "window {window} ticks is shorter than limit {limit}: {policy} releases one \
+                 request every window/limit ticks, so it needs window >= limit"
             ),
             ConfigError::WindowTooLong { window, max } => write!(
                 f,
@@ -316,9 +340,13 @@ impl Config {
     ///
     /// # Errors
     ///
-    /// As [`Config::per_ticks`], and [`ConfigError::WindowTooLong`] if the
-    /// window does not fit in 64 bits of nanoseconds (about 584 years).
+    /// As [`Config::per_ticks`] ([`ConfigError::ZeroWindow`] for
+    /// `Duration::ZERO`), and [`ConfigError::WindowTooLong`] if the window
+    /// does not fit in 64 bits of nanoseconds (about 584 years).
     pub fn per(limit: u64, window: Duration) -> Result<Self, ConfigError> {
+        if window.is_zero() {
+            return Err(ConfigError::ZeroWindow);
+        }
         let mut config = Self::per_ticks(limit, 1)?;
         config.span = Some(window);
         config.in_ticks_of(Tick::NANOSECOND)
@@ -433,6 +461,7 @@ impl Config {
                 policy,
                 limit: self.limit,
                 window: self.window,
+                span: self.span,
             });
         }
         Ok(self)

@@ -6,47 +6,52 @@ use crate::Tick;
 
 /// What a limiter answers for one request of one client at one instant.
 ///
-/// Being limited is a normal answer, not an error: `allowed == false` with
-/// `retry_after` saying when the same request would get through. The times
-/// are in ticks of the limiter's clock, and the decision carries that tick,
-/// so it turns itself into durations:
+/// Being limited is a normal answer, not an error: [`allowed`](Self::allowed)
+/// is false and [`retry_after`](Self::retry_after) says when the same
+/// request would get through — or `None`, when it never can (its cost is
+/// above the limit, or a registry refused its unknown tier). The times come
+/// out as [`Duration`]s, whatever the limiter's clock counts in, so no
+/// caller has to know that unit:
 ///
 /// ```
-/// use floodgate::{Config, Decision, ManualClock, PolicyKind, RateLimiter, Tick};
+/// use floodgate::{ManualClock, PolicyKind};
 /// use std::time::Duration;
 ///
-/// let limiter = floodgate::Builder::new(PolicyKind::FixedWindow, 1, Duration::from_secs(60))
-///     .clock(ManualClock::new(0))
-///     .build::<str>()?;
-/// assert!(limiter.check_at("app", 0).allowed);
-/// let refused = limiter.check_at("app", 1_500_000_000); // 1.5 s later
-/// assert!(!refused.allowed);
-/// assert_eq!(refused.retry_after_duration(), Duration::from_millis(58_500));
-/// assert_eq!(refused.retry_after_secs(), 59); // for `Retry-After`: rounded up
-/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// fn main() -> Result<(), Box<dyn std::error::Error>> {
+///     let limiter = floodgate::Builder::new(PolicyKind::FixedWindow, 1, Duration::from_secs(60))
+///         .clock(ManualClock::new(0))
+///         .build::<str>()?;
+///     assert!(limiter.check_at("app", 0).allowed());
+///     let refused = limiter.check_at("app", 1_500_000_000); // 1.5 s later
+///     assert!(!refused.allowed());
+///     assert_eq!(refused.retry_after(), Some(Duration::from_millis(58_500)));
+///     assert_eq!(refused.retry_after_secs(), Some(59)); // for `Retry-After`: rounded up
+///     // A request that costs more than the limit is never admitted.
+///     let too_big = limiter.check_n_at("app", 1_500_000_000, 2);
+///     assert_eq!(too_big.retry_after(), None);
+///     Ok(())
+/// }
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Decision {
     /// Whether the request is admitted.
-    pub allowed: bool,
-    /// What `remaining` would answer right after this call: how many
-    /// requests arriving one after another at this same instant would be
-    /// admitted. While other threads decide for the same client, it may
-    /// already count their later admissions (the sliding log reads it just
-    /// after its own): it never promises more than later checks honour.
-    pub remaining: u64,
-    /// For a rejected request, the smallest `d >= 1` tick such that the
-    /// same request at `now + d` would be admitted if nothing else happened
-    /// in between; 0 for an admitted one. In seconds for an HTTP
-    /// `Retry-After`: [`retry_after_secs`](Self::retry_after_secs).
-    pub retry_after: u64,
-    /// Leaky bucket only: how many ticks an admitted request must wait
-    /// before it proceeds (its place in the queue). 0 for every other
-    /// policy and for rejected requests.
-    pub delay: u64,
+    pub(crate) allowed: bool,
+    /// What `remaining` would answer right after this call.
+    pub(crate) remaining: u64,
+    /// In ticks of `tick`: 0 for an admitted request, [`NEVER`] for one
+    /// that can never be admitted, else the smallest `d >= 1`.
+    pub(crate) retry_after: u64,
+    /// In ticks of `tick`: the shaper's wait.
+    pub(crate) delay: u64,
     /// The length of the ticks above: the limiter's clock's.
-    pub tick: Tick,
+    pub(crate) tick: Tick,
 }
+
+/// The `retry_after` of a request that can never be admitted, in the
+/// engines' arithmetic (`Decision::retry_after` answers `None` for it): a
+/// wait of `u64::MAX` ticks is at least 584 years, which no client can be
+/// told to honour.
+pub(crate) const NEVER: u64 = u64::MAX;
 
 impl Decision {
     /// An admitted request.
@@ -62,7 +67,8 @@ impl Decision {
 
     /// A rejected request. `remaining` is what a `remaining` call would
     /// answer at this instant (the policies that reject at full capacity
-    /// always answer 0, but the counter policy may not).
+    /// always answer 0, but the counter policy may not); `retry_after` is
+    /// [`NEVER`] for a request that can never be admitted.
     pub(crate) const fn reject(remaining: u64, retry_after: u64) -> Self {
         Self {
             allowed: false,
@@ -80,33 +86,121 @@ impl Decision {
         self
     }
 
-    /// [`retry_after`](Self::retry_after) as a duration (saturating at
-    /// [`Duration::MAX`], which a request that can never be admitted gets).
-    pub fn retry_after_duration(&self) -> Duration {
-        self.tick.times(self.retry_after)
+    /// An admitted request with `remaining` left, no delay, in
+    /// nanoseconds: for a [`RateLimiter`](crate::RateLimiter) of your own
+    /// (a wrapper, a test double).
+    pub const fn admitted(remaining: u64) -> Self {
+        Self::admit(remaining)
     }
 
-    /// [`delay`](Self::delay) as a duration.
-    pub fn delay_duration(&self) -> Duration {
-        self.tick.times(self.delay)
+    /// A rejected request, which the same request `retry_after_ticks`
+    /// ticks later would pass (at least 1; `u64::MAX` is
+    /// [`never_admitted`](Self::never_admitted)).
+    pub const fn rejected(remaining: u64, retry_after_ticks: u64) -> Self {
+        Self::reject(
+            remaining,
+            if retry_after_ticks == 0 {
+                1
+            } else {
+                retry_after_ticks
+            },
+        )
+    }
+
+    /// A rejected request that no wait would admit.
+    pub const fn never_admitted(remaining: u64) -> Self {
+        Self::reject(remaining, NEVER)
+    }
+
+    /// The decision with a shaper's delay of `ticks`.
+    pub const fn with_delay(mut self, ticks: u64) -> Self {
+        self.delay = ticks;
+        self
+    }
+
+    /// The decision with its times in ticks of `tick` (a nanosecond
+    /// unless set).
+    pub const fn with_tick(self, tick: Tick) -> Self {
+        self.in_ticks(tick)
+    }
+
+    /// Whether the request is admitted.
+    #[inline]
+    pub const fn allowed(&self) -> bool {
+        self.allowed
+    }
+
+    /// What [`remaining`](crate::RateLimiter::remaining) would answer right
+    /// after this call: how many requests arriving one after another at
+    /// this same instant would be admitted. While other threads decide for
+    /// the same client, it may already count their later admissions (the
+    /// sliding log reads it just after its own): it never promises more
+    /// than later checks honour.
+    #[inline]
+    pub const fn remaining(&self) -> u64 {
+        self.remaining
+    }
+
+    /// How long until the same request would be admitted, if nothing else
+    /// happened in between: zero for an admitted request, at least one
+    /// tick of the clock for a rejected one, and `None` for a request that
+    /// can never be admitted (its cost is above the limit, or a registry
+    /// refused its unknown tier), which no wait would change.
+    #[inline]
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_after_ticks().map(|ticks| self.tick.times(ticks))
     }
 
     /// [`retry_after`](Self::retry_after) in whole seconds, rounded up, as
     /// an HTTP `Retry-After` wants it: never 0 for a rejection (a client
     /// told 0 would retry at once and be refused again), 0 for an
-    /// admission.
-    pub fn retry_after_secs(&self) -> u64 {
+    /// admission, `None` for a request that can never be admitted.
+    pub fn retry_after_secs(&self) -> Option<u64> {
         if self.allowed {
-            return 0;
+            return Some(0);
         }
-        let wait = self.retry_after_duration();
+        let wait = self.retry_after()?;
         let whole = wait.as_secs();
         let secs = if wait.subsec_nanos() > 0 {
             whole.saturating_add(1)
         } else {
             whole
         };
-        secs.max(1)
+        Some(secs.max(1))
+    }
+
+    /// [`retry_after`](Self::retry_after) in ticks of the limiter's clock
+    /// ([`tick`](Self::tick)), for exact arithmetic on a manual clock's
+    /// instants; `None` for a request that can never be admitted.
+    #[inline]
+    pub const fn retry_after_ticks(&self) -> Option<u64> {
+        if self.retry_after == NEVER {
+            None
+        } else {
+            Some(self.retry_after)
+        }
+    }
+
+    /// Leaky bucket only: how long an admitted request must wait before it
+    /// proceeds (its place in the queue). Zero for every other policy and
+    /// for rejected requests.
+    #[inline]
+    pub fn delay(&self) -> Duration {
+        self.tick.times(self.delay)
+    }
+
+    /// [`delay`](Self::delay) in ticks of the limiter's clock.
+    #[inline]
+    pub const fn delay_ticks(&self) -> u64 {
+        self.delay
+    }
+
+    /// The length of the limiter's clock's tick, which the `_ticks`
+    /// accessors count in: a nanosecond in memory, a microsecond on Redis,
+    /// a millisecond in `floodgate replay`.
+    #[inline]
+    pub const fn tick(&self) -> Tick {
+        self.tick
     }
 }
 
@@ -116,29 +210,50 @@ mod tests {
 
     #[test]
     fn durations_follow_the_tick_and_seconds_round_up() {
-        let refused = |retry_after, tick| Decision {
-            tick,
-            ..Decision::reject(0, retry_after)
-        };
-        assert_eq!(refused(1, Tick::NANOSECOND).retry_after_secs(), 1);
-        assert_eq!(refused(1_500, Tick::MILLISECOND).retry_after_secs(), 2);
-        assert_eq!(refused(2_000, Tick::MILLISECOND).retry_after_secs(), 2);
+        let refused = |retry_after, tick| Decision::reject(0, retry_after).in_ticks(tick);
+        assert_eq!(refused(1, Tick::NANOSECOND).retry_after_secs(), Some(1));
         assert_eq!(
-            refused(1_500, Tick::MICROSECOND).retry_after_duration(),
-            Duration::from_micros(1_500)
+            refused(1_500, Tick::MILLISECOND).retry_after_secs(),
+            Some(2)
         );
         assert_eq!(
-            refused(u64::MAX, Tick::SECOND)
-                .retry_after_duration()
-                .as_secs(),
-            u64::MAX
+            refused(2_000, Tick::MILLISECOND).retry_after_secs(),
+            Some(2)
         );
-        assert_eq!(refused(u64::MAX, Tick::SECOND).retry_after_secs(), u64::MAX);
+        assert_eq!(
+            refused(1_500, Tick::MICROSECOND).retry_after(),
+            Some(Duration::from_micros(1_500))
+        );
+        assert_eq!(
+            refused(1_500, Tick::MICROSECOND).retry_after_ticks(),
+            Some(1_500)
+        );
+        // The longest wait that is not "never" still converts, saturating.
+        assert_eq!(
+            refused(NEVER - 1, Tick::SECOND).retry_after(),
+            Some(Tick::SECOND.times(NEVER - 1))
+        );
         let admitted = Decision {
             delay: 250,
             ..Decision::admit(3).in_ticks(Tick::MILLISECOND)
         };
-        assert_eq!(admitted.retry_after_secs(), 0);
-        assert_eq!(admitted.delay_duration(), Duration::from_millis(250));
+        assert_eq!(admitted.retry_after_secs(), Some(0));
+        assert_eq!(admitted.retry_after(), Some(Duration::ZERO));
+        assert_eq!(admitted.delay(), Duration::from_millis(250));
+        assert_eq!(admitted.delay_ticks(), 250);
+        assert_eq!(admitted.remaining(), 3);
+    }
+
+    /// A request that can never be admitted has no wait to give, in any
+    /// unit: no sentinel reaches the caller.
+    #[test]
+    fn a_request_never_admitted_has_no_retry_after() {
+        for tick in [Tick::NANOSECOND, Tick::MICROSECOND, Tick::SECOND] {
+            let never = Decision::reject(0, NEVER).in_ticks(tick);
+            assert!(!never.allowed());
+            assert_eq!(never.retry_after(), None);
+            assert_eq!(never.retry_after_ticks(), None);
+            assert_eq!(never.retry_after_secs(), None);
+        }
     }
 }

@@ -3,6 +3,7 @@
 use std::fmt;
 use std::hash::Hash;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::policy::{
@@ -27,11 +28,11 @@ use crate::{
 ///     .bounds(Bounds::new().evict_idle().max_clients(100_000))
 ///     .build::<IpAddr>()?;
 /// let decision = per_ip.check(&"203.0.113.7".parse()?);
-/// assert!(decision.allowed);
+/// assert!(decision.allowed());
 ///
 /// // Or from configuration text:
 /// let api = Builder::from_rule("sliding-window:1000/1h".parse()?).build::<str>()?;
-/// assert_eq!(api.check("key-1").remaining, 999);
+/// assert_eq!(api.check("key-1").remaining(), 999);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone, Debug)]
@@ -102,7 +103,7 @@ impl<C: Clock + 'static> Builder<C> {
     /// A [`ConfigError`]: a limit out of range, a window the policy or the
     /// clock's tick cannot hold ([`Config::resolve`]), bounds that refuse
     /// everyone ([`Bounds::validate`]).
-    pub fn build<Q>(self) -> Result<Box<dyn RateLimiter<Q>>, ConfigError>
+    pub fn build<Q>(self) -> Result<Arc<dyn RateLimiter<Q>>, ConfigError>
     where
         Q: ?Sized + Hash + Eq + ToOwned + 'static,
         Q::Owned: Hash + Eq + Clone + Send + Sync + 'static,
@@ -201,7 +202,7 @@ impl FromStr for Engine {
 /// assert!(limiter.allow("client-42"));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub fn build<Q>(policy: PolicyKind, config: Config) -> Result<Box<dyn RateLimiter<Q>>, ConfigError>
+pub fn build<Q>(policy: PolicyKind, config: Config) -> Result<Arc<dyn RateLimiter<Q>>, ConfigError>
 where
     Q: ?Sized + Hash + Eq + ToOwned + 'static,
     Q::Owned: Hash + Eq + Clone + Send + Sync + 'static,
@@ -238,7 +239,7 @@ pub fn build_with<Q, C>(
     config: Config,
     engine: Engine,
     clock: C,
-) -> Result<Box<dyn RateLimiter<Q>>, ConfigError>
+) -> Result<Arc<dyn RateLimiter<Q>>, ConfigError>
 where
     Q: ?Sized + Hash + Eq + ToOwned + 'static,
     Q::Owned: Hash + Eq + Clone + Send + Sync + 'static,
@@ -269,8 +270,8 @@ where
 ///     clock.clone(),
 ///     Bounds::new().evict_idle().max_clients(1).on_overflow(Overflow::Admit),
 /// )?;
-/// assert_eq!(limiter.check("alice").remaining, 4);
-/// assert_eq!(limiter.check("bob").remaining, 4); // admitted untracked
+/// assert_eq!(limiter.check("alice").remaining(), 4);
+/// assert_eq!(limiter.check("bob").remaining(), 4); // admitted untracked
 /// assert_eq!(limiter.tracked_clients(), 1);
 /// clock.advance(1_000);
 /// assert_eq!(limiter.sweep(), 1); // alice's admission left the window
@@ -283,7 +284,7 @@ pub fn build_bounded<Q, C>(
     engine: Engine,
     clock: C,
     bounds: Bounds,
-) -> Result<Box<dyn RateLimiter<Q>>, ConfigError>
+) -> Result<Arc<dyn RateLimiter<Q>>, ConfigError>
 where
     Q: ?Sized + Hash + Eq + ToOwned + 'static,
     Q::Owned: Hash + Eq + Clone + Send + Sync + 'static,
@@ -293,14 +294,14 @@ where
         config: Config,
         clock: C,
         bounds: Bounds,
-    ) -> Result<Box<dyn RateLimiter<Q>>, ConfigError>
+    ) -> Result<Arc<dyn RateLimiter<Q>>, ConfigError>
     where
         Q: ?Sized + Hash + Eq + ToOwned + 'static,
         Q::Owned: Hash + Eq + Clone + Send + Sync + 'static,
         P: crate::policy::Policy,
         C: Clock + 'static,
     {
-        Ok(Box::new(Limiter::<Q::Owned, P, C>::with_bounds(
+        Ok(Arc::new(Limiter::<Q::Owned, P, C>::with_bounds(
             P::new(config)?,
             clock,
             bounds,
@@ -311,7 +312,7 @@ where
     let config = config.resolve(policy, clock.tick())?;
     let bounds = bounds.validate()?;
     match engine {
-        Engine::Mutex => Ok(Box::new(MutexLimiter::<Q::Owned, C>::with_bounds(
+        Engine::Mutex => Ok(Arc::new(MutexLimiter::<Q::Owned, C>::with_bounds(
             policy, config, clock, bounds,
         )?)),
         Engine::LockFree => match policy {

@@ -12,8 +12,8 @@
 //!     .build::<IpAddr>()?;
 //!
 //! let decision = limiter.check(&"198.51.100.4".parse()?);
-//! if decision.allowed {
-//!     // serve the request; `decision.remaining` more fit in this window
+//! if decision.allowed() {
+//!     // serve the request; `decision.remaining()` more fit in this window
 //! } else {
 //!     // answer 429 with `Retry-After: {decision.retry_after_secs()}`: whole
 //!     // seconds, rounded up, never 0
@@ -32,14 +32,17 @@
 //! `"gcra:100/1s"`): each limiter turns them into its clock's ticks
 //! (nanoseconds in memory, microseconds with Redis `TIME`, whatever a
 //! [`ManualClock`] is made with), so the same rule is the same rate
-//! everywhere. A [`Decision`] carries its clock's [`Tick`] and converts
-//! itself: [`Decision::retry_after_duration`], [`Decision::delay_duration`],
-//! [`Decision::retry_after_secs`]. [`Config::per_ticks`] takes a raw count
-//! of ticks, for exact work where the unit is yours.
+//! everywhere. A [`Decision`] answers in [`Duration`](std::time::Duration)s
+//! whatever its clock counts in ([`Decision::retry_after`],
+//! [`Decision::delay`], [`Decision::retry_after_secs`]), and says in its
+//! type when a request can never be admitted (`retry_after` is `None`).
+//! [`Config::per_ticks`] takes a raw count of ticks, for exact work where
+//! the unit is yours (the decision's `_ticks` accessors).
 //!
 //! # In an HTTP service
 //!
-//! Build one limiter at start-up, share it (an `Arc`, or a `static`) with
+//! Build one limiter at start-up, share it (the `Arc` that `build` gives:
+//! clone it, or a `static`) with
 //! every handler, key it by what identifies a client (its IP address, an API
 //! key), and answer a rejection with `429 Too Many Requests` and
 //! `Retry-After: retry_after_secs()`. With the cargo feature `tokio`,

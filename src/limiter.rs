@@ -103,11 +103,11 @@ macro_rules! forward_rate_limiter {
 /// use floodgate::{build, Config, PolicyKind, RateLimiter};
 ///
 /// let limiter = build::<str>(PolicyKind::TokenBucket, Config::per_ticks(2, 1_000)?)?;
-/// assert!(limiter.check_at("app", 0).allowed);
-/// assert!(limiter.check_at("app", 10).allowed);
+/// assert!(limiter.check_at("app", 0).allowed());
+/// assert!(limiter.check_at("app", 10).allowed());
 /// let third = limiter.check_at("app", 20);
-/// assert!(!third.allowed);
-/// assert_eq!(third.retry_after, 480); // the first drip is at 500
+/// assert!(!third.allowed());
+/// assert_eq!(third.retry_after_ticks(), Some(480)); // the first drip is at 500
 /// # Ok::<(), floodgate::ConfigError>(())
 /// ```
 pub trait RateLimiter<Q: ?Sized>: Send + Sync {
@@ -135,11 +135,11 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
     /// use floodgate::{build, Config, PolicyKind, RateLimiter};
     ///
     /// let limiter = build::<str>(PolicyKind::TokenBucket, Config::per_ticks(3, 3_000)?)?;
-    /// assert!(!limiter.check_n_at("app", 0, 4).allowed); // never: more than the bucket
-    /// assert_eq!(limiter.check_n_at("app", 0, 2).remaining, 1);
+    /// assert!(!limiter.check_n_at("app", 0, 4).allowed()); // never: more than the bucket
+    /// assert_eq!(limiter.check_n_at("app", 0, 2).remaining(), 1);
     /// let refused = limiter.check_n_at("app", 0, 2); // all or nothing
-    /// assert_eq!((refused.allowed, refused.remaining), (false, 1));
-    /// assert_eq!(refused.retry_after, 1_000); // the next drip
+    /// assert_eq!((refused.allowed(), refused.remaining()), (false, 1));
+    /// assert_eq!(refused.retry_after_ticks(), Some(1_000)); // the next drip
     /// # Ok::<(), floodgate::ConfigError>(())
     /// ```
     fn check_n_at(&self, key: &Q, now: u64, cost: u64) -> Decision;
@@ -267,6 +267,7 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
             tier: None,
             policy: self.policy(),
             config: self.config(),
+            refused_unknown_tier: false,
         }
     }
 
@@ -278,6 +279,7 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
             tier: None,
             policy: self.policy(),
             config: self.config(),
+            refused_unknown_tier: false,
         }
     }
 }
@@ -296,6 +298,12 @@ pub struct RuledDecision<'a> {
     /// [`tick`](Decision::tick) (and as a duration, when the rule was given
     /// as one: [`Config::span`]).
     pub config: Config,
+    /// Whether a registry refused the call because its resolver named a
+    /// tier the registry lacks ([`reject_unknown_tiers`]): the server's
+    /// configuration at fault, not the client's rate.
+    ///
+    /// [`reject_unknown_tiers`]: crate::tiers::Tiers::reject_unknown_tiers
+    pub refused_unknown_tier: bool,
 }
 
 /// A boxed limiter (what [`Builder::build`](crate::Builder::build) gives)
@@ -356,12 +364,12 @@ impl std::error::Error for InsufficientCapacity {}
 /// let limiter: Limiter<String, SlidingWindow, _> =
 ///     Limiter::with_clock(SlidingWindow::new(Config::per_ticks(3, 1_000)?)?, clock.clone())?;
 /// for _ in 0..3 {
-///     assert!(limiter.check("rahul").allowed);
+///     assert!(limiter.check("rahul").allowed());
 /// }
 /// let fourth = limiter.check("rahul");
-/// assert!(!fourth.allowed);
-/// assert_eq!(fourth.retry_after, 1_000);
-/// assert!(limiter.check("priya").allowed); // clients never share state
+/// assert!(!fourth.allowed());
+/// assert_eq!(fourth.retry_after_ticks(), Some(1_000));
+/// assert!(limiter.check("priya").allowed()); // clients never share state
 /// # Ok::<(), floodgate::ConfigError>(())
 /// ```
 pub struct Limiter<K, P: Policy, C = QuantaClock> {
@@ -436,11 +444,11 @@ where
     ///     clock.clone(),
     ///     Bounds::new().max_clients(2).on_overflow(Overflow::Reject),
     /// )?;
-    /// assert!(limiter.check(&1).allowed);
-    /// assert!(limiter.check(&2).allowed);
-    /// assert!(!limiter.check(&3).allowed); // no room, and nobody is idle
+    /// assert!(limiter.check(&1).allowed());
+    /// assert!(limiter.check(&2).allowed());
+    /// assert!(!limiter.check(&3).allowed()); // no room, and nobody is idle
     /// clock.advance(100); // clients 1 and 2 have their full burst back
-    /// assert!(limiter.check(&3).allowed); // so they made room
+    /// assert!(limiter.check(&3).allowed()); // so they made room
     /// assert_eq!(limiter.tracked_clients(), 1);
     /// # Ok::<(), floodgate::ConfigError>(())
     /// ```

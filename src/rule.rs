@@ -115,6 +115,14 @@ pub enum RuleProblem {
     Count(String),
     /// The window's unit is not one of the units.
     Unit(String),
+    /// The window has a fraction (`1.5s`): windows are whole units. Says
+    /// the same window in a smaller unit, when there is one (`1500ms`).
+    Fraction {
+        /// The window as written.
+        written: String,
+        /// The same window in whole units, if one holds it exactly.
+        whole: Option<String>,
+    },
     /// The numbers are well formed but the policy refuses them.
     Config(ConfigError),
 }
@@ -134,6 +142,18 @@ impl fmt::Display for RuleError {
             RuleProblem::Count(text) => {
                 write!(f, "the window {text:?} does not start with a whole number")
             }
+            RuleProblem::Fraction { written, whole } => match whole {
+                Some(whole) => write!(
+                    f,
+                    "the window {written:?} has a fraction: windows are whole units, \
+                     write {whole}"
+                ),
+                None => write!(
+                    f,
+                    "the window {written:?} has a fraction: windows are whole units \
+                     (ns, us, ms, s, m, h, d)"
+                ),
+            },
             RuleProblem::Unit(unit) => write!(
                 f,
                 "unknown unit {unit:?} (the units are ns, us, ms, s, m, h, d and ticks)"
@@ -181,6 +201,9 @@ impl FromStr for Rule {
         };
         let unit_at = window_at + digits;
         let unit = unit.trim();
+        if let Some(fraction) = unit.strip_prefix('.') {
+            return Err(fail(window_at, fractional(window, digits, fraction)));
+        }
         let config = if unit == "ticks" || unit == "tick" {
             Config::per_ticks(limit, count)
         } else {
@@ -203,6 +226,41 @@ impl FromStr for Rule {
         config
             .and_then(|config| Rule::new(policy, config))
             .map_err(|error| fail(limit_at, RuleProblem::Config(error)))
+    }
+}
+
+/// The problem with a window written with a fraction (`1.5s`, whose count
+/// is `window[..digits]` and whose text after the point is `fraction`):
+/// the same window in whole units, when it is a whole number of
+/// nanoseconds.
+fn fractional(window: &str, digits: usize, fraction: &str) -> RuleProblem {
+    let written = window.to_owned();
+    let places = fraction.len()
+        - fraction
+            .trim_start_matches(|c: char| c.is_ascii_digit())
+            .len();
+    let (decimals, unit) = fraction.split_at(places);
+    let whole = (|| {
+        let count = parse_number(&window[..digits]).unwrap_or(0);
+        let decimals_value = parse_number(decimals)?;
+        let scale = 10u128.checked_pow(u32::try_from(places).ok()?)?;
+        let nanos_per = u128::from(unit_nanos(unit.trim())?);
+        let scaled = (u128::from(count) * scale + u128::from(decimals_value)) * nanos_per;
+        if scaled % scale != 0 {
+            return None;
+        }
+        let nanos = u64::try_from(scaled / scale).ok()?;
+        Some(Spelled(Duration::from_nanos(nanos)).to_string())
+    })();
+    RuleProblem::Fraction { written, whole }
+}
+
+/// A duration in the rules' units, for messages (`write_duration`).
+struct Spelled(Duration);
+
+impl fmt::Display for Spelled {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write_duration(f, self.0)
     }
 }
 

@@ -73,6 +73,7 @@ use std::fmt;
 use std::hash::Hash;
 use std::sync::{Arc, OnceLock};
 
+use crate::decision::NEVER;
 use crate::policy::{
     FixedWindow, FixedWindowState, Gcra, GcraState, LeakyBucket, Policy, Retired, SlidingWindow,
     SlidingWindowCounter, SlidingWindowCounterState, SlidingWindowState, Spent, TokenBucket,
@@ -188,11 +189,18 @@ where
     }
 
     fn names(&self) -> Option<Vec<String>> {
+        Some(self.listed())
+    }
+}
+
+impl<K> ByTable<K> {
+    /// Every tier this table can answer, sorted, once each.
+    fn listed(&self) -> Vec<String> {
         let mut names: Vec<String> = self.table.values().cloned().collect();
         names.push(self.otherwise.clone());
         names.sort();
         names.dedup();
-        Some(names)
+        names
     }
 }
 
@@ -295,7 +303,7 @@ pub struct TieredDecision<'a> {
 /// let tiered = tiers.check_tiered_at("pro-bob", 0);
 /// assert_eq!((tiered.tier, tiered.rule.to_string().as_str()), ("premium", "gcra:1000/1m"));
 /// // A tier known from the request itself (an API key's plan):
-/// assert!(tiers.check_in("premium", "alice")?.allowed);
+/// assert!(tiers.check_in("premium", "alice")?.allowed());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct Tiers<K, R, C = QuantaClock> {
@@ -307,8 +315,43 @@ pub struct Tiers<K, R, C = QuantaClock> {
     /// Calls whose resolver named a tier the registry lacks. Relaxed: a
     /// lone counter, read for monitoring only.
     unknown_calls: AtomicU64,
+    /// The unknown names already logged, up to [`LOGGED_NAMES`]: a
+    /// misspelt tier is loud the first time it is seen, and a flood of
+    /// invented names cannot grow the set.
+    logged: scc::HashSet<String, ahash::RandomState>,
     tick: Tick,
     clock: C,
+}
+
+/// How many unknown tier names a registry logs one by one; past that, it
+/// logs once that it stopped.
+const LOGGED_NAMES: usize = 64;
+
+impl<K, T, C> Tiers<K, ByTable<T>, C>
+where
+    K: Hash + Eq + Clone + 'static,
+{
+    /// Checks that every tier the table names is a tier here: call it once
+    /// the tiers are added, so that a misspelt plan fails at start-up.
+    ///
+    /// ```
+    /// use floodgate::tiers::{ByTable, Tiers};
+    ///
+    /// let plans = ByTable::new([("acme".to_owned(), "premuim")], "free");
+    /// let tiers: Tiers<String, _> = Tiers::new("free", "gcra:10/1s".parse()?, plans)
+    ///     .with_tier("premium", "gcra:100/1s".parse()?)?;
+    /// let refused = tiers.checked().unwrap_err();
+    /// assert_eq!(refused.name, "premuim");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`UnknownTier`] for the first name the registry lacks.
+    pub fn checked(self) -> Result<Self, UnknownTier> {
+        let names = self.resolver.listed();
+        self.with_names(Some(names))
+    }
 }
 
 impl<K, R> Tiers<K, R, QuantaClock>
@@ -355,6 +398,7 @@ where
             bounds: Bounds::new(),
             reject_unknown: false,
             unknown_calls: AtomicU64::new(0),
+            logged: scc::HashSet::with_hasher(ahash::RandomState::new()),
             tick: clock.tick(),
             clock,
         }
@@ -405,17 +449,24 @@ where
     }
 
     /// Checks that every name the resolver can give (if it can list them,
-    /// [`Resolver::names`]) is a tier here: call it once the tiers are
-    /// added.
+    /// [`Resolver::names`]) is a tier here, for a resolver of clients
+    /// looked up by `&Q`: call it once the tiers are added. A [`ByTable`]
+    /// resolver has [`checked`](Tiers::checked), which needs no `Q`.
     ///
     /// # Errors
     ///
     /// [`UnknownTier`] for the first name the registry lacks.
-    pub fn checked<Q: ?Sized>(self) -> Result<Self, UnknownTier>
+    pub fn checked_for<Q: ?Sized>(self) -> Result<Self, UnknownTier>
     where
         R: Resolver<Q>,
     {
-        if let Some(names) = self.resolver.names() {
+        let names = self.resolver.names();
+        self.with_names(names)
+    }
+
+    /// `self`, if every one of `names` is a tier here.
+    fn with_names(self, names: Option<Vec<String>>) -> Result<Self, UnknownTier> {
+        if let Some(names) = names {
             if let Some(missing) = names.iter().find(|name| !self.tiers.contains_key(*name)) {
                 return Err(self.unknown(missing));
             }
@@ -468,6 +519,37 @@ where
         self.unknown_calls.load(Ordering::Relaxed)
     }
 
+    /// Logs an unknown tier's name the first time it is seen (a `tracing`
+    /// warning), for the first [`LOGGED_NAMES`] names.
+    fn log_unknown(&self, name: &str) {
+        if self.logged.contains_sync(name) || self.logged.len() > LOGGED_NAMES {
+            return;
+        }
+        if self.logged.len() == LOGGED_NAMES {
+            if self.logged.insert_sync(String::new()).is_ok() {
+                tracing::warn!(
+                    "floodgate: more than {LOGGED_NAMES} unknown tier names; \
+                     not logging more (see Tiers::unknown_tier_calls)"
+                );
+            }
+            return;
+        }
+        if self.logged.insert_sync(name.to_owned()).is_ok() {
+            let answer = if self.reject_unknown {
+                "refused".to_owned()
+            } else {
+                format!("answered by the default tier {:?}", self.default_tier)
+            };
+            tracing::warn!(
+                tier = name,
+                "floodgate: the resolver named a tier the registry lacks, {:?}: \
+                 its calls are {answer} (tiers: {:?})",
+                name,
+                self.names()
+            );
+        }
+    }
+
     fn unknown(&self, name: &str) -> UnknownTier {
         UnknownTier {
             name: name.to_owned(),
@@ -497,6 +579,7 @@ where
     #[inline(never)]
     fn unknown_tier_of(&self, name: String) -> Result<(&str, &Tier<K>, Option<String>), String> {
         self.unknown_calls.fetch_add(1, Ordering::Relaxed);
+        self.log_unknown(&name);
         if self.reject_unknown {
             return Err(name);
         }
@@ -544,7 +627,7 @@ where
                 if cost == 0 {
                     Decision::admit(remaining)
                 } else if cost > limit {
-                    Decision::reject(remaining, u64::MAX)
+                    Decision::reject(remaining, NEVER)
                 } else if rule == Overflow::Admit {
                     Decision::admit(limit - cost)
                 } else {
@@ -557,7 +640,7 @@ where
 
     /// A refused call of a tier the registry lacks.
     fn refused(&self) -> Decision {
-        Decision::reject(0, u64::MAX).in_ticks(self.tick)
+        Decision::reject(0, NEVER).in_ticks(self.tick)
     }
 
     /// Decides one request of `key` at `now` in tier `tier`, whatever the
@@ -759,6 +842,9 @@ where
             tier: Some(tiered.tier),
             policy: tiered.rule.policy(),
             config: tiered.rule.config(),
+            // An unknown name is refused exactly when the registry rejects
+            // unknown tiers (else the default tier answered).
+            refused_unknown_tier: tiered.unknown.is_some() && self.reject_unknown,
         }
     }
 }

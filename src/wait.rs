@@ -70,7 +70,7 @@ impl std::error::Error for NeverAdmitted {}
 /// let limiter = Builder::new(PolicyKind::Gcra, 1, Duration::from_millis(20)).build::<str>()?;
 /// let start = Instant::now();
 /// for _ in 0..3 {
-///     assert!(wait::until_ready(&*limiter, "job").await?.allowed);
+///     assert!(wait::until_ready(&*limiter, "job").await?.allowed());
 /// }
 /// assert!(start.elapsed() >= Duration::from_millis(40)); // one per 20 ms
 /// # Ok(())
@@ -104,7 +104,7 @@ where
 ///
 /// let limiter =
 ///     Builder::new(PolicyKind::TokenBucket, 4, Duration::from_millis(40)).build::<str>()?;
-/// assert_eq!(wait::until_ready_n(&*limiter, "job", 3).await?.remaining, 1);
+/// assert_eq!(wait::until_ready_n(&*limiter, "job", 3).await?.remaining(), 1);
 /// assert!(wait::until_ready_n(&*limiter, "job", 5).await.is_err()); // more than the bucket
 /// # Ok(())
 /// # }
@@ -146,7 +146,7 @@ where
 {
     let decision = limiter.check(key);
     if decision.allowed && decision.delay > 0 {
-        tokio::time::sleep(decision.delay_duration()).await;
+        tokio::time::sleep(decision.delay()).await;
     }
     decision
 }
@@ -165,19 +165,19 @@ where
     // the request would be admitted but for other callers; a request that
     // can never be admitted ends at once (`NeverAdmitted`).
     loop {
-        // A cost above the limit is refused with `retry_after == u64::MAX`
-        // (the contract), so it ends below without a sleep.
+        // A cost above the limit is refused with no `retry_after` (the
+        // contract), so it ends below without a sleep.
         let decision = limiter.check_n(key, cost);
         if decision.allowed {
             if decision.delay > 0 {
-                tokio::time::sleep(decision.delay_duration()).await;
+                tokio::time::sleep(decision.delay()).await;
             }
             return Ok(decision);
         }
-        if decision.retry_after == u64::MAX {
+        let Some(wait) = decision.retry_after() else {
             return Err(NeverAdmitted { decision });
-        }
-        let pause = decision.retry_after_duration() + random_up_to(jitter);
+        };
+        let pause = wait + random_up_to(jitter);
         tokio::time::sleep(pause).await;
     }
 }
@@ -198,6 +198,7 @@ fn random_up_to(most: Duration) -> Duration {
 mod tests {
     use super::*;
     use crate::{Builder, Clock, PolicyKind, Tick};
+    use std::sync::Arc;
     use tokio::time::Instant;
 
     /// Nanoseconds of tokio's clock, which a paused runtime moves only
@@ -214,7 +215,7 @@ mod tests {
         }
     }
 
-    fn limiter(policy: PolicyKind) -> Box<dyn RateLimiter<str>> {
+    fn limiter(policy: PolicyKind) -> Arc<dyn RateLimiter<str>> {
         Builder::new(policy, 2, Duration::from_secs(1))
             .clock(TokioClock(Instant::now()))
             .build::<str>()
@@ -237,14 +238,11 @@ mod tests {
         let start = Instant::now();
         assert_eq!(shaped(&*limiter, "a").await.delay, 0);
         let second = shaped(&*limiter, "a").await;
-        assert_eq!(second.delay_duration(), Duration::from_millis(500));
+        assert_eq!(second.delay(), Duration::from_millis(500));
         assert_eq!(start.elapsed(), Duration::from_millis(500));
         // The queue holds 2; at 500 ms one has left: a third is admitted
         // (500 ms to wait), a fourth refused at once, with no sleep.
-        assert_eq!(
-            limiter.check("a").delay_duration(),
-            Duration::from_millis(500)
-        );
+        assert_eq!(limiter.check("a").delay(), Duration::from_millis(500));
         let refused = shaped(&*limiter, "a").await;
         assert!(!refused.allowed);
         assert_eq!(start.elapsed(), Duration::from_millis(500));

@@ -133,7 +133,7 @@ fn generic<P: Policy>() {
         Limiter::with_clock(P::new(config()).unwrap(), ManualClock::new(0)).unwrap();
     assert_none(
         &format!("{kind} Limiter<u64> check_at"),
-        count_checks(|at| by_id.check_at(&42, at).allowed),
+        count_checks(|at| by_id.check_at(&42, at).allowed()),
     );
     let (allocations, _, _) = count_checks(|at| by_id.remaining_at(&42, CALLS * STEP + at) > 0);
     assert_eq!(allocations, 0, "{kind} Limiter<u64> remaining_at");
@@ -145,7 +145,7 @@ fn generic<P: Policy>() {
         &format!("{kind} Limiter<String> check(&str)"),
         count_checks(|at| {
             clock.set(at);
-            by_name.check("app-42").allowed
+            by_name.check("app-42").allowed()
         }),
     );
 
@@ -178,20 +178,20 @@ fn known_client_checks_allocate_nothing_through_build() {
         let by_id = build_with::<u64, _>(kind, config(), Engine::LockFree, clock.clone()).unwrap();
         assert_none(
             &format!("{kind} build_with::<u64> check_at"),
-            count_checks(|at| by_id.check_at(&42, at).allowed),
+            count_checks(|at| by_id.check_at(&42, at).allowed()),
         );
         assert_none(
             &format!("{kind} build_with::<u64> check"),
             count_checks(|at| {
                 clock.set(at + CALLS * STEP);
-                by_id.check(&43).allowed
+                by_id.check(&43).allowed()
             }),
         );
 
         let by_name = build::<str>(kind, config()).unwrap();
         assert_none(
             &format!("{kind} build::<str> check_at"),
-            count_checks(|at| by_name.check_at("app-42", at).allowed),
+            count_checks(|at| by_name.check_at("app-42", at).allowed()),
         );
         let real = build::<str>(kind, config()).unwrap();
         real.allow("app-7");

@@ -19,6 +19,7 @@ use floodgate::{
 };
 use proptest::prelude::*;
 use proptest::sample::select;
+use std::sync::Arc;
 use support::{ask, Answer, Op, ENGINES};
 
 /// A limiter for `policy` on `engine` with `bounds`, on a manual clock.
@@ -28,7 +29,7 @@ fn bounded(
     window: u64,
     engine: Engine,
     bounds: Bounds,
-) -> Box<dyn RateLimiter<u64>> {
+) -> Arc<dyn RateLimiter<u64>> {
     let config = Config::per_ticks(limit, window)
         .unwrap_or_else(|e| panic!("{policy} L={limit} W={window}: {e}"));
     build_bounded(policy, config, engine, ManualClock::new(0), bounds)
@@ -390,7 +391,7 @@ proptest! {
 /// many more would be (`retry_after` depends on where the grid starts).
 fn admits_and_remaining(answer: Answer) -> (bool, u64) {
     match answer {
-        Answer::Decision(decision) => (decision.allowed, decision.remaining),
+        Answer::Decision(decision) => (decision.allowed(), decision.remaining()),
         Answer::Remaining(remaining) => (remaining > 0, remaining),
     }
 }

@@ -37,24 +37,12 @@ const REGULAR_EVERY: u64 = 500;
 const COUNT_EVERY: u64 = 20_000;
 
 /// A new client's first answer.
-const FRESH: Decision = Decision {
-    allowed: true,
-    remaining: LIMIT - 1,
-    retry_after: 0,
-    delay: 0,
-    tick: floodgate::Tick::NANOSECOND,
-};
+const FRESH: Decision = Decision::admitted(LIMIT - 1);
 
 /// What one flood client must be answered when it found no room.
 fn expected_overflow(rule: Overflow, shared: Option<Decision>) -> Option<Decision> {
     match rule {
-        Overflow::Reject => Some(Decision {
-            allowed: false,
-            remaining: 0,
-            retry_after: WINDOW,
-            delay: 0,
-            tick: floodgate::Tick::NANOSECOND,
-        }),
+        Overflow::Reject => Some(Decision::rejected(0, WINDOW)),
         Overflow::Admit => Some(FRESH),
         Overflow::Shared => shared,
     }

@@ -107,7 +107,11 @@ where
         .route(
             "/decision",
             routing::get(|Extension(decision): Extension<Decision>| async move {
-                format!("remaining={} delay={}", decision.remaining, decision.delay)
+                format!(
+                    "remaining={} delay={}",
+                    decision.remaining(),
+                    decision.delay_ticks()
+                )
             }),
         )
         .layer(layer)
@@ -242,7 +246,7 @@ async fn rejections_can_be_problem_documents_or_the_users_own() {
     let layer = RateLimitLayer::new(limiter(), PeerIp::new()).on_rejected(|_: &Parts, decision| {
         Response::builder()
             .status(StatusCode::SERVICE_UNAVAILABLE)
-            .body(Bytes::from(format!("busy, {} left", decision.remaining)))
+            .body(Bytes::from(format!("busy, {} left", decision.remaining())))
             .unwrap()
     });
     let address = serve(app(layer)).await;
@@ -526,7 +530,7 @@ async fn the_shaper_sleeps_each_admissions_delay() {
         |request: Request<()>| async move {
             let decision = *request.extensions().get::<Decision>().unwrap();
             Ok::<_, Infallible>(Response::new(http_body_util::Full::new(Bytes::from(
-                decision.delay.to_string(),
+                decision.delay_ticks().to_string(),
             ))))
         },
     ));
@@ -663,4 +667,139 @@ async fn weighted_requests_spend_their_cost_at_once() {
         answer.header("ratelimit-policy"),
         Some(r#""default";q=1000000;qu="content-bytes";w=1"#)
     );
+}
+
+/// One GET of `path` carrying a body of `length` bytes (with its
+/// `Content-Length`), on a connection of its own.
+async fn get_with_body(address: SocketAddr, path: &str, length: usize) -> Answer {
+    let stream = TcpStream::connect(address).await.unwrap();
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let request = Request::get(path)
+        .header("host", "127.0.0.1")
+        .header("content-length", length)
+        .body(http_body_util::Full::new(Bytes::from(vec![b'x'; length])))
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    let (parts, body) = response.into_parts();
+    let body = body.collect().await.unwrap().to_bytes();
+    Answer {
+        status: parts.status,
+        headers: parts.headers,
+        body: String::from_utf8(body.to_vec()).unwrap(),
+    }
+}
+
+/// A body larger than a bytes limit can never pass: `413`, and no
+/// `Retry-After` or reset the limiter could not honour. A body that fits
+/// the limit but not what is left waits, as any request.
+#[tokio::test]
+async fn a_body_over_the_bytes_limit_is_413_without_a_retry_after() {
+    let limiter = Builder::new(PolicyKind::TokenBucket, 1_000, Duration::from_secs(1))
+        .clock(ManualClock::new(0))
+        .build::<IpAddr>()
+        .unwrap();
+    let address = serve(app(
+        RateLimitLayer::new(limiter, PeerIp::new()).cost_in_content_bytes()
+    ))
+    .await;
+    let too_large = get_with_body(address, "/", 5_000).await;
+    assert_eq!(too_large.status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(too_large.header("retry-after"), None);
+    assert_eq!(
+        too_large.body,
+        "Payload Too Large: the body's 5000 bytes are more than the limit of 1000\n"
+    );
+    assert_eq!(too_large.header("ratelimit"), Some(r#""default";r=1000"#));
+    let fits = get_with_body(address, "/", 600).await;
+    assert_eq!(fits.status, StatusCode::OK);
+    let later = get_with_body(address, "/", 600).await;
+    assert_eq!(later.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(later.header("retry-after"), Some("1"));
+}
+
+/// Any other cost above the limit: `429` with no `Retry-After`.
+#[tokio::test]
+async fn a_cost_above_the_limit_is_429_without_a_retry_after() {
+    let limiter = Builder::new(PolicyKind::Gcra, 10, Duration::from_secs(1))
+        .clock(ManualClock::new(0))
+        .build::<IpAddr>()
+        .unwrap();
+    let layer = RateLimitLayer::new(limiter, PeerIp::new()).cost(|parts| {
+        parts
+            .headers
+            .get("x-units")
+            .and_then(|units| units.to_str().ok()?.parse().ok())
+            .unwrap_or(1)
+    });
+    let address = serve(app(layer)).await;
+    let never = get_with(address, "/", &[("x-units", "11")]).await;
+    assert_eq!(never.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(never.header("retry-after"), None);
+    assert_eq!(
+        never.body,
+        "Too Many Requests: this request costs 11, more than the limit of 10: \
+         it can never be admitted\n"
+    );
+    assert_eq!(
+        get_with(address, "/", &[("x-units", "10")]).await.status,
+        StatusCode::OK
+    );
+}
+
+/// A registry that refuses unknown tiers answers a resolver's misspelt tier
+/// as the server's fault, with no rate-limit headers naming another tier.
+#[tokio::test]
+async fn an_unknown_tier_refused_is_the_servers_500() {
+    let tiers = Tiers::with_clock(
+        "free",
+        "fixed-window:2/1m".parse().unwrap(),
+        |key: &str| {
+            if key.starts_with("pro-") {
+                "premuim"
+            } else {
+                "free"
+            }
+        },
+        ManualClock::new(0),
+    )
+    .unwrap()
+    .with_tier("premium", "gcra:100/10s".parse().unwrap())
+    .unwrap()
+    .reject_unknown_tiers();
+    let address = serve(app(RateLimitLayer::new(tiers, Header::new("x-api-key")))).await;
+    let misspelt = get_with(address, "/", &[("x-api-key", "pro-1")]).await;
+    assert_eq!(misspelt.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(misspelt.header("retry-after"), None);
+    assert_eq!(misspelt.header("ratelimit"), None);
+    assert_eq!(misspelt.header("ratelimit-policy"), None);
+    let free = get_with(address, "/", &[("x-api-key", "anon")]).await;
+    assert_eq!(free.status, StatusCode::OK);
+}
+
+/// A server that gives no peer address is misconfigured, whatever the
+/// client sends: `500`, never a `400` that blames the client, and every
+/// request is answered so (the log names the fix, once).
+#[tokio::test]
+async fn a_server_without_peer_addresses_is_a_500() {
+    let limiter = Builder::new(PolicyKind::Gcra, 10, Duration::from_secs(1))
+        .clock(ManualClock::new(0))
+        .build::<IpAddr>()
+        .unwrap();
+    let app = app(RateLimitLayer::new(limiter.clone(), PeerIp::new()));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    // Served without `into_make_service_with_connect_info`.
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    for _ in 0..2 {
+        let answer = get(address, "/").await;
+        assert_eq!(answer.status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(
+            answer.body,
+            "Internal Server Error: the rate limiter cannot key requests: see the server's log\n"
+        );
+    }
+    assert_eq!(limiter.tracked_clients(), 0);
 }

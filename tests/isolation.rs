@@ -76,7 +76,7 @@ where
     assert_eq!(shared.tracked_clients(), CLIENTS, "{engine} {policy}");
     let rejected = together
         .iter()
-        .filter(|answer| matches!(answer, Answer::Decision(d) if !d.allowed))
+        .filter(|answer| matches!(answer, Answer::Decision(d) if !d.allowed()))
         .count();
     // The schedule must make clients reach their limits, or being alone
     // and being together could not differ.

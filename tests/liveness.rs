@@ -141,10 +141,10 @@ fn hammer(
                 };
                 publish(call);
                 let units = match call {
-                    0 => u64::from(limiter.check(&key).allowed),
+                    0 => u64::from(limiter.check(&key).allowed()),
                     1..=4 => {
                         let cost = [0, 1, limit, limit + 1][call - 1];
-                        if limiter.check_n(&key, cost).allowed {
+                        if limiter.check_n(&key, cost).allowed() {
                             cost
                         } else {
                             0
@@ -225,13 +225,11 @@ fn run_policy(policy: PolicyKind) {
         for (bounds_name, bounds) in bound_kinds() {
             for engine in [Engine::LockFree, Engine::Mutex] {
                 let case = format!("{policy} L = {limit}, {bounds_name}, {engine}");
-                let limiter: Arc<dyn RateLimiter<u64>> = Arc::from(
-                    Builder::new(policy, limit, WINDOW)
-                        .bounds(bounds)
-                        .engine(engine)
-                        .build::<u64>()
-                        .unwrap_or_else(|e| panic!("{case}: {e}")),
-                );
+                let limiter: Arc<dyn RateLimiter<u64>> = Builder::new(policy, limit, WINDOW)
+                    .bounds(bounds)
+                    .engine(engine)
+                    .build::<u64>()
+                    .unwrap_or_else(|e| panic!("{case}: {e}"));
                 let (admitted, elapsed) = hammer(&case, limiter, limit, None);
                 // An overflow that admits, or shares one state, admits
                 // clients beyond their own state's count.

@@ -25,7 +25,7 @@ fn bytes_per_client<P: Policy>(policy: P) -> f64 {
     let before = live_bytes::live_bytes();
     let limiter: Limiter<u64, P, _> = Limiter::with_clock(policy, ManualClock::new(0)).unwrap();
     for client in 0..CLIENTS {
-        assert!(limiter.check_at(&client, client).allowed);
+        assert!(limiter.check_at(&client, client).allowed());
     }
     let bytes = live_bytes::live_bytes() - before;
     drop(limiter);

@@ -27,15 +27,12 @@ fn check_n(client: &'static str, at: u64, cost: u64, answer: Decision) -> Step {
 /// A refused request with `remaining` left (a weighted request can be
 /// refused with some left).
 const fn refused(remaining: u64, retry_after: u64) -> Decision {
-    Decision {
-        remaining,
-        ..rejected(retry_after)
-    }
+    Decision::rejected(remaining, retry_after)
 }
 
 /// A request whose cost exceeds the limit: never admitted.
 const fn never(remaining: u64) -> Decision {
-    refused(remaining, u64::MAX)
+    Decision::never_admitted(remaining)
 }
 
 fn check(client: &'static str, at: u64, answer: Decision) -> Step {
@@ -829,18 +826,24 @@ fn a_check_reads_its_clock_once_and_is_decided_at_that_time() {
     let gcra = policy::Gcra::new(config).expect("a valid gcra quota");
     let limiter =
         Limiter::with_clock(gcra, Counting(Arc::clone(&count))).expect("a nanosecond clock");
-    assert!(limiter.check(&1).allowed, "new client, read at 0");
+    assert!(limiter.check(&1).allowed(), "new client, read at 0");
     assert_eq!(reads(), 1);
-    assert!(limiter.check(&1).allowed, "known client, read at 10");
+    assert!(limiter.check(&1).allowed(), "known client, read at 10");
     assert_eq!(reads(), 2);
     // Read at 20: the next admission is at 100, 80 ticks on, 30 past the
     // burst's tolerance. Had the clock been read twice, the time would be
     // 30 and the wait 20.
     let third = limiter.check(&1);
-    assert_eq!((third.allowed, third.retry_after), (false, 30));
+    assert_eq!(
+        (
+            third.allowed(),
+            third.retry_after_ticks().unwrap_or(u64::MAX)
+        ),
+        (false, 30)
+    );
     assert_eq!(reads(), 3);
     let through_the_trait: &dyn RateLimiter<u64> = &limiter;
-    assert!(through_the_trait.check(&2).allowed);
-    assert!(!through_the_trait.check_n(&1, 2).allowed);
+    assert!(through_the_trait.check(&2).allowed());
+    assert!(!through_the_trait.check_n(&1, 2).allowed());
     assert_eq!(reads(), 5);
 }

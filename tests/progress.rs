@@ -92,16 +92,14 @@ fn a_sliding_window_check_parked_across_a_rebuild_returns() {
             let clock = ParkingClock::default();
             let (found, resume) = (Arc::new(Barrier::new(2)), Arc::new(Barrier::new(2)));
             *clock.parked.lock().unwrap() = Some((Arc::clone(&found), Arc::clone(&resume)));
-            let limiter: Arc<dyn RateLimiter<str>> = Arc::from(
-                build_with::<str, _>(
-                    PolicyKind::SlidingWindow,
-                    Config::per_ticks(limit, 1_000).unwrap(),
-                    Engine::LockFree,
-                    clock.clone(),
-                )
-                .unwrap(),
-            );
-            assert!(limiter.check_at("hot", 0).allowed, "{case}");
+            let limiter: Arc<dyn RateLimiter<str>> = build_with::<str, _>(
+                PolicyKind::SlidingWindow,
+                Config::per_ticks(limit, 1_000).unwrap(),
+                Engine::LockFree,
+                clock.clone(),
+            )
+            .unwrap();
+            assert!(limiter.check_at("hot", 0).allowed(), "{case}");
             clock.armed.store(true, SeqCst);
             let parked = {
                 let limiter = Arc::clone(&limiter);
@@ -115,7 +113,7 @@ fn a_sliding_window_check_parked_across_a_rebuild_returns() {
             }
             let through_new = if forget { limit } else { limit + 1 };
             for window in 1..=through_new {
-                assert!(limiter.check_at("hot", window * 1_000).allowed, "{case}");
+                assert!(limiter.check_at("hot", window * 1_000).allowed(), "{case}");
             }
             if forget {
                 assert!(limiter.forget("hot"), "{case}");
@@ -129,8 +127,8 @@ fn a_sliding_window_check_parked_across_a_rebuild_returns() {
             // The last admission through the new entry left the window at
             // `now`: the parked check is admitted, with `L − 1` left, and
             // every later call sees that admission.
-            assert!(decision.allowed, "{case}: {decision:?}");
-            assert_eq!(decision.remaining, limit - 1, "{case}");
+            assert!(decision.allowed(), "{case}: {decision:?}");
+            assert_eq!(decision.remaining(), limit - 1, "{case}");
             assert_eq!(limiter.remaining_at("hot", now), limit - 1, "{case}");
         }
     }
@@ -184,7 +182,7 @@ fn a_straggler_parked_in_its_probe_returns() {
         )
         .unwrap(),
     );
-    assert!(limiter.check_at(&key("hot"), 0).allowed);
+    assert!(limiter.check_at(&key("hot"), 0).allowed());
     // The first table (64 slots, room 32) one claim short of a rebuild.
     for i in 0..31 {
         limiter.check_at(&key(&format!("filler-{i}")), 0);
@@ -204,14 +202,14 @@ fn a_straggler_parked_in_its_probe_returns() {
     let mut admitted = 0;
     for t in 1..=5u64 {
         for _ in 0..L {
-            admitted += u64::from(limiter.check_at(&key("hot"), t * 100).allowed);
+            admitted += u64::from(limiter.check_at(&key("hot"), t * 100).allowed());
         }
     }
     assert_eq!(admitted, 2 * 5, "L per window of 10 ticks, five windows");
     resume.wait();
     let decision = returns("the straggler's check", move || straggler.join().unwrap());
     // At 1,000 every admission (the last at 500) has left the window.
-    assert!(decision.allowed, "{decision:?}");
+    assert!(decision.allowed(), "{decision:?}");
     assert_eq!(limiter.remaining_at(&key("hot"), 1_000), L - 1);
 }
 
@@ -310,7 +308,7 @@ enum Panic {
 /// Checks `name` at 0 until one is refused: its burst is spent.
 fn spend<P: Policy>(limiter: &Limiter<PanicKey, P, ManualClock>, key: &PanicKey) {
     for _ in 0..1_000 {
-        if !limiter.check_at(key, 0).allowed {
+        if !limiter.check_at(key, 0).allowed() {
             return;
         }
     }
@@ -365,7 +363,10 @@ fn panic_mid_rebuild<P: Policy + 'static>(panic: Panic, resumed: bool) {
                 limiter.check_at(&victim, 0)
             })
         };
-        assert!(!victim.allowed, "{case}: the victim's spent burst is kept");
+        assert!(
+            !victim.allowed(),
+            "{case}: the victim's spent burst is kept"
+        );
         // A second rebuild and more: every insert returns.
         let later: Vec<PanicKey> = (0..200).map(|i| key(&format!("later-{i}"))).collect();
         let created = {
@@ -373,14 +374,14 @@ fn panic_mid_rebuild<P: Policy + 'static>(panic: Panic, resumed: bool) {
             returns(&format!("{case}: 200 new clients"), move || {
                 later
                     .iter()
-                    .filter(|k| limiter.check_at(k, 0).allowed)
+                    .filter(|k| limiter.check_at(k, 0).allowed())
                     .count()
             })
         };
         assert_eq!(created, 200, "{case}");
         let readmitted: Vec<&String> = names
             .iter()
-            .filter(|name| limiter.check_at(&key(name), 0).allowed)
+            .filter(|name| limiter.check_at(&key(name), 0).allowed())
             .collect();
         assert!(
             readmitted.is_empty(),
@@ -453,16 +454,14 @@ fn a_stuck_pin_keeps_no_other_limiters_tables_alive() {
     let clock = ParkingClock::default();
     let (found, resume) = (Arc::new(Barrier::new(2)), Arc::new(Barrier::new(2)));
     *clock.parked.lock().unwrap() = Some((Arc::clone(&found), Arc::clone(&resume)));
-    let stuck: Arc<dyn RateLimiter<str>> = Arc::from(
-        build_with::<str, _>(
-            PolicyKind::Gcra,
-            Config::per_ticks(5, 1_000).unwrap(),
-            Engine::LockFree,
-            clock.clone(),
-        )
-        .unwrap(),
-    );
-    assert!(stuck.check_at("parked", 0).allowed);
+    let stuck: Arc<dyn RateLimiter<str>> = build_with::<str, _>(
+        PolicyKind::Gcra,
+        Config::per_ticks(5, 1_000).unwrap(),
+        Engine::LockFree,
+        clock.clone(),
+    )
+    .unwrap();
+    assert!(stuck.check_at("parked", 0).allowed());
     clock.armed.store(true, SeqCst);
     let parked = {
         let stuck = Arc::clone(&stuck);
@@ -540,11 +539,11 @@ fn panic_elsewhere<P: Policy + 'static>() {
         "{case}: the place was given back"
     );
     assert!(
-        limiter.check_at(&victim, 0).allowed,
+        limiter.check_at(&victim, 0).allowed(),
         "{case}: a place for the victim"
     );
     assert!(
-        !limiter.check_at(&key("late"), 0).allowed,
+        !limiter.check_at(&key("late"), 0).allowed(),
         "{case}: the cap holds"
     );
     assert_eq!(limiter.tracked_clients(), 3, "{case}");
@@ -554,20 +553,26 @@ fn panic_elsewhere<P: Policy + 'static>() {
     PANIC_IN_EQ.with(|armed| armed.set(true));
     let compared = catch_unwind(AssertUnwindSafe(|| limiter.check_at(&victim, 0)));
     assert!(compared.is_err(), "{case}: the Eq panicked");
-    assert!(!limiter.check_at(&victim, 0).allowed, "{case}: still spent");
+    assert!(
+        !limiter.check_at(&victim, 0).allowed(),
+        "{case}: still spent"
+    );
     PANIC_IN_EQ.with(|armed| armed.set(true));
     let forgotten = catch_unwind(AssertUnwindSafe(|| limiter.forget(&victim)));
     PANIC_IN_EQ.with(|armed| armed.set(false));
     assert!(forgotten.is_err(), "{case}: the Eq panicked in forget");
     assert!(
-        !limiter.check_at(&victim, 0).allowed,
+        !limiter.check_at(&victim, 0).allowed(),
         "{case}: not forgotten"
     );
     assert!(
         limiter.forget(&victim),
         "{case}: forgotten once it does not panic"
     );
-    assert!(limiter.check_at(&victim, 0).allowed, "{case}: begun again");
+    assert!(
+        limiter.check_at(&victim, 0).allowed(),
+        "{case}: begun again"
+    );
     drop(victim);
 
     // Drop: a key that panics as the limiter drops it leaks no other.
@@ -575,7 +580,7 @@ fn panic_elsewhere<P: Policy + 'static>() {
     let mut doomed = key("doomed");
     doomed.drop_panics = Some(Arc::clone(&armed));
     assert!(limiter.forget(&key("a")));
-    assert!(limiter.check_at(&doomed, 0).allowed, "{case}");
+    assert!(limiter.check_at(&doomed, 0).allowed(), "{case}");
     drop(doomed);
     armed.store(true, SeqCst);
     let dropped = catch_unwind(AssertUnwindSafe(|| drop(limiter)));
@@ -628,7 +633,7 @@ fn a_panic_in_the_clock_costs_only_its_call() {
             clock.clone(),
         )
         .unwrap();
-        assert!(limiter.check("known").allowed, "{policy}");
+        assert!(limiter.check("known").allowed(), "{policy}");
         for key in ["known", "new"] {
             clock.armed.store(true, SeqCst);
             let checked = catch_unwind(AssertUnwindSafe(|| limiter.check(key)));
@@ -639,7 +644,7 @@ fn a_panic_in_the_clock_costs_only_its_call() {
         }
         assert_eq!(limiter.peek("new"), None, "{policy}: not created");
         assert_eq!(limiter.remaining("known"), 1, "{policy}: one of two spent");
-        assert!(limiter.check("known").allowed, "{policy}");
-        assert!(!limiter.check("known").allowed, "{policy}");
+        assert!(limiter.check("known").allowed(), "{policy}");
+        assert!(!limiter.check("known").allowed(), "{policy}");
     }
 }

@@ -62,7 +62,7 @@ fn a_stale_call_after_a_reload_gets_no_more_than_at_the_latest_time() {
             assert_eq!(tiers.remaining_at(&key, 0), L, "{policy}");
             assert_eq!(drain(&tiers, &key, 1_000), L, "{policy}");
             tiers.reload(TIER, spec(policy, new_limit, W)).unwrap();
-            let stale = u64::from(tiers.check_at(&key, 999).allowed);
+            let stale = u64::from(tiers.check_at(&key, 999).allowed());
             let at_latest = drain(&tiers, &key, 1_000);
             let later = drain(&tiers, &key, 1_999);
             let (total, allowed) = (
@@ -111,10 +111,10 @@ fn a_stale_call_after_a_sweep_starts_where_the_sweep_judged() {
             )
             .unwrap();
             let context = format!("{policy} on {engine}");
-            assert!(limiter.check_at(&0, 0).allowed, "{context}");
+            assert!(limiter.check_at(&0, 0).allowed(), "{context}");
             // The 64th new client sweeps first, at 1000: client 0 is idle.
             for newcomer in 1..=64 {
-                assert!(limiter.check_at(&newcomer, 1_000).allowed, "{context}");
+                assert!(limiter.check_at(&newcomer, 1_000).allowed(), "{context}");
             }
             assert_eq!(limiter.tracked_clients(), 64, "{context}: 0 was evicted");
             let mut stale = limiter.check_at(&0, 999);
@@ -126,7 +126,7 @@ fn a_stale_call_after_a_sweep_starts_where_the_sweep_judged() {
             }
             let probe = limiter.check_at(&0, 1_999);
             let next = limiter.check_at(&0, 2_000);
-            if !stale.allowed || probe != rejected(1) || !next.allowed {
+            if !stale.allowed() || probe != rejected(1) || !next.allowed() {
                 wrong.push(format!(
                     "{context}: at 999 {stale:?}, then at 1999 {probe:?}, at 2000 {next:?} \
                      (the admission at 999 counts as made at 1000)"
@@ -148,7 +148,7 @@ fn an_identical_reload_keeps_the_spent_requests_where_they_were() {
     assert_eq!(tiers.check_at(&1, 950), rejected(50));
     tiers.reload(TIER, rule).unwrap();
     assert_eq!(tiers.check_at(&1, 950), rejected(50));
-    assert!(tiers.check_at(&1, 1_000).allowed);
+    assert!(tiers.check_at(&1, 1_000).allowed());
 }
 
 /// Every policy: a registry reloaded with its own rule, again and again,
@@ -400,7 +400,7 @@ fn a_stale_carry_over_onto_another_interval_or_a_lower_limit_gives_nothing_back(
             let tiers = single_tier(rule, ManualClock::new(0));
             assert_eq!(tiers.remaining_at(&1, 0), rule.config().limit());
             for &at in admitted {
-                assert!(tiers.check_at(&1, at).allowed);
+                assert!(tiers.check_at(&1, at).allowed());
             }
             for &reload in &reloads {
                 // Each carried over at the latest admission, but the last.
@@ -408,7 +408,7 @@ fn a_stale_carry_over_onto_another_interval_or_a_lower_limit_gives_nothing_back(
                 tiers.reload(TIER, reload).unwrap();
             }
             if let Some(at) = stale {
-                assert!(!tiers.check_at(&1, at).allowed);
+                assert!(!tiers.check_at(&1, at).allowed());
             }
             tiers.check_at(&1, probe)
         };
@@ -439,14 +439,14 @@ fn a_stale_call_after_an_empty_carry_over_counts_at_the_carry_over() {
         spec(PolicyKind::SlidingWindow, 1, 1_000),
         ManualClock::new(0),
     );
-    assert!(tiers.check_at(&1, 0).allowed);
+    assert!(tiers.check_at(&1, 0).allowed());
     tiers
         .reload(TIER, spec(PolicyKind::SlidingWindow, 1, 1_001))
         .unwrap();
     // Carried over at 1000: the admission at 0 has left the window.
     assert_eq!(tiers.remaining_at(&1, 1_000), 1);
     let stale = tiers.check_at(&1, 999);
-    assert!(stale.allowed);
+    assert!(stale.allowed());
     assert_eq!(
         tiers.check_at(&1, 2_000),
         rejected(1),

@@ -80,7 +80,7 @@ fn exact_options(prefix: &str) -> RedisOptions {
         .rejection_cache(0)
 }
 
-fn in_memory(policy: PolicyKind, config: Config) -> Box<dyn RateLimiter<str>> {
+fn in_memory(policy: PolicyKind, config: Config) -> Arc<dyn RateLimiter<str>> {
     build_with::<str, _>(
         policy,
         config,
@@ -132,14 +132,20 @@ fn spec_examples(url: &str) {
         limiter: &sliding,
         prefix: prefix.clone(),
     };
-    assert!(sliding.try_check_at("rahul", 0).unwrap().allowed);
-    assert!(sliding.try_check_at("rahul", 100).unwrap().allowed);
-    assert!(sliding.try_check_at("rahul", 200).unwrap().allowed);
+    assert!(sliding.try_check_at("rahul", 0).unwrap().allowed());
+    assert!(sliding.try_check_at("rahul", 100).unwrap().allowed());
+    assert!(sliding.try_check_at("rahul", 200).unwrap().allowed());
     let fourth = sliding.try_check_at("rahul", 300).unwrap();
-    assert_eq!((fourth.allowed, fourth.retry_after), (false, 700));
-    assert!(sliding.try_check_at("priya", 300).unwrap().allowed);
+    assert_eq!(
+        (
+            fourth.allowed(),
+            fourth.retry_after_ticks().unwrap_or(u64::MAX)
+        ),
+        (false, 700)
+    );
+    assert!(sliding.try_check_at("priya", 300).unwrap().allowed());
     assert_eq!(sliding.try_remaining_at("rahul", 999).unwrap(), 0);
-    assert!(sliding.try_check_at("rahul", 1_000).unwrap().allowed);
+    assert!(sliding.try_check_at("rahul", 1_000).unwrap().allowed());
     assert_eq!(sliding.try_remaining_at("rahul", 1_150).unwrap(), 1);
 
     let bucket = RedisLimiter::new(
@@ -149,12 +155,18 @@ fn spec_examples(url: &str) {
         exact_options(&prefix),
     )
     .unwrap();
-    assert!(bucket.try_check_at("app", 0).unwrap().allowed);
-    assert!(bucket.try_check_at("app", 10).unwrap().allowed);
+    assert!(bucket.try_check_at("app", 0).unwrap().allowed());
+    assert!(bucket.try_check_at("app", 10).unwrap().allowed());
     let third = bucket.try_check_at("app", 20).unwrap();
-    assert_eq!((third.allowed, third.retry_after), (false, 480));
+    assert_eq!(
+        (
+            third.allowed(),
+            third.retry_after_ticks().unwrap_or(u64::MAX)
+        ),
+        (false, 480)
+    );
     assert_eq!(bucket.try_remaining_at("app", 499).unwrap(), 0);
-    assert!(bucket.try_check_at("app", 500).unwrap().allowed);
+    assert!(bucket.try_check_at("app", 500).unwrap().allowed());
     assert_eq!(bucket.try_remaining_at("app", 2_000).unwrap(), 2);
 }
 
@@ -440,13 +452,13 @@ fn time_backwards(policy: PolicyKind, traces: usize) {
             let Some((origin, m)) = clients[client] else {
                 clients[client] = Some((now, now));
                 if let (Some(decision), _) = run(&redis, call) {
-                    assert!(decision.allowed, "first call rejected; {}", context());
+                    assert!(decision.allowed(), "first call rejected; {}", context());
                 }
                 continue;
             };
             if now >= m {
                 if let (Some(decision), _) = run(&redis, call) {
-                    if decision.allowed {
+                    if decision.allowed() {
                         clients[client] = Some((origin, now));
                     }
                 }
@@ -472,10 +484,10 @@ fn time_backwards(policy: PolicyKind, traces: usize) {
                         context()
                     );
                 }
-                (Some(decision), _) if decision.allowed => {
+                (Some(decision), _) if decision.allowed() => {
                     let at_latest = twin.try_check_at(&key, m).unwrap();
                     assert!(
-                        at_latest.allowed,
+                        at_latest.allowed(),
                         "admitted ({decision:?}), but rejected at the latest time {m} \
                          ({at_latest:?}); {}",
                         context()
@@ -616,7 +628,7 @@ fn batched_checks_answer_as_checks_sent_one_by_one() {
             }
         };
         let traces: Vec<Trace> = (0..TASKS).map(|_| trace(policy, &mut rng)).collect();
-        let memory: Arc<dyn RateLimiter<str>> = Arc::from(in_memory(policy, config));
+        let memory: Arc<dyn RateLimiter<str>> = in_memory(policy, config);
         runtime.block_on(async {
             let redis = AsyncRedisLimiter::new(&url, policy, config, exact_options("batched"))
                 .await
@@ -741,8 +753,9 @@ fn batched_checks_of_one_client_admit_exactly_the_limit() {
                     tokio::spawn(async move {
                         let mut admitted = 0;
                         for _ in 0..10 {
-                            admitted +=
-                                u64::from(redis.try_check_at("one", 1_000).await.unwrap().allowed);
+                            admitted += u64::from(
+                                redis.try_check_at("one", 1_000).await.unwrap().allowed(),
+                            );
                         }
                         admitted
                     })
@@ -876,18 +889,19 @@ fn cache_differential(policy: PolicyKind, traces: usize) {
             );
             if answered_locally {
                 local += 1;
-                assert!(!expected.allowed, "admitted by Redis: {context}");
-                assert!(!got.allowed, "{context}");
-                assert_eq!(got.delay, 0, "{context}");
+                assert!(!expected.allowed(), "admitted by Redis: {context}");
+                assert!(!got.allowed(), "{context}");
+                assert_eq!(got.delay_ticks(), 0, "{context}");
                 assert!(
-                    (1..=expected.retry_after).contains(&got.retry_after),
+                    (1..=expected.retry_after_ticks().unwrap_or(u64::MAX))
+                        .contains(&got.retry_after_ticks().unwrap_or(u64::MAX)),
                     "retry_after {} past Redis's {}: {context}",
-                    got.retry_after,
-                    expected.retry_after
+                    got.retry_after_ticks().unwrap_or(u64::MAX),
+                    expected.retry_after_ticks().unwrap_or(u64::MAX)
                 );
-                assert!(got.remaining < cost, "{context}");
+                assert!(got.remaining() < cost, "{context}");
                 if cost == 1 {
-                    assert_eq!(got.remaining, expected.remaining, "{context}");
+                    assert_eq!(got.remaining(), expected.remaining(), "{context}");
                 }
             } else {
                 assert_eq!(got, expected, "{context}");
@@ -954,16 +968,23 @@ fn on_redis_clock_the_cache_rejects_no_longer_than_redis() {
                 let (arrived, d) = last.expect("a cached rejection follows one from Redis");
                 let since =
                     i128::try_from(before.saturating_duration_since(arrived).as_micros()).unwrap();
-                assert!(!decision.allowed);
-                assert!(decision.retry_after >= 1, "{policy}: {decision:?}");
+                assert!(!decision.allowed());
                 assert!(
-                    i128::from(decision.retry_after) <= i128::from(d) - since,
+                    decision.retry_after_ticks().unwrap_or(u64::MAX) >= 1,
+                    "{policy}: {decision:?}"
+                );
+                assert!(
+                    i128::from(decision.retry_after_ticks().unwrap_or(u64::MAX))
+                        <= i128::from(d) - since,
                     "{policy}: {decision:?} past Redis's {d} µs, {since} µs after it"
                 );
-            } else if decision.allowed {
+            } else if decision.allowed() {
                 admitted += 1;
             } else {
-                last = Some((Instant::now(), decision.retry_after));
+                last = Some((
+                    Instant::now(),
+                    decision.retry_after_ticks().unwrap_or(u64::MAX),
+                ));
             }
         }
         cached.clear_prefix(&prefix).unwrap();
@@ -998,9 +1019,9 @@ fn the_rejection_cache_stays_under_its_cap_while_100000_flooders_pass() {
             scope.spawn(move || {
                 for id in (thread..FLOODERS).step_by(THREADS as usize) {
                     let key = format!("flooder-{id}");
-                    assert!(limiter.try_check_at(&key, id).unwrap().allowed);
-                    assert!(!limiter.try_check_at(&key, id).unwrap().allowed);
-                    assert!(!limiter.try_check_at(&key, id + 1).unwrap().allowed);
+                    assert!(limiter.try_check_at(&key, id).unwrap().allowed());
+                    assert!(!limiter.try_check_at(&key, id).unwrap().allowed());
+                    assert!(!limiter.try_check_at(&key, id + 1).unwrap().allowed());
                     assert!(limiter.cached_rejections() <= cap);
                 }
             });
@@ -1025,13 +1046,13 @@ fn the_rejection_cache_stays_under_its_cap_while_100000_flooders_pass() {
     .unwrap();
     for id in 0..1_000 {
         let key = format!("frozen-{id}");
-        assert!(small.try_check_at(&key, 5).unwrap().allowed);
-        assert!(!small.try_check_at(&key, 5).unwrap().allowed);
+        assert!(small.try_check_at(&key, 5).unwrap().allowed());
+        assert!(!small.try_check_at(&key, 5).unwrap().allowed());
         assert!(small.cached_rejections() <= 100);
     }
     assert_eq!(small.cached_rejections(), 100);
-    assert!(!small.try_check_at("frozen-999", 6).unwrap().allowed);
-    assert!(!small.try_check_at("frozen-0", 6).unwrap().allowed);
+    assert!(!small.try_check_at("frozen-999", 6).unwrap().allowed());
+    assert!(!small.try_check_at("frozen-0", 6).unwrap().allowed());
 }
 
 #[test]
@@ -1046,20 +1067,26 @@ fn forget_drops_the_cached_rejection_and_the_cache_can_be_turned_off() {
         limiter: &limiter,
         prefix: prefix.clone(),
     };
-    assert!(limiter.try_check_at("f", 0).unwrap().allowed);
-    assert!(!limiter.try_check_at("f", 1).unwrap().allowed);
+    assert!(limiter.try_check_at("f", 0).unwrap().allowed());
+    assert!(!limiter.try_check_at("f", 1).unwrap().allowed());
     assert_eq!(limiter.answered_locally(), 0);
     let cached = limiter.try_check_at("f", 2).unwrap();
     assert_eq!(limiter.answered_locally(), 1);
-    assert_eq!((cached.allowed, cached.retry_after), (false, 998));
+    assert_eq!(
+        (
+            cached.allowed(),
+            cached.retry_after_ticks().unwrap_or(u64::MAX)
+        ),
+        (false, 998)
+    );
     // Weighted: a rejection of cost 1 covers every larger cost.
-    assert!(!limiter.try_check_n_at("f", 3, 1).unwrap().allowed);
+    assert!(!limiter.try_check_n_at("f", 3, 1).unwrap().allowed());
     assert_eq!(limiter.answered_locally(), 2);
     // Time that steps back goes to Redis.
-    assert!(!limiter.try_check_at("f", 0).unwrap().allowed);
+    assert!(!limiter.try_check_at("f", 0).unwrap().allowed());
     assert_eq!(limiter.answered_locally(), 2);
     assert!(limiter.try_forget("f").unwrap());
-    assert!(limiter.try_check_at("f", 4).unwrap().allowed);
+    assert!(limiter.try_check_at("f", 4).unwrap().allowed());
     assert_eq!(limiter.cached_rejections(), 0);
 
     let off = RedisLimiter::new(
@@ -1070,7 +1097,7 @@ fn forget_drops_the_cached_rejection_and_the_cache_can_be_turned_off() {
     )
     .unwrap();
     for now in 0..5 {
-        assert_eq!(off.try_check_at("g", now).unwrap().allowed, now == 0);
+        assert_eq!(off.try_check_at("g", now).unwrap().allowed(), now == 0);
     }
     assert_eq!((off.answered_locally(), off.cached_rejections()), (0, 0));
 
@@ -1088,13 +1115,19 @@ fn forget_drops_the_cached_rejection_and_the_cache_can_be_turned_off() {
         )
         .await
         .unwrap();
-        assert!(limiter.try_check_at("a", 0).await.unwrap().allowed);
-        assert!(!limiter.try_check_at("a", 10).await.unwrap().allowed);
+        assert!(limiter.try_check_at("a", 0).await.unwrap().allowed());
+        assert!(!limiter.try_check_at("a", 10).await.unwrap().allowed());
         let cached = limiter.try_check_at("a", 20).await.unwrap();
-        assert_eq!((cached.allowed, cached.retry_after), (false, 980));
+        assert_eq!(
+            (
+                cached.allowed(),
+                cached.retry_after_ticks().unwrap_or(u64::MAX)
+            ),
+            (false, 980)
+        );
         assert_eq!(limiter.answered_locally(), 1);
         assert!(limiter.try_forget("a").await.unwrap());
-        assert!(limiter.try_check_at("a", 30).await.unwrap().allowed);
+        assert!(limiter.try_check_at("a", 30).await.unwrap().allowed());
     });
 }
 
@@ -1343,7 +1376,7 @@ fn child_checks_the_shared_client(spec: &str) {
                     let limiter = Arc::clone(&limiter);
                     scope.spawn(move || {
                         (0..CHECKS_PER_THREAD)
-                            .filter(|_| limiter.try_check_at("shared", 7).unwrap().allowed)
+                            .filter(|_| limiter.try_check_at("shared", 7).unwrap().allowed())
                             .count() as u64
                     })
                 })
@@ -1507,8 +1540,8 @@ fn keys_expire_exactly_when_the_state_answers_as_an_empty_one() {
     )
     .unwrap();
     let started = Instant::now();
-    assert!(limiter.try_check_at("rejected", 0).unwrap().allowed);
-    assert!(!limiter.try_check_at("rejected", 3_000).unwrap().allowed);
+    assert!(limiter.try_check_at("rejected", 0).unwrap().allowed());
+    assert!(!limiter.try_check_at("rejected", 3_000).unwrap().allowed());
     assert_ttl(&mut connection, &limiter.key("rejected"), 10_000, started);
     // The least TTL raises short ones, and makes `remaining` store a new
     // client (so its origin holds).
@@ -1560,7 +1593,7 @@ fn a_least_ttl_past_the_longest_is_the_longest() {
         .unwrap();
         let since = Instant::now();
         let admitted: Vec<bool> = (0..3)
-            .map(|_| limiter.try_check_at("c", 10).unwrap().allowed)
+            .map(|_| limiter.try_check_at("c", 10).unwrap().allowed())
             .collect();
         assert_eq!(admitted, [true, true, false], "{policy}");
         assert_ttl(&mut connection, &limiter.key("c"), LONGEST_MS, since);
@@ -1587,7 +1620,7 @@ fn an_idle_client_expires_and_comes_back_as_a_new_one() {
     };
     let mut connection = inspect(&url);
     let key = limiter.key("idle");
-    assert!(limiter.try_check("idle").unwrap().allowed);
+    assert!(limiter.try_check("idle").unwrap().allowed());
     let ttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut connection).unwrap();
     assert!((1..=50).contains(&ttl), "PTTL {ttl}");
     // Poll until Redis drops the key; the deadline only turns a hang into a
@@ -1608,13 +1641,7 @@ fn an_idle_client_expires_and_comes_back_as_a_new_one() {
     let back = limiter.try_check("idle").unwrap();
     assert_eq!(
         back,
-        Decision {
-            allowed: true,
-            remaining: 0,
-            retry_after: 0,
-            delay: 0,
-            tick: floodgate::Tick::MICROSECOND,
-        }
+        Decision::admitted(0).with_tick(floodgate::Tick::MICROSECOND)
     );
     assert_eq!(limiter.try_tracked_clients().unwrap(), 1);
 }
@@ -1739,7 +1766,7 @@ fn each_fault_rule_answers_while_redis_is_down_and_traffic_resumes_after_a_resta
             })
             .collect();
     for (rule, limiter) in &limiters {
-        assert!(limiter.check_at("a", 0).allowed, "{rule:?}");
+        assert!(limiter.check_at("a", 0).allowed(), "{rule:?}");
         assert_eq!(limiter.faults(), 0);
     }
     server.stop();
@@ -1757,13 +1784,7 @@ fn each_fault_rule_answers_while_redis_is_down_and_traffic_resumes_after_a_resta
                 for answer in &answers {
                     assert_eq!(
                         *answer,
-                        Decision {
-                            allowed: false,
-                            remaining: 0,
-                            retry_after: 200,
-                            delay: 0,
-                            tick: floodgate::Tick::MILLISECOND,
-                        }
+                        Decision::rejected(0, 200).with_tick(floodgate::Tick::MILLISECOND)
                     );
                 }
                 assert_eq!(limiter.remaining_at("a", 1), 0);
@@ -1772,13 +1793,7 @@ fn each_fault_rule_answers_while_redis_is_down_and_traffic_resumes_after_a_resta
                 for answer in &answers {
                     assert_eq!(
                         *answer,
-                        Decision {
-                            allowed: true,
-                            remaining: 2,
-                            retry_after: 0,
-                            delay: 0,
-                            tick: floodgate::Tick::MILLISECOND,
-                        }
+                        Decision::admitted(2).with_tick(floodgate::Tick::MILLISECOND)
                     );
                 }
                 assert_eq!(limiter.remaining_at("a", 1), 2);
@@ -1786,9 +1801,9 @@ fn each_fault_rule_answers_while_redis_is_down_and_traffic_resumes_after_a_resta
             // The local limiter has never seen "a": a burst of 2, then one
             // per 500 ms.
             _ => {
-                let allowed: Vec<bool> = answers.iter().map(|d| d.allowed).collect();
+                let allowed: Vec<bool> = answers.iter().map(|d| d.allowed()).collect();
                 assert_eq!(allowed, [true, true, false]);
-                assert_eq!(answers[2].retry_after, 500);
+                assert_eq!(answers[2].retry_after_ticks().unwrap_or(u64::MAX), 500);
                 assert_eq!(limiter.remaining_at("a", 1), 0);
             }
         }
@@ -1800,13 +1815,7 @@ fn each_fault_rule_answers_while_redis_is_down_and_traffic_resumes_after_a_resta
         let decision = until_ok(|| limiter.try_check_at("a", 2));
         assert_eq!(
             decision,
-            Decision {
-                allowed: true,
-                remaining: 1,
-                retry_after: 0,
-                delay: 0,
-                tick: floodgate::Tick::MILLISECOND,
-            },
+            Decision::admitted(1).with_tick(floodgate::Tick::MILLISECOND),
             "{rule:?}"
         );
         assert_eq!(limiter.try_remaining_at("a", 2).unwrap(), 1);
@@ -1828,7 +1837,7 @@ fn a_stalled_redis_times_out_and_the_call_is_not_sent_again() {
         fault_options(OnFailure::FailClosed).connections(1),
     )
     .unwrap();
-    assert!(limiter.try_check_at("s", 0).unwrap().allowed);
+    assert!(limiter.try_check_at("s", 0).unwrap().allowed());
     server.signal("-STOP");
     let result = limiter.try_check_at("s", 0);
     assert!(matches!(result, Err(RedisError::Timeout)), "{result:?}");
@@ -1838,9 +1847,9 @@ fn a_stalled_redis_times_out_and_the_call_is_not_sent_again() {
     let remaining = until_ok(|| limiter.try_remaining_at("s", 0));
     assert_eq!(remaining, 3);
     for _ in 0..3 {
-        assert!(limiter.try_check_at("s", 0).unwrap().allowed);
+        assert!(limiter.try_check_at("s", 0).unwrap().allowed());
     }
-    assert!(!limiter.try_check_at("s", 0).unwrap().allowed);
+    assert!(!limiter.try_check_at("s", 0).unwrap().allowed());
 }
 
 /// Four checks are in flight on a stopped server, holding every batch's
@@ -1862,7 +1871,7 @@ fn a_batched_check_whose_caller_gave_up_before_it_was_sent_is_not_sent() {
         )
         .await
         .unwrap();
-        assert!(limiter.try_check_at("s", 0).await.unwrap().allowed);
+        assert!(limiter.try_check_at("s", 0).await.unwrap().allowed());
         server.signal("-STOP");
         // Far apart, so that each goes out alone and takes a place.
         let mut in_flight = Vec::new();
@@ -1922,7 +1931,7 @@ fn the_async_limiter_fails_by_its_rule_and_reconnects_on_its_own() {
         )
         .await
         .unwrap();
-        assert!(limiter.check_at("a", 0).await.allowed);
+        assert!(limiter.check_at("a", 0).await.allowed());
         server.stop();
         let error = limiter.try_check_at("a", 1).await.unwrap_err();
         assert!(
@@ -1931,13 +1940,7 @@ fn the_async_limiter_fails_by_its_rule_and_reconnects_on_its_own() {
         );
         assert_eq!(
             limiter.check_at("a", 1).await,
-            Decision {
-                allowed: false,
-                remaining: 0,
-                retry_after: 200,
-                delay: 0,
-                tick: floodgate::Tick::MILLISECOND,
-            }
+            Decision::rejected(0, 200).with_tick(floodgate::Tick::MILLISECOND)
         );
         assert_eq!(limiter.faults(), 1);
         server.restart();
@@ -1951,13 +1954,7 @@ fn the_async_limiter_fails_by_its_rule_and_reconnects_on_its_own() {
         };
         assert_eq!(
             decision,
-            Decision {
-                allowed: true,
-                remaining: 1,
-                retry_after: 0,
-                delay: 0,
-                tick: floodgate::Tick::MILLISECOND,
-            }
+            Decision::admitted(1).with_tick(floodgate::Tick::MILLISECOND)
         );
     });
 }
@@ -2161,7 +2158,10 @@ fn through_a_cluster_the_contract_traces_give_one_redis_answers() {
     )
     .unwrap();
     for id in 0..300 {
-        assert!(limiter.try_check_at(&format!("k{id}"), 0).unwrap().allowed);
+        assert!(limiter
+            .try_check_at(&format!("k{id}"), 0)
+            .unwrap()
+            .allowed());
     }
     assert_eq!(limiter.try_tracked_clients().unwrap(), 300);
     assert!(
@@ -2249,7 +2249,7 @@ fn a_slot_migration_under_traffic_loses_nothing_and_counts_nothing_twice() {
                         let decision = limiter
                             .try_check_at(&format!("c{client}"), 0)
                             .unwrap_or_else(|e| panic!("a call failed during the reshard: {e}"));
-                        assert!(decision.allowed);
+                        assert!(decision.allowed());
                         counts[client].fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                         calls += 1;
                     }
@@ -2319,19 +2319,17 @@ fn a_killed_cluster_node_fails_by_the_rule_and_traffic_resumes() {
     });
     let clients: Vec<String> = (0..30).map(|id| format!("n{id}")).collect();
     for client in &clients {
-        assert!(limiter.try_check_at(client, 0).unwrap().allowed);
-        assert!(
-            runtime
-                .block_on(async_limiter.try_check_at(client, 0))
-                .unwrap()
-                .allowed
-        );
+        assert!(limiter.try_check_at(client, 0).unwrap().allowed());
+        assert!(runtime
+            .block_on(async_limiter.try_check_at(client, 0))
+            .unwrap()
+            .allowed());
     }
     cluster.stop(2);
     let mut lost = Vec::new();
     for client in &clients {
         match limiter.try_check_at(client, 1) {
-            Ok(decision) => assert!(decision.allowed),
+            Ok(decision) => assert!(decision.allowed()),
             Err(error) => {
                 assert!(
                     matches!(error, RedisError::Unavailable(_) | RedisError::Timeout),
@@ -2345,12 +2343,19 @@ fn a_killed_cluster_node_fails_by_the_rule_and_traffic_resumes() {
     let faults = limiter.faults();
     let decision = limiter.check_at(&lost[0], 1);
     assert_eq!(
-        (decision.allowed, decision.retry_after, limiter.faults()),
+        (
+            decision.allowed(),
+            decision.retry_after_ticks().unwrap_or(u64::MAX),
+            limiter.faults()
+        ),
         (false, 200, faults + 1),
         "the fault rule answers"
     );
     let async_decision = runtime.block_on(async_limiter.check_at(&lost[0], 1));
-    assert_eq!((async_decision.allowed, async_limiter.faults()), (false, 1));
+    assert_eq!(
+        (async_decision.allowed(), async_limiter.faults()),
+        (false, 1)
+    );
 
     cluster.spawn(2);
     cluster.wait_until_ok();
@@ -2358,7 +2363,7 @@ fn a_killed_cluster_node_fails_by_the_rule_and_traffic_resumes() {
         // The node came back empty: its clients are new again.
         let decision = until_ok(|| limiter.try_check_at(client, 2));
         assert_eq!(
-            (decision.allowed, decision.remaining),
+            (decision.allowed(), decision.remaining()),
             (true, 999),
             "{client}"
         );
@@ -2368,7 +2373,7 @@ fn a_killed_cluster_node_fails_by_the_rule_and_traffic_resumes() {
         loop {
             match async_limiter.try_check_at(&lost[0], 2).await {
                 Ok(decision) => {
-                    assert!(decision.allowed);
+                    assert!(decision.allowed());
                     break;
                 }
                 Err(error) => assert!(Instant::now() < deadline, "never recovered: {error}"),

@@ -11,6 +11,7 @@
 //! more than `L` sliding-window admissions.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::sync::Barrier;
 use std::thread;
 
@@ -35,7 +36,7 @@ fn frozen(
     limit: u64,
     window: u64,
     now: u64,
-) -> Box<dyn RateLimiter<u64>> {
+) -> Arc<dyn RateLimiter<u64>> {
     let config = Config::per_ticks(limit, window).expect("a valid config");
     build_with(policy, config, engine, ManualClock::new(now)).expect("a valid config")
 }
@@ -81,11 +82,14 @@ fn one_hot_client_admits_exactly_the_limit() {
                 (0..CALLS)
                     .map(|_| limiter.check(&42))
                     .filter(|decision| {
-                        if !decision.allowed {
-                            assert!(decision.retry_after > 0, "{decision:?}");
-                            assert_eq!(decision.remaining, 0, "{decision:?}");
+                        if !decision.allowed() {
+                            assert!(
+                                decision.retry_after_ticks().unwrap_or(u64::MAX) > 0,
+                                "{decision:?}"
+                            );
+                            assert_eq!(decision.remaining(), 0, "{decision:?}");
                         }
-                        decision.allowed
+                        decision.allowed()
                     })
                     .collect::<Vec<_>>()
             })
@@ -97,10 +101,10 @@ fn one_hot_client_admits_exactly_the_limit() {
             assert_eq!(limiter.remaining(&42), 0, "{context}");
             assert!(!limiter.allow(&42), "{context}");
 
-            let mut remaining: Vec<u64> = admitted.iter().map(|d| d.remaining).collect();
+            let mut remaining: Vec<u64> = admitted.iter().map(|d| d.remaining()).collect();
             remaining.sort_unstable();
             assert_eq!(remaining, (0..LIMIT).collect::<Vec<_>>(), "{context}");
-            let mut delays: Vec<u64> = admitted.iter().map(|d| d.delay).collect();
+            let mut delays: Vec<u64> = admitted.iter().map(|d| d.delay_ticks()).collect();
             delays.sort_unstable();
             let expected: Vec<u64> = if policy == PolicyKind::LeakyBucket {
                 let interval = LONG_WINDOW / LIMIT;
@@ -140,7 +144,7 @@ fn weighted_requests_on_one_hot_client_admit_exactly_the_limit() {
                 loop {
                     let decision = limiter.check_n(&42, 1);
                     made.push((1, decision));
-                    if !decision.allowed {
+                    if !decision.allowed() {
                         break made;
                     }
                 }
@@ -149,28 +153,34 @@ fn weighted_requests_on_one_hot_client_admit_exactly_the_limit() {
             let calls: Vec<(u64, Decision)> = calls.into_iter().flatten().collect();
             let units: u64 = calls
                 .iter()
-                .filter(|(_, d)| d.allowed)
+                .filter(|(_, d)| d.allowed())
                 .map(|(cost, _)| cost)
                 .sum();
             assert_eq!(units, LIMIT, "{context}");
             assert_eq!(limiter.remaining(&42), 0, "{context}");
-            for (cost, decision) in calls.iter().filter(|(_, d)| !d.allowed) {
-                assert!(decision.remaining < *cost, "{context}: {cost} {decision:?}");
-                assert!(decision.retry_after > 0, "{context}: {decision:?}");
+            for (cost, decision) in calls.iter().filter(|(_, d)| !d.allowed()) {
+                assert!(
+                    decision.remaining() < *cost,
+                    "{context}: {cost} {decision:?}"
+                );
+                assert!(
+                    decision.retry_after_ticks().unwrap_or(u64::MAX) > 0,
+                    "{context}: {decision:?}"
+                );
             }
             let mut admitted: Vec<(u64, Decision)> =
-                calls.into_iter().filter(|(_, d)| d.allowed).collect();
-            admitted.sort_unstable_by_key(|(_, d)| std::cmp::Reverse(d.remaining));
+                calls.into_iter().filter(|(_, d)| d.allowed()).collect();
+            admitted.sort_unstable_by_key(|(_, d)| std::cmp::Reverse(d.remaining()));
             let mut left = LIMIT;
             for (cost, decision) in admitted {
-                assert_eq!(decision.remaining + cost, left, "{context}: {decision:?}");
+                assert_eq!(decision.remaining() + cost, left, "{context}: {decision:?}");
                 let delay = if policy == PolicyKind::LeakyBucket {
                     (LIMIT - left) * (LONG_WINDOW / LIMIT)
                 } else {
                     0
                 };
-                assert_eq!(decision.delay, delay, "{context}: {decision:?}");
-                left = decision.remaining;
+                assert_eq!(decision.delay_ticks(), delay, "{context}: {decision:?}");
+                left = decision.remaining();
             }
             assert_eq!(left, 0, "{context}");
         }
@@ -249,8 +259,8 @@ fn threads_really_interleave_on_one_client() {
             let positions: Vec<Vec<u64>> = hammer(|_| {
                 (0..LIMIT as usize / THREADS)
                     .map(|_| limiter.check(&1))
-                    .filter(|d| d.allowed)
-                    .map(|d| d.remaining)
+                    .filter(|d| d.allowed())
+                    .map(|d| d.remaining())
                     .collect()
             });
             positions
@@ -302,7 +312,7 @@ fn a_moving_clock_never_admits_more_than_l_in_any_window() {
                 // Relaxed: the counter orders nothing but itself; its
                 // modification order alone makes the times unique.
                 let passed = ticks.fetch_add(1, Ordering::Relaxed);
-                if limiter.check_at(&9, passed).allowed {
+                if limiter.check_at(&9, passed).allowed() {
                     let latest = ticks.load(Ordering::Relaxed).saturating_sub(1);
                     mine.push(Admission { passed, latest });
                 }
@@ -372,7 +382,7 @@ fn sweeps_under_traffic_keep_every_total_exact() {
                     for _ in 0..PASSES {
                         for k in 0..CLIENTS {
                             let client = (k + me as u64 * 5) % CLIENTS;
-                            if limiter.check_at(&client, now).allowed {
+                            if limiter.check_at(&client, now).allowed() {
                                 admitted[client as usize] += 1;
                             }
                         }
@@ -488,11 +498,11 @@ fn flood<L: RateLimiter<u64>>(
         for k in 0..PER_THREAD {
             let stranger = me as u64 * 1_000_000 + k;
             let decision = limiter.check(&stranger);
-            if decision.allowed {
+            if decision.allowed() {
                 admitted += 1;
             } else {
                 assert_eq!(
-                    decision.retry_after,
+                    decision.retry_after_ticks().unwrap_or(u64::MAX),
                     config.window()
                         * if policy == PolicyKind::SlidingWindowCounter {
                             2

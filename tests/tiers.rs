@@ -52,7 +52,7 @@ fn eighty_of_a_hundred_spent_leaves_a_hundred_and_twenty_of_two_hundred() {
         tiers.reload("free", spec(policy, 200, W)).unwrap();
         assert_eq!(tiers.remaining("alice"), 120, "{policy}");
         for left in (0..120).rev() {
-            assert_eq!(tiers.check("alice").remaining, left, "{policy}");
+            assert_eq!(tiers.check("alice").remaining(), left, "{policy}");
         }
         assert!(!tiers.allow("alice"), "{policy}: 200 in all, no more");
         assert_eq!(tiers.rule("free").unwrap(), spec(policy, 200, W));
@@ -71,7 +71,7 @@ fn a_policy_change_keeps_how_much_was_spent() {
             clock.advance(10);
             tiers.reload("free", spec(new, 100, W)).unwrap();
             assert_eq!(tiers.remaining("bob"), 70, "{old} → {new}");
-            assert_eq!(tiers.check("bob").remaining, 69, "{old} → {new}");
+            assert_eq!(tiers.check("bob").remaining(), 69, "{old} → {new}");
         }
     }
 }
@@ -86,8 +86,11 @@ fn a_lower_limit_than_what_was_spent_leaves_nothing_until_it_is_given_back() {
         }
         tiers.reload("free", spec(policy, 50, W)).unwrap();
         let rejected = tiers.check("carol");
-        assert!(!rejected.allowed, "{policy}");
-        assert!(rejected.retry_after >= 1, "{policy}");
+        assert!(!rejected.allowed(), "{policy}");
+        assert!(
+            rejected.retry_after_ticks().unwrap_or(u64::MAX) >= 1,
+            "{policy}"
+        );
         // Everything carried is given back within two windows (one for all
         // but the counter, whose current window then becomes the previous).
         clock.advance(2 * W);
@@ -238,7 +241,7 @@ fn reloads_under_traffic_lose_and_double_count_nothing() {
                         }
                         let client = round % CLIENTS;
                         round += 1;
-                        if tiers.check(&client).allowed {
+                        if tiers.check(&client).allowed() {
                             admitted[client as usize].fetch_add(1, Ordering::Relaxed);
                         } else if done {
                             refused_after[client as usize] = true;
@@ -299,17 +302,17 @@ fn each_tier_is_capped_with_its_overflow_rule() {
         let newcomer = tiers.check("cal");
         match rule {
             Overflow::Reject => {
-                assert!(!newcomer.allowed);
-                assert_eq!(newcomer.retry_after, W);
+                assert!(!newcomer.allowed());
+                assert_eq!(newcomer.retry_after_ticks().unwrap_or(u64::MAX), W);
                 assert_eq!(tiers.remaining("cal"), 0);
             }
             Overflow::Admit => {
-                assert_eq!(newcomer.remaining, 1);
+                assert_eq!(newcomer.remaining(), 1);
                 assert_eq!(tiers.remaining("cal"), 2);
             }
             Overflow::Shared => {
-                assert_eq!(newcomer.remaining, 1);
-                assert_eq!(tiers.check("dee").remaining, 0, "shared with cal");
+                assert_eq!(newcomer.remaining(), 1);
+                assert_eq!(tiers.check("dee").remaining(), 0, "shared with cal");
                 assert!(!tiers.allow("eve"));
                 // A reload starts the shared state afresh with the new rule.
                 tiers

@@ -363,14 +363,14 @@ trait Subject: Sync {
 impl<P: Policy, C: Clock> Subject for Limiter<u64, P, C> {
     #[inline]
     fn check(&self, key: u64, _now: u64) -> bool {
-        Limiter::check(self, &key).allowed
+        Limiter::check(self, &key).allowed()
     }
 }
 
 impl Subject for MutexLimiter<u64, QuantaClock> {
     #[inline]
     fn check(&self, key: u64, _now: u64) -> bool {
-        RateLimiter::<u64>::check(self, &key).allowed
+        RateLimiter::<u64>::check(self, &key).allowed()
     }
 }
 
@@ -395,7 +395,7 @@ impl Subject for AtCallersTime {
 
     #[inline]
     fn check(&self, key: u64, now: u64) -> bool {
-        self.0.check_at(&key, now).allowed
+        self.0.check_at(&key, now).allowed()
     }
 }
 
@@ -524,14 +524,14 @@ trait WeightedCheck: Sync {
 impl WeightedCheck for Limiter<u64, Gcra, QuantaClock> {
     #[inline]
     fn check_n(&self, key: u64, cost: NonZeroU32) -> bool {
-        Limiter::check_n(self, &key, u64::from(cost.get())).allowed
+        Limiter::check_n(self, &key, u64::from(cost.get())).allowed()
     }
 }
 
 impl WeightedCheck for MutexLimiter<u64, QuantaClock> {
     #[inline]
     fn check_n(&self, key: u64, cost: NonZeroU32) -> bool {
-        RateLimiter::<u64>::check_n(self, &key, u64::from(cost.get())).allowed
+        RateLimiter::<u64>::check_n(self, &key, u64::from(cost.get())).allowed()
     }
 }
 

@@ -333,7 +333,7 @@ fn measure(
                         let decision = limiter.try_check(key)?;
                         let nanos = before.elapsed().as_nanos();
                         latencies.push(u32::try_from(nanos).unwrap_or(u32::MAX));
-                        admitted += u64::from(decision.allowed);
+                        admitted += u64::from(decision.allowed());
                         if stop.is_some() {
                             // The flooder: as fast as it can, but giving
                             // way to every thread that is ready (Redis's and
@@ -401,7 +401,7 @@ fn measure_async(
                         let decision = limiter.try_check(key).await?;
                         let nanos = before.elapsed().as_nanos();
                         latencies.push(u32::try_from(nanos).unwrap_or(u32::MAX));
-                        admitted += u64::from(decision.allowed);
+                        admitted += u64::from(decision.allowed());
                     }
                     Ok::<_, RedisError>((latencies, admitted))
                 })

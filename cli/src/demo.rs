@@ -206,12 +206,12 @@ fn simulate(policy: PolicyKind, config: Config, requests: &[Request], threads: u
                                 .push(u32::try_from(took).unwrap_or(u32::MAX));
                             if request.app == BUGGY {
                                 tally.buggy_sent += 1;
-                                tally.buggy_admitted += u64::from(decision.allowed);
+                                tally.buggy_admitted += u64::from(decision.allowed());
                             } else {
                                 tally.good_sent += 1;
-                                if decision.allowed {
+                                if decision.allowed() {
                                     tally.good_admitted += 1;
-                                    tally.good_waits.push(decision.delay);
+                                    tally.good_waits.push(decision.delay_ticks());
                                 }
                             }
                             index += threads;

@@ -201,7 +201,7 @@ pub struct Stats {
 
 impl Stats {
     fn count(&self, decision: &Decision) {
-        let counter = match (decision.allowed, decision.delay > 0) {
+        let counter = match (decision.allowed(), decision.delay_ticks() > 0) {
             (false, _) => &self.rejected,
             (true, false) => &self.admitted,
             (true, true) => &self.shaped,
@@ -230,7 +230,7 @@ fn stats_line(counts: [u64; 4]) -> String {
 
 /// Where the limits live.
 enum Store {
-    Memory(Box<dyn RateLimiter<Client>>),
+    Memory(Arc<dyn RateLimiter<Client>>),
     #[cfg(feature = "redis")]
     Redis(floodgate::redis::AsyncRedisLimiter),
 }

@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use floodgate::{
     build_bounded, Bounds, Config, Engine, ManualClock, Overflow, PolicyKind, RateLimiter, Tick,
@@ -188,7 +189,7 @@ pub fn replay_with<R: Read, W: Write, E: Write>(
 /// The window's bound is replay's own (the contract's ranges in
 /// milliseconds); the limit's range and `W >= L` for the drip policies are
 /// the library's checks, so their messages have one source.
-fn limiter(args: &Args) -> Result<Box<dyn RateLimiter<str>>, String> {
+fn limiter(args: &Args) -> Result<Arc<dyn RateLimiter<str>>, String> {
     if !(1..=MAX_WINDOW_MS).contains(&args.window_ms) {
         return Err(format!(
             "--window-ms {} is out of range: {WINDOW_RANGE}",
@@ -586,7 +587,9 @@ fn answer<W: Write>(
             writeln!(
                 output,
                 "{}",
-                limiter.check_n_at(call.client, call.now, call.cost).allowed
+                limiter
+                    .check_n_at(call.client, call.now, call.cost)
+                    .allowed()
             )
         }
         (Verb::Allow, true) => {
@@ -594,7 +597,10 @@ fn answer<W: Write>(
             writeln!(
                 output,
                 r#"{{"allowed":{},"remaining":{},"retry_after":{},"delay":{}}}"#,
-                d.allowed, d.remaining, d.retry_after, d.delay
+                d.allowed(),
+                d.remaining(),
+                d.retry_after_ticks().unwrap_or(u64::MAX),
+                d.delay_ticks()
             )
         }
         (Verb::Remaining, false) => {
@@ -794,7 +800,7 @@ mod tests {
         assert!(message.contains("allow or remaining"), "{message}");
     }
 
-    fn gcra(bounds: Bounds) -> Box<dyn RateLimiter<str>> {
+    fn gcra(bounds: Bounds) -> Arc<dyn RateLimiter<str>> {
         build_bounded::<str, _>(
             PolicyKind::Gcra,
             Config::per_ticks(3, 1_000).unwrap(),

@@ -29,6 +29,7 @@
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use floodgate::redis::{RedisLimiter, RedisOptions, TimeSource};
@@ -86,7 +87,7 @@ pub fn limiter(
     policy: PolicyKind,
     config: Config,
     backend: &Backend,
-) -> Result<Option<Box<dyn RateLimiter<str>>>, String> {
+) -> Result<Option<Arc<dyn RateLimiter<str>>>, String> {
     let Some(url) = &backend.url else {
         return Ok(None);
     };
@@ -103,7 +104,7 @@ pub fn limiter(
     limiter
         .clear_prefix(&prefix)
         .map_err(|e| format!("--backend {url}: {e}"))?;
-    Ok(Some(Box::new(Strict {
+    Ok(Some(Arc::new(Strict {
         limiter,
         own: backend.prefix.is_none().then_some(prefix),
         failed: AtomicBool::new(false),

@@ -22,6 +22,7 @@ use floodgate::{
     build_bounded, build_with, Bounds, Config, Engine, ManualClock, PolicyKind, RateLimiter,
     MAX_LIMIT,
 };
+use std::sync::Arc;
 
 /// The most calls one input makes: the checks of [`check_time_backwards`]
 /// replay the history for each backwards call, so their cost is quadratic.
@@ -366,9 +367,9 @@ type OneTier = Tiers<u64, fn(&u64) -> &'static str, ManualClock>;
 /// calls.
 enum Subject {
     /// A limiter with no bounds: calls only.
-    Plain(Box<dyn RateLimiter<u64>>),
+    Plain(Arc<dyn RateLimiter<u64>>),
     /// A limiter with idle eviction: calls and sweeps.
-    Evicting(Box<dyn RateLimiter<u64>>),
+    Evicting(Arc<dyn RateLimiter<u64>>),
     /// A registry of one tier with idle eviction: calls, sweeps and
     /// reloads.
     Tiers(OneTier),
@@ -610,7 +611,7 @@ fn check_time_backwards_on(input: &Input, kind: Kind, subject: &Subject) {
                 };
                 if let Answer::Decision(decision) = answer {
                     assert!(
-                        decision.allowed,
+                        decision.allowed(),
                         "{kind}: first call {k} rejected: {input:?}"
                     );
                 }
@@ -664,7 +665,7 @@ fn check_time_backwards_on(input: &Input, kind: Kind, subject: &Subject) {
                 // A tier registry judges every later check of the client no
                 // earlier than this one's time, admitted or not (the
                 // `tiers` module docs, "Reload").
-                if decision.allowed || matches!(subject, Subject::Tiers(_)) {
+                if decision.allowed() || matches!(subject, Subject::Tiers(_)) {
                     *known = Known::Tracked {
                         origin,
                         latest: m.max(c.now),
@@ -718,10 +719,10 @@ fn check_time_backwards_on(input: &Input, kind: Kind, subject: &Subject) {
                     context()
                 );
             }
-            Answer::Decision(decision) if decision.allowed => {
+            Answer::Decision(decision) if decision.allowed() => {
                 let twin_decision = twin.check_at(&c.client, latest);
                 assert!(
-                    twin_decision.allowed,
+                    twin_decision.allowed(),
                     "admitted, but rejected at the latest time ({twin_decision:?}); {}",
                     context()
                 );

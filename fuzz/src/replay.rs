@@ -20,6 +20,7 @@
 //! inputs.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use clap::Parser;
 use floodgate::{build_with, Config, Engine, ManualClock, PolicyKind, RateLimiter};
@@ -106,7 +107,7 @@ impl Options {
 
     /// The limiter the contract says these options describe, or `None` if it
     /// refuses them.
-    fn limiter(&self) -> Option<Box<dyn RateLimiter<str>>> {
+    fn limiter(&self) -> Option<Arc<dyn RateLimiter<str>>> {
         if !(1..=MAX_WINDOW_MS).contains(&self.window_ms) {
             return None;
         }
@@ -272,13 +273,18 @@ fn answer(limiter: &dyn RateLimiter<str>, call: &Call<'_>, detail: bool) -> Stri
     match (call.allow, detail) {
         (true, false) => format!(
             "{}\n",
-            limiter.check_n_at(call.client, call.now, call.cost).allowed
+            limiter
+                .check_n_at(call.client, call.now, call.cost)
+                .allowed()
         ),
         (true, true) => {
             let d = limiter.check_n_at(call.client, call.now, call.cost);
             format!(
                 "{{\"allowed\":{},\"remaining\":{},\"retry_after\":{},\"delay\":{}}}\n",
-                d.allowed, d.remaining, d.retry_after, d.delay
+                d.allowed(),
+                d.remaining(),
+                d.retry_after_ticks().unwrap_or(u64::MAX),
+                d.delay_ticks()
             )
         }
         (false, false) => format!("{}\n", limiter.remaining_at(call.client, call.now)),

@@ -65,7 +65,7 @@ pub enum Answer {
 impl Answer {
     /// Whether this is an admitted check.
     pub fn admitted(self) -> bool {
-        matches!(self, Answer::Check(decision) if decision.allowed)
+        matches!(self, Answer::Check(decision) if decision.allowed())
     }
 }
 

@@ -32,17 +32,17 @@ fn sweep_races_check<P: Policy>() {
         let policy = P::new(Config::per_ticks(1, 100).unwrap()).unwrap();
         let limiter =
             Arc::new(Limiter::<u64, P, _>::with_clock(policy, ManualClock::new(0)).unwrap());
-        assert!(limiter.check_at(&KEY, 0).allowed);
+        assert!(limiter.check_at(&KEY, 0).allowed());
         let sweeper = {
             let limiter = Arc::clone(&limiter);
             thread::spawn(move || limiter.sweep_at(150))
         };
-        let admitted = limiter.check_at(&KEY, 150).allowed;
+        let admitted = limiter.check_at(&KEY, 150).allowed();
         let removed = sweeper.join().unwrap();
         assert!(admitted, "the client was idle at 150 either way");
         let probe = limiter.check_at(&KEY, 150);
-        assert!(!probe.allowed, "one admission at 150");
-        let fresh = match probe.retry_after {
+        assert!(!probe.allowed(), "one admission at 150");
+        let fresh = match probe.retry_after_ticks().unwrap_or(u64::MAX) {
             50 => false,
             100 => true,
             other => panic!("retry_after {other}: neither grid"),
@@ -71,7 +71,7 @@ fn sweep_races_an_older_check<P: Policy>() {
         let policy = P::new(Config::per_ticks(1, 100).unwrap()).unwrap();
         let limiter =
             Arc::new(Limiter::<u64, P, _>::with_clock(policy, ManualClock::new(0)).unwrap());
-        assert!(limiter.check_at(&KEY, 0).allowed);
+        assert!(limiter.check_at(&KEY, 0).allowed());
         let early = {
             let limiter = Arc::clone(&limiter);
             thread::spawn(move || limiter.check_at(&KEY, 90))
@@ -80,13 +80,17 @@ fn sweep_races_an_older_check<P: Policy>() {
         let early = early.join().unwrap();
         assert_eq!(removed, 1, "a rejection cannot keep an idle client");
         if P::KIND.drips() {
-            assert!(!early.allowed, "admitted at 90: {early:?}");
+            assert!(!early.allowed(), "admitted at 90: {early:?}");
         }
-        if !early.allowed {
-            assert_eq!(early.retry_after, 10, "{early:?}");
+        if !early.allowed() {
+            assert_eq!(
+                early.retry_after_ticks().unwrap_or(u64::MAX),
+                10,
+                "{early:?}"
+            );
         }
-        let later = limiter.check_at(&KEY, 100).allowed;
-        assert_eq!(later, !early.allowed, "one admission in [90, 100]");
+        let later = limiter.check_at(&KEY, 100).allowed();
+        assert_eq!(later, !early.allowed(), "one admission in [90, 100]");
         assert_eq!(limiter.tracked_clients(), 1);
         assert_eq!(limiter.stored_clients(), 1);
     });
@@ -100,14 +104,14 @@ fn sweep_never_removes_a_busy_client<P: Policy>() {
         let policy = P::new(Config::per_ticks(2, 100).unwrap()).unwrap();
         let limiter =
             Arc::new(Limiter::<u64, P, _>::with_clock(policy, ManualClock::new(0)).unwrap());
-        assert!(limiter.check_at(&KEY, 50).allowed);
+        assert!(limiter.check_at(&KEY, 50).allowed());
         let sweeper = {
             let limiter = Arc::clone(&limiter);
             thread::spawn(move || limiter.sweep_at(60))
         };
-        assert!(limiter.check_at(&KEY, 60).allowed);
+        assert!(limiter.check_at(&KEY, 60).allowed());
         assert_eq!(sweeper.join().unwrap(), 0);
-        assert!(!limiter.check_at(&KEY, 60).allowed);
+        assert!(!limiter.check_at(&KEY, 60).allowed());
     });
 }
 
@@ -120,17 +124,17 @@ fn racing_carry_over(policy: PolicyKind) {
         let spec =
             move |limit| TierSpec::new(policy, Config::per_ticks(limit, 300).unwrap()).unwrap();
         let tiers = Arc::new(one_tier(spec(2)));
-        assert!(tiers.check_at(&KEY, 0).allowed);
+        assert!(tiers.check_at(&KEY, 0).allowed());
         tiers.reload("free", spec(3)).unwrap();
         let other = {
             let tiers = Arc::clone(&tiers);
-            thread::spawn(move || tiers.check_at(&KEY, 0).allowed)
+            thread::spawn(move || tiers.check_at(&KEY, 0).allowed())
         };
-        let mine = tiers.check_at(&KEY, 0).allowed;
+        let mine = tiers.check_at(&KEY, 0).allowed();
         let theirs = other.join().unwrap();
         assert!(mine && theirs, "3 − 1 spent = 2 left for the two racers");
         assert_eq!(tiers.remaining_at(&KEY, 0), 0);
-        assert!(!tiers.check_at(&KEY, 0).allowed);
+        assert!(!tiers.check_at(&KEY, 0).allowed());
     });
 }
 
@@ -143,12 +147,12 @@ fn reload_races_checks(policy: PolicyKind) {
         let spec =
             move |limit| TierSpec::new(policy, Config::per_ticks(limit, 400).unwrap()).unwrap();
         let tiers = Arc::new(one_tier(spec(2)));
-        assert!(tiers.check_at(&KEY, 0).allowed);
+        assert!(tiers.check_at(&KEY, 0).allowed());
         let reloader = {
             let tiers = Arc::clone(&tiers);
             thread::spawn(move || tiers.reload("free", spec(4)).unwrap())
         };
-        let admitted = 1 + (0..2).filter(|_| tiers.check_at(&KEY, 0).allowed).count() as u64;
+        let admitted = 1 + (0..2).filter(|_| tiers.check_at(&KEY, 0).allowed()).count() as u64;
         reloader.join().unwrap();
         assert_eq!(tiers.remaining_at(&KEY, 0), 4 - admitted);
     });

@@ -27,7 +27,7 @@ fn a_stale_call_never_meets_a_client_younger_than_its_sweep() {
         let limiter = Arc::new(
             Limiter::<u64, SlidingWindow, _>::with_clock(policy, ManualClock::new(0)).unwrap(),
         );
-        assert!(limiter.check_at(&KEY, 0).allowed);
+        assert!(limiter.check_at(&KEY, 0).allowed());
         let sweeper = {
             let limiter = Arc::clone(&limiter);
             thread::spawn(move || limiter.sweep_at(100))
@@ -35,15 +35,15 @@ fn a_stale_call_never_meets_a_client_younger_than_its_sweep() {
         let stale = limiter.check_at(&KEY, 99);
         let removed = sweeper.join().unwrap();
         let probe = limiter.check_at(&KEY, 199);
-        if stale.allowed {
+        if stale.allowed() {
             assert_eq!(removed, 1, "admitted at 99 only on a re-created client");
-            assert!(!probe.allowed, "the stale admission is stamped at 100");
-            assert_eq!(probe.retry_after, 1);
+            assert!(!probe.allowed(), "the stale admission is stamped at 100");
+            assert_eq!(probe.retry_after_ticks().unwrap_or(u64::MAX), 1);
         } else {
             // Rejected on the old state; the sweep may still have found it
             // idle at 100 (the rejection changed nothing).
-            assert_eq!(stale.retry_after, 1);
-            assert!(probe.allowed);
+            assert_eq!(stale.retry_after_ticks().unwrap_or(u64::MAX), 1);
+            assert!(probe.allowed());
         }
         assert_eq!(limiter.tracked_clients(), 1);
     });
@@ -58,20 +58,20 @@ fn forget_races_check<P: Policy>() {
         let policy = P::new(Config::per_ticks(2, 100).unwrap()).unwrap();
         let limiter =
             Arc::new(Limiter::<u64, P, _>::with_clock(policy, ManualClock::new(0)).unwrap());
-        assert!(limiter.check_at(&KEY, 0).allowed);
+        assert!(limiter.check_at(&KEY, 0).allowed());
         let forgetter = {
             let limiter = Arc::clone(&limiter);
             thread::spawn(move || limiter.forget(&KEY))
         };
         let checked = limiter.check_at(&KEY, 0);
         assert!(forgetter.join().unwrap(), "the client had state");
-        assert!(checked.allowed);
+        assert!(checked.allowed());
         match limiter.peek_at(&KEY, 0) {
             // The check ran first, on the old state, which is gone.
-            None => assert_eq!(checked.remaining, 0),
+            None => assert_eq!(checked.remaining(), 0),
             // The check re-created the client after the forget.
             Some(left) => {
-                assert_eq!(checked.remaining, 1);
+                assert_eq!(checked.remaining(), 1);
                 assert_eq!(left, 1);
             }
         }
@@ -116,15 +116,15 @@ fn a_stale_carry_over_lands_in_the_latest_window() {
             )
             .unwrap(),
         );
-        assert!(tiers.check_at(&KEY, 0).allowed); // the origin: windows from 0
-        assert!(tiers.check_at(&KEY, 100).allowed);
-        assert!(tiers.check_at(&KEY, 100).allowed);
+        assert!(tiers.check_at(&KEY, 0).allowed()); // the origin: windows from 0
+        assert!(tiers.check_at(&KEY, 100).allowed());
+        assert!(tiers.check_at(&KEY, 100).allowed());
         tiers.reload("free", spec(3).unwrap()).unwrap();
         let stale = {
             let tiers = Arc::clone(&tiers);
-            thread::spawn(move || tiers.check_at(&KEY, 99).allowed)
+            thread::spawn(move || tiers.check_at(&KEY, 99).allowed())
         };
-        let current = tiers.check_at(&KEY, 100).allowed;
+        let current = tiers.check_at(&KEY, 100).allowed();
         let stale = stale.join().unwrap();
         assert_eq!(
             u8::from(stale) + u8::from(current),

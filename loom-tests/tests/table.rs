@@ -22,20 +22,20 @@ fn limiter<P: Policy>(limit: u64, bounds: Bounds) -> Arc<Limiter<u64, P, ManualC
 fn a_rebuild_races_a_check<P: Policy>() {
     floodgate_loom_tests::model(|| {
         let limiter = limiter::<P>(2, Bounds::new());
-        assert!(limiter.check_at(&1, 0).allowed);
+        assert!(limiter.check_at(&1, 0).allowed());
         let inserter = {
             let limiter = Arc::clone(&limiter);
             thread::spawn(move || limiter.check_at(&2, 0))
         };
         let checked = limiter.check_at(&1, 0);
         let inserted = inserter.join().unwrap();
-        assert!(checked.allowed, "the second of two is admitted");
-        assert_eq!(checked.remaining, 0);
-        assert!(inserted.allowed);
-        assert_eq!(inserted.remaining, 1);
+        assert!(checked.allowed(), "the second of two is admitted");
+        assert_eq!(checked.remaining(), 0);
+        assert!(inserted.allowed());
+        assert_eq!(inserted.remaining(), 1);
         assert_eq!(limiter.peek_at(&1, 0), Some(0), "the admission moved");
         assert_eq!(limiter.peek_at(&2, 0), Some(1));
-        assert!(!limiter.check_at(&1, 0).allowed);
+        assert!(!limiter.check_at(&1, 0).allowed());
         assert_eq!(limiter.tracked_clients(), 2);
         assert_eq!(limiter.stored_clients(), 2);
     });
@@ -69,17 +69,17 @@ fn a_rebuild_races_a_check_sliding_window() {
 fn two_inserts_race_a_rebuild() {
     floodgate_loom_tests::model(|| {
         let limiter = limiter::<Gcra>(1, Bounds::new());
-        assert!(limiter.check_at(&1, 0).allowed);
+        assert!(limiter.check_at(&1, 0).allowed());
         let other = {
             let limiter = Arc::clone(&limiter);
             thread::spawn(move || limiter.check_at(&2, 0))
         };
         let third = limiter.check_at(&3, 0);
-        assert!(other.join().unwrap().allowed);
-        assert!(third.allowed);
+        assert!(other.join().unwrap().allowed());
+        assert!(third.allowed());
         for key in 1..=3 {
             assert_eq!(limiter.peek_at(&key, 0), Some(0), "client {key}");
-            assert!(!limiter.check_at(&key, 0).allowed, "client {key}");
+            assert!(!limiter.check_at(&key, 0).allowed(), "client {key}");
         }
         assert_eq!(limiter.tracked_clients(), 3);
         assert_eq!(limiter.stored_clients(), 3);
@@ -93,7 +93,7 @@ fn two_inserts_race_a_rebuild() {
 fn one_new_client_from_two_threads_during_a_rebuild() {
     floodgate_loom_tests::model(|| {
         let limiter = limiter::<Gcra>(1, Bounds::new());
-        assert!(limiter.check_at(&1, 0).allowed);
+        assert!(limiter.check_at(&1, 0).allowed());
         let other = {
             let limiter = Arc::clone(&limiter);
             thread::spawn(move || limiter.check_at(&2, 0))
@@ -101,7 +101,7 @@ fn one_new_client_from_two_threads_during_a_rebuild() {
         let mine = limiter.check_at(&2, 0);
         let other = other.join().unwrap();
         assert_eq!(
-            usize::from(mine.allowed) + usize::from(other.allowed),
+            usize::from(mine.allowed()) + usize::from(other.allowed()),
             1,
             "one state for client 2: {mine:?} {other:?}"
         );
@@ -119,16 +119,16 @@ fn one_new_client_from_two_threads_during_a_rebuild() {
 fn forget_races_a_rebuild() {
     floodgate_loom_tests::model(|| {
         let limiter = limiter::<Gcra>(1, Bounds::new());
-        assert!(limiter.check_at(&1, 0).allowed);
+        assert!(limiter.check_at(&1, 0).allowed());
         let forgetter = {
             let limiter = Arc::clone(&limiter);
             thread::spawn(move || limiter.forget(&1))
         };
-        assert!(limiter.check_at(&2, 0).allowed);
+        assert!(limiter.check_at(&2, 0).allowed());
         assert!(forgetter.join().unwrap(), "client 1 had state");
         assert_eq!(limiter.peek_at(&1, 0), None, "forgotten, not moved");
         assert_eq!(limiter.peek_at(&2, 0), Some(0));
-        assert!(limiter.check_at(&1, 0).allowed, "client 1 begins again");
+        assert!(limiter.check_at(&1, 0).allowed(), "client 1 begins again");
         assert_eq!(limiter.tracked_clients(), 2);
         assert_eq!(limiter.stored_clients(), 2);
     });
@@ -143,14 +143,14 @@ fn forget_races_a_rebuild() {
 fn a_sweep_races_an_insert() {
     floodgate_loom_tests::model(|| {
         let limiter = limiter::<Gcra>(1, Bounds::new());
-        assert!(limiter.check_at(&1, 0).allowed);
+        assert!(limiter.check_at(&1, 0).allowed());
         let sweeper = {
             let limiter = Arc::clone(&limiter);
             thread::spawn(move || limiter.sweep_at(1_000))
         };
         let inserted = limiter.check_at(&2, 1_000);
         let removed = sweeper.join().unwrap();
-        assert!(inserted.allowed);
+        assert!(inserted.allowed());
         assert_eq!(removed, 1, "client 1 alone is idle at 1,000");
         assert_eq!(limiter.peek_at(&1, 1_000), None);
         assert_eq!(limiter.peek_at(&2, 1_000), Some(0));
@@ -168,12 +168,12 @@ fn parked_across_a_rebuild() -> (
     thread::JoinHandle<floodgate::Decision>,
 ) {
     let limiter = limiter::<SlidingWindow>(1, Bounds::new());
-    assert!(limiter.check_at(&1, 0).allowed);
+    assert!(limiter.check_at(&1, 0).allowed());
     let parked = {
         let limiter = Arc::clone(&limiter);
         thread::spawn(move || limiter.check_at(&1, 3_000))
     };
-    assert!(limiter.check_at(&2, 0).allowed, "client 2 rebuilds");
+    assert!(limiter.check_at(&2, 0).allowed(), "client 2 rebuilds");
     (limiter, parked)
 }
 
@@ -192,17 +192,17 @@ fn parked_across_a_rebuild() -> (
 fn a_sliding_window_check_parked_across_a_rebuild_returns() {
     floodgate_loom_tests::model(|| {
         let (limiter, parked) = parked_across_a_rebuild();
-        let first = limiter.check_at(&1, 1_000).allowed;
-        let second = limiter.check_at(&1, 2_000).allowed;
+        let first = limiter.check_at(&1, 1_000).allowed();
+        let second = limiter.check_at(&1, 2_000).allowed();
         let parked = parked.join().unwrap();
-        assert!(parked.allowed, "{parked:?}");
+        assert!(parked.allowed(), "{parked:?}");
         assert!(first || !second, "{first} {second}");
         assert_eq!(
             limiter.remaining_at(&1, 3_000),
             0,
             "the one ring holds 3,000"
         );
-        assert!(limiter.check_at(&1, 4_000).allowed);
+        assert!(limiter.check_at(&1, 4_000).allowed());
         assert_eq!(limiter.tracked_clients(), 2);
         assert_eq!(limiter.stored_clients(), 2);
     });
@@ -221,10 +221,10 @@ fn a_sliding_window_check_parked_across_a_rebuild_and_forget_returns() {
         limiter.check_at(&1, 1_000);
         assert!(limiter.forget(&1), "client 1 had state");
         let parked = parked.join().unwrap();
-        assert!(parked.allowed, "{parked:?}");
+        assert!(parked.allowed(), "{parked:?}");
         let recreated = limiter.tracked_clients() == 2;
         assert_eq!(
-            limiter.check_at(&1, 3_000).allowed,
+            limiter.check_at(&1, 3_000).allowed(),
             !recreated,
             "client 1 begun again by the parked check: {recreated}"
         );

@@ -116,18 +116,18 @@ fn sweep_races_weighted_check<P: Policy>() {
         let policy = P::new(Config::per_ticks(2, 100).unwrap()).unwrap();
         let limiter =
             Arc::new(Limiter::<u64, P, _>::with_clock(policy, ManualClock::new(0)).unwrap());
-        assert!(limiter.check_n_at(&KEY, 0, 2).allowed);
+        assert!(limiter.check_n_at(&KEY, 0, 2).allowed());
         let sweeper = {
             let limiter = Arc::clone(&limiter);
             thread::spawn(move || limiter.sweep_at(250))
         };
         let decision = limiter.check_n_at(&KEY, 250, 2);
         let removed = sweeper.join().unwrap();
-        assert!(decision.allowed, "idle at 250 either way: {decision:?}");
-        assert_eq!(decision.remaining, 0, "{decision:?}");
+        assert!(decision.allowed(), "idle at 250 either way: {decision:?}");
+        assert_eq!(decision.remaining(), 0, "{decision:?}");
         assert!(removed <= 1);
         assert_eq!(limiter.remaining_at(&KEY, 250), 0);
-        assert!(!limiter.check_at(&KEY, 250).allowed);
+        assert!(!limiter.check_at(&KEY, 250).allowed());
         assert_eq!(limiter.tracked_clients(), 1);
         assert_eq!(limiter.stored_clients(), 1);
     });
@@ -148,14 +148,14 @@ fn reload_races_weighted_check(policy: PolicyKind) {
         let spec =
             move |limit| TierSpec::new(policy, Config::per_ticks(limit, 400).unwrap()).unwrap();
         let tiers = Arc::new(one_tier(spec(2)));
-        assert!(tiers.check_at(&KEY, 0).allowed);
+        assert!(tiers.check_at(&KEY, 0).allowed());
         let reloader = {
             let tiers = Arc::clone(&tiers);
             thread::spawn(move || tiers.reload("free", spec(4)).unwrap())
         };
         let decision = tiers.check_n_at(&KEY, 0, 2);
         reloader.join().unwrap();
-        let admitted = if decision.allowed { 2 } else { 0 };
+        let admitted = if decision.allowed() { 2 } else { 0 };
         assert_eq!(
             tiers.remaining_at(&KEY, 0),
             4 - 1 - admitted,
@@ -173,13 +173,13 @@ fn weighted_carry_over(policy: PolicyKind) {
         let spec =
             move |limit| TierSpec::new(policy, Config::per_ticks(limit, 500).unwrap()).unwrap();
         let tiers = Arc::new(one_tier(spec(3)));
-        assert!(tiers.check_n_at(&KEY, 0, 2).allowed);
+        assert!(tiers.check_n_at(&KEY, 0, 2).allowed());
         tiers.reload("free", spec(5)).unwrap();
         let other = {
             let tiers = Arc::clone(&tiers);
-            thread::spawn(move || tiers.check_n_at(&KEY, 0, 2).allowed)
+            thread::spawn(move || tiers.check_n_at(&KEY, 0, 2).allowed())
         };
-        let mine = tiers.check_n_at(&KEY, 0, 2).allowed;
+        let mine = tiers.check_n_at(&KEY, 0, 2).allowed();
         let theirs = other.join().unwrap();
         assert!(mine != theirs, "exactly one of two fits: {mine} {theirs}");
         assert_eq!(tiers.remaining_at(&KEY, 0), 1);

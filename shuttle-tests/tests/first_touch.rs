@@ -60,8 +60,8 @@ fn first_touch_during_growth<P: Policy>(name: &str, limit: u64) {
         for key in 1..=6 {
             let mut left: Vec<u64> = decided
                 .iter()
-                .filter(|(k, d)| *k == key && d.allowed)
-                .map(|(_, d)| d.remaining)
+                .filter(|(k, d)| *k == key && d.allowed())
+                .map(|(_, d)| d.remaining())
                 .collect();
             left.sort_unstable();
             assert_eq!(

@@ -117,8 +117,8 @@ fn growth_races_checks<P: Policy>(name: &str, limit: u64) {
         let hot: Vec<&Decision> = checked.iter().flat_map(|c| &c.hot).collect();
         let mut left: Vec<u64> = hot
             .iter()
-            .filter(|d| d.allowed)
-            .map(|d| d.remaining)
+            .filter(|d| d.allowed())
+            .map(|d| d.remaining())
             .collect();
         left.sort_unstable();
         assert_eq!(
@@ -126,16 +126,16 @@ fn growth_races_checks<P: Policy>(name: &str, limit: u64) {
             (0..limit).collect::<Vec<_>>(),
             "the hot client's admissions: {hot:?}"
         );
-        for rejected in hot.iter().filter(|d| !d.allowed) {
-            assert_eq!(rejected.remaining, 0, "{rejected:?}");
+        for rejected in hot.iter().filter(|d| !d.allowed()) {
+            assert_eq!(rejected.remaining(), 0, "{rejected:?}");
         }
         for &(key, first) in checked.iter().flat_map(|c| &c.new) {
-            assert!(first.allowed, "client {key}: {first:?}");
-            assert_eq!(first.remaining, limit - 1, "client {key}: {first:?}");
+            assert!(first.allowed(), "client {key}: {first:?}");
+            assert_eq!(first.remaining(), limit - 1, "client {key}: {first:?}");
             assert_eq!(limiter.peek_at(&key, NOW), Some(limit - 1), "client {key}");
         }
         assert_eq!(limiter.peek_at(&HOT, NOW), Some(0));
-        assert!(!limiter.check_at(&HOT, NOW).allowed);
+        assert!(!limiter.check_at(&HOT, NOW).allowed());
         let clients = 1 + (CHECKERS * NEW_PER_CHECKER) as usize;
         assert_eq!(limiter.tracked_clients(), clients);
         assert_eq!(limiter.stored_clients(), clients);

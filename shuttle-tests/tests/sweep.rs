@@ -65,7 +65,7 @@ fn growth_sweep_and_forget<P: Policy>(name: &str) {
     explore(name, || {
         let limiter = limiter::<P>();
         for key in 1..=3 {
-            assert!(limiter.check_at(&key, 0).allowed);
+            assert!(limiter.check_at(&key, 0).allowed());
         }
         let sweeper = {
             let limiter = Arc::clone(&limiter);
@@ -75,11 +75,11 @@ fn growth_sweep_and_forget<P: Policy>(name: &str) {
             let limiter = Arc::clone(&limiter);
             thread::spawn(move || {
                 let forgot = limiter.forget(&1);
-                let first_hot = limiter.check_at(&HOT, LATER).allowed;
+                let first_hot = limiter.check_at(&HOT, LATER).allowed();
                 let again = limiter.check_at(&1, LATER);
-                let hot = [first_hot, limiter.check_at(&HOT, LATER).allowed];
+                let hot = [first_hot, limiter.check_at(&HOT, LATER).allowed()];
                 for key in [30, 31] {
-                    assert!(limiter.check_at(&key, LATER).allowed, "client {key}");
+                    assert!(limiter.check_at(&key, LATER).allowed(), "client {key}");
                 }
                 (forgot, again, hot)
             })
@@ -91,11 +91,11 @@ fn growth_sweep_and_forget<P: Policy>(name: &str) {
                 let mut hot = [false; 2];
                 for (i, key) in [10, 11, 12].into_iter().enumerate() {
                     if i < 2 {
-                        hot[i] = limiter.check_at(&HOT, LATER).allowed;
+                        hot[i] = limiter.check_at(&HOT, LATER).allowed();
                     }
                     let first = limiter.check_at(&key, LATER);
-                    assert!(first.allowed, "client {key}: {first:?}");
-                    assert_eq!(first.remaining, LIMIT - 1, "client {key}: {first:?}");
+                    assert!(first.allowed(), "client {key}: {first:?}");
+                    assert_eq!(first.remaining(), LIMIT - 1, "client {key}: {first:?}");
                 }
                 (two, hot)
             })
@@ -107,10 +107,10 @@ fn growth_sweep_and_forget<P: Policy>(name: &str) {
                 let mut hot = [false; 2];
                 for (i, key) in [20, 21, 22].into_iter().enumerate() {
                     let first = limiter.check_n_at(&key, LATER, 2);
-                    assert!(first.allowed, "client {key}: {first:?}");
-                    assert_eq!(first.remaining, LIMIT - 2, "client {key}: {first:?}");
+                    assert!(first.allowed(), "client {key}: {first:?}");
+                    assert_eq!(first.remaining(), LIMIT - 2, "client {key}: {first:?}");
                     if i < 2 {
-                        hot[i] = limiter.check_at(&HOT, LATER).allowed;
+                        hot[i] = limiter.check_at(&HOT, LATER).allowed();
                     }
                 }
                 (three, hot)
@@ -121,10 +121,10 @@ fn growth_sweep_and_forget<P: Policy>(name: &str) {
         let (two, hot_a) = checker_a.join().unwrap();
         let (three, hot_b) = checker_b.join().unwrap();
 
-        assert!(again.allowed, "client 1 afresh: {again:?}");
-        assert_eq!(again.remaining, LIMIT - 1, "client 1 afresh: {again:?}");
-        assert!(two.allowed, "client 2: {two:?}");
-        assert_eq!(two.remaining, LIMIT - 1, "client 2: {two:?}");
+        assert!(again.allowed(), "client 1 afresh: {again:?}");
+        assert_eq!(again.remaining(), LIMIT - 1, "client 1 afresh: {again:?}");
+        assert!(two.allowed(), "client 2: {two:?}");
+        assert_eq!(two.remaining(), LIMIT - 1, "client 2: {two:?}");
         assert_eq!(three, LIMIT, "client 3's remaining");
         let old_removed = removed + usize::from(forgot);
         assert!(

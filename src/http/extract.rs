@@ -53,19 +53,38 @@ key_is_str!(String, &'static str, Box<str>, Arc<str>);
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MissingKey {
     reason: Cow<'static, str>,
+    server: bool,
 }
 
 impl MissingKey {
-    /// A missing key, for `reason` (said to the client in the 400's body).
+    /// A request that lacks its key, for `reason` (said to the client in
+    /// the `400`'s body): the client's to mend.
     pub fn new(reason: impl Into<Cow<'static, str>>) -> Self {
         Self {
             reason: reason.into(),
+            server: false,
+        }
+    }
+
+    /// A key the server failed to give (the peer's address of a server not
+    /// set up to pass it): the layer answers `500`, since no request could
+    /// mend it, and logs `reason` once, for the operator.
+    pub fn server_side(reason: impl Into<Cow<'static, str>>) -> Self {
+        Self {
+            reason: reason.into(),
+            server: true,
         }
     }
 
     /// The reason.
     pub fn reason(&self) -> &str {
         &self.reason
+    }
+
+    /// Whether the server, not the request, is at fault
+    /// ([`server_side`](Self::server_side)).
+    pub fn is_server_side(&self) -> bool {
+        self.server
     }
 }
 
@@ -103,10 +122,11 @@ pub const DEFAULT_IPV6_PREFIX: u8 = 56;
 /// default.
 ///
 /// Where the address comes from: a [`SocketAddr`] in the extensions (put
-/// there by a hyper server of your own, as `floodgate proxy` does), or,
-/// with the cargo feature `axum`, axum's `ConnectInfo<SocketAddr>` (serve
-/// with `into_make_service_with_connect_info::<SocketAddr>()`). A request
-/// with neither has no key.
+/// there by a hyper server of your own, as `floodgate proxy` does), or
+/// axum's `ConnectInfo<SocketAddr>` (serve with
+/// `into_make_service_with_connect_info::<SocketAddr>()`). A server that
+/// gives neither is misconfigured, not its clients: the layer answers
+/// `500` and logs the fix once ([`MissingKey::server_side`]).
 ///
 /// Behind a reverse proxy the peer is the proxy: use
 /// [`ForwardedIp`](super::ForwardedIp), which reads the forwarded client
@@ -157,7 +177,6 @@ pub(crate) fn peer(parts: &Parts) -> Option<IpAddr> {
     if let Some(address) = parts.extensions.get::<SocketAddr>() {
         return Some(address.ip());
     }
-    #[cfg(feature = "axum")]
     if let Some(info) = parts
         .extensions
         .get::<axum::extract::ConnectInfo<SocketAddr>>()
@@ -168,13 +187,12 @@ pub(crate) fn peer(parts: &Parts) -> Option<IpAddr> {
 }
 
 pub(crate) fn no_peer() -> MissingKey {
-    MissingKey::new(if cfg!(feature = "axum") {
-        "the server did not give the peer's address (with axum, serve \
-         into_make_service_with_connect_info::<SocketAddr>())"
-    } else {
-        "the server did not give the peer's address (a SocketAddr in the \
-         request's extensions; with axum, enable floodgate's feature `axum`)"
-    })
+    MissingKey::server_side(
+        "the server did not give the peer's address: with axum, serve \
+         `app.into_make_service_with_connect_info::<SocketAddr>()`; with \
+         hyper, insert the connection's `SocketAddr` in each request's \
+         extensions",
+    )
 }
 
 /// `ip` as a key: an IPv4-mapped address as its IPv4 address, an IPv6

@@ -24,7 +24,7 @@ pub(crate) struct RateLimitHeaders {
     retry_after: Option<u64>,
     limit: u64,
     remaining: u64,
-    reset: u64,
+    reset: Option<u64>,
     legacy: bool,
 }
 
@@ -52,11 +52,21 @@ impl RateLimitHeaders {
             let _ = write!(policy, ";w={seconds}");
         }
         let mut ratelimit = sf_string(name);
-        let _ = write!(ratelimit, ";r={};t={reset}", decision.remaining);
+        let _ = write!(ratelimit, ";r={}", decision.remaining);
+        // No reset for a request no wait admits: no time can be honoured.
+        if let Some(reset) = reset {
+            let _ = write!(ratelimit, ";t={reset}");
+        }
         Self {
             policy: value(policy),
             ratelimit: value(ratelimit),
-            retry_after: (!decision.allowed).then(|| decision.retry_after_secs()),
+            // None for an admission, and for a request that can never be
+            // admitted: no `Retry-After` the limiter cannot honour.
+            retry_after: if decision.allowed {
+                None
+            } else {
+                decision.retry_after_secs()
+            },
             limit,
             remaining: decision.remaining,
             reset,
@@ -76,7 +86,9 @@ impl RateLimitHeaders {
         if self.legacy {
             headers.insert(X_RATELIMIT_LIMIT.clone(), self.limit.into());
             headers.insert(X_RATELIMIT_REMAINING.clone(), self.remaining.into());
-            headers.insert(X_RATELIMIT_RESET.clone(), self.reset.into());
+            if let Some(reset) = self.reset {
+                headers.insert(X_RATELIMIT_RESET.clone(), reset.into());
+            }
         }
     }
 
@@ -102,13 +114,14 @@ fn window(ruled: &RuledDecision<'_>) -> Duration {
 /// for the drip policies, the window for the log and the fixed window, the
 /// window and one tick for the counter (its current count becomes the
 /// previous window's at the next boundary, and decays from the tick after).
-fn until_more(ruled: &RuledDecision<'_>, window: Duration) -> u64 {
+/// `None` for a request that can never be admitted.
+fn until_more(ruled: &RuledDecision<'_>, window: Duration) -> Option<u64> {
     let decision = &ruled.decision;
     if !decision.allowed {
         return decision.retry_after_secs();
     }
     if decision.remaining > 0 {
-        return 0;
+        return Some(0);
     }
     let tick = decision.tick;
     let wait = match ruled.policy {
@@ -116,7 +129,7 @@ fn until_more(ruled: &RuledDecision<'_>, window: Duration) -> u64 {
         PolicyKind::SlidingWindowCounter => window.saturating_add(tick.duration()),
         _ => window,
     };
-    ceil_seconds(wait).max(1)
+    Some(ceil_seconds(wait).max(1))
 }
 
 /// `duration` in whole seconds, rounded up.
@@ -169,6 +182,7 @@ mod tests {
             tier: None,
             policy,
             config,
+            refused_unknown_tier: false,
         }
     }
 
@@ -220,8 +234,8 @@ mod tests {
         };
         let config = Config::per(10, Duration::from_secs(60)).unwrap();
         let t = |policy| until_more(&ruled(spent, policy, config), Duration::from_secs(60));
-        assert_eq!(t(PolicyKind::Gcra), 6);
-        assert_eq!(t(PolicyKind::FixedWindow), 60);
-        assert_eq!(t(PolicyKind::SlidingWindowCounter), 61);
+        assert_eq!(t(PolicyKind::Gcra), Some(6));
+        assert_eq!(t(PolicyKind::FixedWindow), Some(60));
+        assert_eq!(t(PolicyKind::SlidingWindowCounter), Some(61));
     }
 }

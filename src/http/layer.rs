@@ -35,6 +35,9 @@ pub(crate) struct Options {
     /// for `RateLimit-Policy`'s `qu`.
     pub(crate) cost: Option<Cost>,
     pub(crate) unit: Option<&'static str>,
+    /// The cost is the body's length (`cost_in_content_bytes`): a request
+    /// that can never be admitted is then too large, `413`.
+    pub(crate) cost_in_bytes: bool,
 }
 
 /// What a request costs, from its head.
@@ -114,6 +117,7 @@ where
                 shape: true,
                 cost: None,
                 unit: None,
+                cost_in_bytes: false,
             }),
         }
     }
@@ -143,6 +147,7 @@ impl<L, E> RateLimitLayer<L, E> {
     /// own [`cost`](Self::cost), if they matter.
     pub fn cost_in_content_bytes(mut self) -> Self {
         self.options().unit = Some("content-bytes");
+        self.options().cost_in_bytes = true;
         self.cost(|parts| {
             parts
                 .headers

@@ -53,6 +53,7 @@ mod redis {
                 tier: None,
                 policy: self.policy(),
                 config: self.config(),
+                refused_unknown_tier: false,
             }
         }
     }

@@ -3,9 +3,11 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use tower::Service;
 
@@ -14,6 +16,7 @@ use super::extract::{Key, KeyExtractor};
 use super::headers::RateLimitHeaders;
 use super::layer::{Options, RateLimitLayer};
 use super::limit::AsyncLimiter;
+use crate::RuledDecision;
 
 /// The future of a [`RateLimitService`] call.
 pub type ResponseFuture<B, Error> =
@@ -101,6 +104,19 @@ where
             Err(missing) => {
                 let response = match &options.on_missing_key {
                     Some(handler) => handler(&parts, &missing),
+                    None if missing.is_server_side() => {
+                        log_once(&SERVER_KEY_LOGGED, || {
+                            tracing::error!(
+                                "floodgate's layer answers 500 to every request: {missing}"
+                            );
+                        });
+                        answer(
+                            options.format,
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            "the rate limiter cannot key requests: see the server's log",
+                            None,
+                        )
+                    }
                     None => answer(
                         options.format,
                         StatusCode::BAD_REQUEST,
@@ -120,23 +136,18 @@ where
                 RateLimitHeaders::new(&ruled, &options.name, options.unit, options.legacy);
             let decision = ruled.decision;
             if !decision.allowed {
-                let mut response = match &options.on_rejected {
-                    Some(handler) => handler(&parts, &decision),
-                    None => {
-                        let seconds = headers.retry_after().unwrap_or(1);
-                        answer(
-                            options.format,
-                            StatusCode::TOO_MANY_REQUESTS,
-                            &format!("retry after {seconds} s"),
-                            Some(seconds),
-                        )
+                let response = match &options.on_rejected {
+                    Some(handler) => {
+                        let mut response = handler(&parts, &decision);
+                        headers.apply(response.headers_mut());
+                        response
                     }
+                    None => refusal(&options, &ruled, &headers, cost),
                 };
-                headers.apply(response.headers_mut());
                 return Ok(response.map(ResponseBody::full));
             }
             if options.shape && decision.delay > 0 {
-                tokio::time::sleep(decision.delay_duration()).await;
+                tokio::time::sleep(decision.delay()).await;
             }
             parts.extensions.insert(decision);
             let mut response = inner.call(Request::from_parts(parts, body)).await?;
@@ -144,4 +155,70 @@ where
             Ok(response.map(ResponseBody::inner))
         })
     }
+}
+
+/// Whether the layer logged a server that gives it no keys (once a process:
+/// the operator needs the fix once, not a line per request).
+static SERVER_KEY_LOGGED: AtomicBool = AtomicBool::new(false);
+
+/// Runs `log` the first time `flag` is seen unset.
+fn log_once(flag: &AtomicBool, log: impl FnOnce()) {
+    // Relaxed: the flag orders nothing; two threads that race may both log.
+    if !flag.swap(true, Ordering::Relaxed) {
+        log();
+    }
+}
+
+/// The layer's own answer to a refused request, by what the refusal means
+/// for the client:
+///
+/// * a request that waiting would admit: `429 Too Many Requests` with
+///   `Retry-After` (RFC 6585 §4) and the `RateLimit` headers;
+/// * a body larger than the limit, when the cost is the body's length
+///   (`cost_in_content_bytes`): `413 Content Too Large` (RFC 9110
+///   §15.5.14), with no `Retry-After`, since no wait would admit it;
+/// * a tier the registry lacks, refused by `reject_unknown_tiers`: `500`,
+///   the server's configuration at fault (a resolver naming a tier that
+///   was never added), with no rate-limit headers, which would describe a
+///   tier the request does not belong to;
+/// * any other request that can never be admitted (a cost above the
+///   limit): `429` without `Retry-After`, which RFC 6585 makes optional,
+///   rather than a time the limiter could not honour.
+fn refusal(
+    options: &Options,
+    ruled: &RuledDecision<'_>,
+    headers: &RateLimitHeaders,
+    cost: u64,
+) -> Response<Bytes> {
+    if ruled.refused_unknown_tier {
+        return answer(
+            options.format,
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the rate limiter has no tier for this request: see the server's log",
+            None,
+        );
+    }
+    let limit = ruled.config.limit();
+    let mut response = match headers.retry_after() {
+        Some(seconds) => answer(
+            options.format,
+            StatusCode::TOO_MANY_REQUESTS,
+            &format!("retry after {seconds} s"),
+            Some(seconds),
+        ),
+        None if options.cost_in_bytes => answer(
+            options.format,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &format!("the body's {cost} bytes are more than the limit of {limit}"),
+            None,
+        ),
+        None => answer(
+            options.format,
+            StatusCode::TOO_MANY_REQUESTS,
+            &format!("this request costs {cost}, more than the limit of {limit}: it can never be admitted"),
+            None,
+        ),
+    };
+    headers.apply(response.headers_mut());
+    response
 }

@@ -20,6 +20,7 @@ pub use sliding_window_counter::{SlidingWindowCounter, SlidingWindowCounterState
 pub use token_bucket::{TokenBucket, TokenBucketState};
 
 pub use crate::cell::Retired;
+use crate::decision::NEVER;
 use crate::{Config, ConfigError, Decision, PolicyKind};
 
 mod sealed {
@@ -138,7 +139,7 @@ pub trait Policy: sealed::Sealed + Send + Sync + Sized + 'static {
             return Ok(Decision::admit(self.remaining(state, now)?));
         }
         if cost > self.config().limit() {
-            return Ok(Decision::reject(self.remaining(state, now)?, u64::MAX));
+            return Ok(Decision::reject(self.remaining(state, now)?, NEVER));
         }
         self.check_within(state, now, cost)
     }
@@ -247,7 +248,7 @@ fn window_start(word: u128, window: u64) -> u64 {
 #[inline]
 fn until(at: u128, now: u64) -> u64 {
     match at.checked_sub(u128::from(now)) {
-        Some(0) | None => u64::MAX,
+        Some(0) | None => NEVER,
         Some(ticks) => saturate(ticks),
     }
 }

@@ -43,8 +43,8 @@ use crate::{Config, Decision, PolicyKind};
 /// )
 /// .await?;
 /// let decision = limiter.check("client-42").await;
-/// if !decision.allowed {
-///     // 429, retry after `decision.retry_after` microseconds
+/// if !decision.allowed() {
+///     // 429, retry after `decision.retry_after()`
 /// }
 /// # Ok(())
 /// # }

@@ -48,10 +48,10 @@ use crate::{Config, Decision, PolicyKind, RateLimiter};
 ///         .timeout(Duration::from_millis(50))
 ///         .on_failure(OnFailure::Local),
 /// )?;
-/// assert!(limiter.check_at("rahul", 0).allowed);
+/// assert!(limiter.check_at("rahul", 0).allowed());
 /// // The same call, with the error instead of the fault rule:
 /// match limiter.try_check_at("rahul", 100) {
-///     Ok(decision) => assert!(decision.allowed),
+///     Ok(decision) => assert!(decision.allowed()),
 ///     Err(error) => eprintln!("Redis failed: {error}"),
 /// }
 /// # Ok::<(), Box<dyn std::error::Error>>(())

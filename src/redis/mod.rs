@@ -21,8 +21,8 @@
 //!     RedisOptions::new().prefix("api"),
 //! )?;
 //! let decision = limiter.check("client-42");
-//! if !decision.allowed {
-//!     // answer 429 with `Retry-After: decision.retry_after` (microseconds)
+//! if !decision.allowed() {
+//!     // answer 429 with `Retry-After: decision.retry_after_secs()`
 //! }
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
@@ -217,6 +217,7 @@ mod script;
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub use aio::AsyncRedisLimiter;
@@ -224,6 +225,7 @@ pub use blocking::RedisLimiter;
 pub use rejections::DEFAULT_REJECTION_CACHE;
 pub use script::{MAX_COUNTER_PRODUCT, MAX_NOW, MAX_WINDOW};
 
+use crate::decision::NEVER;
 use crate::{
     build_bounded, Bounds, Clock, Config, ConfigError, Decision, Engine, Overflow, PolicyKind,
     RateLimiter, Tick,
@@ -716,7 +718,7 @@ struct Core {
     timeout: Duration,
     on_failure: OnFailure,
     /// The in-memory limiter of [`OnFailure::Local`].
-    local: Option<Box<dyn RateLimiter<str>>>,
+    local: Option<Arc<dyn RateLimiter<str>>>,
     /// How many trait calls the fault rule answered. Relaxed: a statistic,
     /// publishing nothing.
     faults: AtomicU64,
@@ -958,7 +960,7 @@ impl Core {
         Ok(if cost == 0 {
             Decision::admit(decision.remaining).in_ticks(self.tick())
         } else if cost > self.config.limit() {
-            Decision::reject(decision.remaining, u64::MAX).in_ticks(self.tick())
+            Decision::reject(decision.remaining, NEVER).in_ticks(self.tick())
         } else {
             decision
         })
@@ -973,7 +975,7 @@ impl Core {
             }
             _ if cost > self.config.limit() => {
                 self.faults.fetch_add(1, Ordering::Relaxed);
-                Decision::reject(0, u64::MAX).in_ticks(self.tick())
+                Decision::reject(0, NEVER).in_ticks(self.tick())
             }
             _ => self.check_on_failure(key, now),
         }

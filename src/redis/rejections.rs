@@ -58,6 +58,7 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
+use crate::decision::NEVER;
 use crate::Decision;
 
 /// The default [`RedisOptions::rejection_cache`](super::RedisOptions::rejection_cache):
@@ -225,7 +226,7 @@ impl Rejections {
     ) {
         if decision.allowed
             || decision.retry_after == 0
-            || decision.retry_after == u64::MAX
+            || decision.retry_after == NEVER
             || generation != self.generation()
         {
             return;

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 use std::hash::Hash;
+use std::sync::Arc;
 
 use floodgate::tiers::{TierSpec, Tiers};
 use floodgate::{
@@ -25,7 +26,7 @@ pub fn limiter<Q>(
     limit: u64,
     window: u64,
     engine: Engine,
-) -> Box<dyn RateLimiter<Q>>
+) -> Arc<dyn RateLimiter<Q>>
 where
     Q: ?Sized + Hash + Eq + ToOwned + 'static,
     Q::Owned: Hash + Eq + Clone + Send + Sync + 'static,
@@ -54,35 +55,17 @@ pub fn on_both<Q>(
 
 /// An admitted request with `remaining` left and no delay.
 pub const fn admitted(remaining: u64) -> Decision {
-    Decision {
-        allowed: true,
-        remaining,
-        retry_after: 0,
-        delay: 0,
-        tick: floodgate::Tick::NANOSECOND,
-    }
+    Decision::admitted(remaining)
 }
 
 /// An admitted leaky-bucket request that must wait `delay`.
 pub const fn delayed(remaining: u64, delay: u64) -> Decision {
-    Decision {
-        allowed: true,
-        remaining,
-        retry_after: 0,
-        delay,
-        tick: floodgate::Tick::NANOSECOND,
-    }
+    Decision::admitted(remaining).with_delay(delay)
 }
 
 /// A rejected request that would be admitted `retry_after` ticks later.
 pub const fn rejected(retry_after: u64) -> Decision {
-    Decision {
-        allowed: false,
-        remaining: 0,
-        retry_after,
-        delay: 0,
-        tick: floodgate::Tick::NANOSECOND,
-    }
+    Decision::rejected(0, retry_after)
 }
 
 /// One call of a trace.
@@ -114,7 +97,7 @@ pub enum Answer {
 impl Answer {
     /// Whether this answers an admitted `allow`.
     pub fn admitted(self) -> bool {
-        matches!(self, Answer::Decision(Decision { allowed: true, .. }))
+        matches!(self, Answer::Decision(decision) if decision.allowed())
     }
 }
 
@@ -182,7 +165,7 @@ pub fn single_tier<C: Clock>(rule: TierSpec, clock: C) -> OneTier<C> {
 /// If more than a million are admitted: no test here allows that many.
 pub fn drain<Q: ?Sized>(limiter: &dyn RateLimiter<Q>, key: &Q, at: u64) -> u64 {
     let mut admitted = 0;
-    while limiter.check_at(key, at).allowed {
+    while limiter.check_at(key, at).allowed() {
         admitted += 1;
         assert!(admitted <= 1_000_000, "no end to the admissions at {at}");
     }
