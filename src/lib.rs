@@ -165,7 +165,58 @@ pub use factory::{build, build_bounded, build_with, Builder, Engine, UnknownEngi
 pub use limiter::{InsufficientCapacity, Limiter, RateLimiter, RuledDecision};
 pub use rule::{Rule, RuleError, RuleProblem};
 
-/// The README's examples, compiled and run as doctests.
+/// The README's examples, compiled and run as doctests (its HTTP examples
+/// need the feature `http`).
 #[doc = include_str!("../README.md")]
-#[cfg(doctest)]
+#[cfg(all(doctest, feature = "http"))]
 pub struct ReadmeDoctests;
+
+/// `docs/limiters.md`'s examples, compiled and run as doctests.
+#[doc = include_str!("../docs/limiters.md")]
+#[cfg(doctest)]
+pub struct LimitersDoctests;
+
+/// `docs/policies.md`'s examples, compiled and run as doctests.
+#[doc = include_str!("../docs/policies.md")]
+#[cfg(doctest)]
+pub struct PoliciesDoctests;
+
+/// `docs/http.md`'s examples, compiled and run as doctests.
+#[doc = include_str!("../docs/http.md")]
+#[cfg(all(doctest, feature = "http"))]
+pub struct HttpDoctests;
+
+/// `docs/bounds.md`'s examples, compiled and run as doctests.
+#[doc = include_str!("../docs/bounds.md")]
+#[cfg(doctest)]
+pub struct BoundsDoctests;
+
+/// `docs/tiers.md`'s examples, compiled and run as doctests.
+#[doc = include_str!("../docs/tiers.md")]
+#[cfg(doctest)]
+pub struct TiersDoctests;
+
+/// `docs/redis.md`'s examples, compiled and run as doctests.
+#[doc = include_str!("../docs/redis.md")]
+#[cfg(all(doctest, feature = "redis"))]
+pub struct RedisDoctests;
+
+/// `docs/cli.md`'s examples, compiled and run as doctests.
+#[doc = include_str!("../docs/cli.md")]
+#[cfg(doctest)]
+pub struct CliDoctests;
+
+/// `docs/how-it-works.md`'s examples, compiled and run as doctests.
+#[doc = include_str!("../docs/how-it-works.md")]
+#[cfg(doctest)]
+pub struct HowItWorksDoctests;
+
+/// `docs/performance.md`'s examples, compiled and run as doctests.
+#[doc = include_str!("../docs/performance.md")]
+#[cfg(doctest)]
+pub struct PerformanceDoctests;
+
+/// `docs/checks.md`'s examples, compiled and run as doctests.
+#[doc = include_str!("../docs/checks.md")]
+#[cfg(doctest)]
+pub struct ChecksDoctests;
