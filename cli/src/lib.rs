@@ -1,4 +1,5 @@
 //! The `floodgate` command's subcommands as a library, so that tests and
 //! fuzz targets can run them in-process. The binary is `src/main.rs`.
 
+pub mod args;
 pub mod replay;
