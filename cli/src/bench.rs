@@ -218,13 +218,11 @@ pub struct Args {
     /// second and latency with --connections connections, beside
     /// redis-benchmark's INCR and empty-script rates and the client's own
     /// INCR rate, then a flood row per policy. The window is --window-ns in
-    /// microseconds of Redis's clock.
-    #[cfg(feature = "redis")]
+    /// microseconds of Redis's clock. Needs the CLI's `redis` feature.
     #[arg(long, value_name = "URL")]
     backend: Option<String>,
 
     /// Connection (and calling thread) counts for --backend.
-    #[cfg(feature = "redis")]
     #[arg(long, value_name = "N", value_delimiter = ',', default_values_t = [1, 4, 16])]
     connections: Vec<usize>,
 }
@@ -1031,7 +1029,6 @@ pub fn run(args: Args) -> ExitCode {
     } else {
         args.policy.clone()
     };
-    #[cfg(feature = "redis")]
     if let Some(url) = &args.backend {
         if args.tail {
             eprintln!("floodgate bench: --tail measures the in-process engines, not --backend");
@@ -1041,6 +1038,15 @@ pub fn run(args: Args) -> ExitCode {
             eprintln!("floodgate bench: connection counts must be between 1 and {MAX_THREADS}");
             return ExitCode::from(2);
         }
+        #[cfg(not(feature = "redis"))]
+        {
+            let _ = url;
+            return floodgate_cli::args::usage(floodgate_cli::args::left_out(
+                "`floodgate bench --backend`",
+                "bench,redis",
+            ));
+        }
+        #[cfg(feature = "redis")]
         return redis::run(
             url,
             &policies,

@@ -71,16 +71,19 @@ pub(crate) fn allocated_bytes() -> u64 {
 }
 
 /// Bytes this thread allocated minus bytes it freed, since it started.
+#[cfg(feature = "bench")]
 pub(crate) fn net_bytes() -> i64 {
     NET_BYTES.with(Cell::get)
 }
 
 /// Heap bytes the calling thread allocated and did not free between
 /// [`Meter::start`] and [`Meter::live_bytes`].
+#[cfg(feature = "bench")]
 pub(crate) struct Meter {
     start: i64,
 }
 
+#[cfg(feature = "bench")]
 impl Meter {
     pub(crate) fn start() -> Self {
         Self { start: net_bytes() }

@@ -1,7 +1,12 @@
 //! `floodgate`: replay a trace through any policy, compare the engines'
 //! speed, watch the limiter protect a simulated payments API, or put it in
 //! front of an HTTP service.
+//!
+//! `demo` and `replay` are always built; `bench` and `proxy` come with the
+//! features of the same names (`full`: everything). A subcommand left out
+//! is still listed, and says how to build it when it is asked for.
 
+#[cfg(feature = "bench")]
 mod bench;
 mod demo;
 mod heap;
@@ -29,20 +34,53 @@ enum Command {
     /// Answer a trace of `allow`/`remaining` calls read from standard input.
     Replay(replay::Args),
     /// Measure checks per second: lock-free engine vs mutex baseline vs governor.
+    #[cfg(feature = "bench")]
     Bench(bench::Args),
+    /// Measure checks per second (not in this build: needs the CLI's `bench`
+    /// feature).
+    #[cfg(not(feature = "bench"))]
+    #[command(disable_help_flag = true)]
+    Bench(LeftOut),
     /// A payments API, 1,000 good apps and one buggy one, through every policy.
     Demo(demo::Args),
     /// A rate-limiting reverse proxy in front of one HTTP service.
     #[cfg(feature = "proxy")]
     Proxy(proxy::Args),
+    /// A rate-limiting reverse proxy (not in this build: needs the CLI's
+    /// `proxy` feature).
+    #[cfg(not(feature = "proxy"))]
+    #[command(disable_help_flag = true)]
+    Proxy(LeftOut),
+}
+
+/// The arguments of a subcommand this build leaves out: taken as they come,
+/// so that asking for it, with any options, says how to build it.
+#[cfg(not(all(feature = "bench", feature = "proxy")))]
+#[derive(clap::Args)]
+struct LeftOut {
+    #[arg(hide = true, allow_hyphen_values = true, trailing_var_arg = true)]
+    _rest: Vec<std::ffi::OsString>,
+}
+
+/// Refuses a subcommand this build leaves out, with the command that
+/// builds it.
+#[cfg(not(all(feature = "bench", feature = "proxy")))]
+fn left_out(name: &str) -> ExitCode {
+    use floodgate_cli::args::{left_out, usage};
+    usage(left_out(&format!("`floodgate {name}`"), name))
 }
 
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Replay(args) => replay::run(args),
+        #[cfg(feature = "bench")]
         Command::Bench(args) => bench::run(args),
+        #[cfg(not(feature = "bench"))]
+        Command::Bench(_) => left_out("bench"),
         Command::Demo(args) => demo::run(args),
         #[cfg(feature = "proxy")]
         Command::Proxy(args) => proxy::run(args),
+        #[cfg(not(feature = "proxy"))]
+        Command::Proxy(_) => left_out("proxy"),
     }
 }

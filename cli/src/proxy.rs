@@ -101,7 +101,7 @@ pub struct Args {
     /// clock; when Redis does not answer within 100 ms the request is
     /// rejected. A client Redis rejected is rejected locally until its
     /// Retry-After, without asking Redis again.
-    #[cfg(feature = "redis")]
+    /// (Needs the CLI's `redis` feature.)
     #[arg(long = "backend", value_name = "URL")]
     backend: Option<String>,
 
@@ -313,6 +313,13 @@ fn extractor(args: &Args) -> Result<Extract, String> {
 
 /// Runs `floodgate proxy`.
 pub fn run(args: Args) -> ExitCode {
+    #[cfg(not(feature = "redis"))]
+    if args.backend.is_some() {
+        return usage(floodgate_cli::args::left_out(
+            "`floodgate proxy --backend`",
+            "proxy,redis",
+        ));
+    }
     let rule = match rule(&args) {
         Ok(rule) => rule,
         Err(message) => return usage(message),

@@ -106,9 +106,8 @@ pub struct Args {
     #[arg(long, value_name = "ENGINE", default_value_t = Engine::LockFree)]
     engine: Engine,
 
-    #[cfg(feature = "redis")]
     #[command(flatten)]
-    backend: redis_backend::Backend,
+    backend: Backend,
 
     /// Forget idle clients, swept as new clients arrive (off by default, so
     /// answers are exactly the contract's). A forgotten client that calls
@@ -130,6 +129,31 @@ pub struct Args {
     /// all of them).
     #[arg(long, value_name = "RULE", default_value_t = Overflow::Reject, requires = "max_clients")]
     overflow: Overflow,
+}
+
+/// The Redis options of `floodgate replay` (feature `redis`; without it
+/// they are refused with the command that builds them).
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct Backend {
+    /// Answer from Redis instead of memory: redis://HOST:PORT[/DB], or a
+    /// Redis Cluster: redis-cluster://HOST:PORT[,HOST:PORT...]. Only keys
+    /// under the replay's prefix are touched; they are deleted before the
+    /// trace.
+    /// Redis forgets idle clients by itself (keys expire), so the in-memory
+    /// options --engine, --evict-idle and --max-clients do not go with it.
+    #[arg(
+        long = "backend",
+        value_name = "URL",
+        conflicts_with_all = ["engine", "evict_idle", "max_clients"]
+    )]
+    pub url: Option<String>,
+
+    /// The prefix of the replay's keys in Redis. By default the run's own
+    /// (floodgate-replay-PID-RANDOM), whose keys are deleted at the end too,
+    /// so concurrent replays on one Redis keep apart. A prefix given here is
+    /// cleared before the trace and its keys are kept after it.
+    #[arg(long, value_name = "PREFIX", requires = "url")]
+    pub prefix: Option<String>,
 }
 
 /// Runs `floodgate replay` on standard input, output and error.
@@ -190,6 +214,13 @@ pub fn replay_with<R: Read, W: Write, E: Write>(
 /// milliseconds); the limit's range and `W >= L` for the drip policies are
 /// the library's checks, so their messages have one source.
 fn limiter(args: &Args) -> Result<Arc<dyn RateLimiter<str>>, String> {
+    #[cfg(not(feature = "redis"))]
+    if args.backend.url.is_some() {
+        return Err(crate::args::left_out(
+            "`floodgate replay --backend`",
+            "redis",
+        ));
+    }
     if !(1..=MAX_WINDOW_MS).contains(&args.window_ms) {
         return Err(format!(
             "--window-ms {} is out of range: {WINDOW_RANGE}",

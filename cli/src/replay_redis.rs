@@ -35,29 +35,7 @@ use std::time::Duration;
 use floodgate::redis::{RedisLimiter, RedisOptions, TimeSource};
 use floodgate::{Config, Decision, PolicyKind, RateLimiter};
 
-/// The Redis options of `floodgate replay`.
-#[derive(clap::Args, Clone, Debug, Default)]
-pub struct Backend {
-    /// Answer from Redis instead of memory: redis://HOST:PORT[/DB], or a
-    /// Redis Cluster: redis-cluster://HOST:PORT[,HOST:PORT...]. Only keys
-    /// under the replay's prefix are touched; they are deleted before the
-    /// trace.
-    /// Redis forgets idle clients by itself (keys expire), so the in-memory
-    /// options --engine, --evict-idle and --max-clients do not go with it.
-    #[arg(
-        long = "backend",
-        value_name = "URL",
-        conflicts_with_all = ["engine", "evict_idle", "max_clients"]
-    )]
-    pub url: Option<String>,
-
-    /// The prefix of the replay's keys in Redis. By default the run's own
-    /// (floodgate-replay-PID-RANDOM), whose keys are deleted at the end too,
-    /// so concurrent replays on one Redis keep apart. A prefix given here is
-    /// cleared before the trace and its keys are kept after it.
-    #[arg(long, value_name = "PREFIX", requires = "url")]
-    pub prefix: Option<String>,
-}
+use super::Backend;
 
 /// A prefix no other replay takes: the process id, to tell whose keys they
 /// are, and 64 random bits, since process ids repeat across hosts sharing
