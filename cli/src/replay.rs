@@ -19,7 +19,11 @@ use std::sync::Arc;
 
 use floodgate::{
     build_bounded, Bounds, Config, Engine, ManualClock, Overflow, PolicyKind, RateLimiter, Tick,
-    MAX_LIMIT,
+};
+
+use crate::args::{
+    explain, parse_count, parse_digits, parse_duration, parse_engine, parse_limit, parse_overflow,
+    parse_policy, refuse, Checked, Span, Written, USAGE,
 };
 
 #[cfg(feature = "redis")]
@@ -33,15 +37,14 @@ const MAX_WINDOW_MS: u64 = 1_000_000_000;
 const WINDOW_RANGE: &str =
     "the window must be a whole number of milliseconds between 1 and 1000000000";
 
+/// Nanoseconds per millisecond: a trace's tick.
+const MILLISECOND: u64 = 1_000_000;
+
 /// The latest `NOW` a trace may carry, in milliseconds (the contract's bound).
 const MAX_NOW: u64 = 2_000_000_000_000;
 
 /// The largest `COST` a trace may carry (the contract's bound, 2^64 − 1).
 const MAX_COST: u64 = u64::MAX;
-
-/// Exit status of a usage error or a malformed trace (clap's own usage errors
-/// use the same status).
-const USAGE: u8 = 2;
 
 /// The longest line a trace may hold, in bytes before its `\n` (a trailing
 /// `\r` included). A line is two words and at most two numbers: this leaves a client
@@ -76,7 +79,7 @@ bytes before its newline. A malformed line (a longer one included) stops the
 replay with its line number on standard error and exit status 2.
 
 Example: printf 'allow rahul 0\\nremaining rahul 999\\n' |
-  floodgate replay --policy sliding-window --limit 3 --window-ms 1000";
+  floodgate replay --policy sliding-window --limit 3 --window 1s";
 
 /// Options of `floodgate replay`.
 #[derive(clap::Args)]
@@ -84,18 +87,26 @@ Example: printf 'allow rahul 0\\nremaining rahul 999\\n' |
 pub struct Args {
     /// The policy: sliding-window, token-bucket, fixed-window,
     /// sliding-window-counter, gcra or leaky-bucket.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", value_parser = Checked(parse_policy))]
     policy: PolicyKind,
 
     /// At most L requests per window (1 to 4294967295; 1 to 1048575 for
     /// sliding-window).
-    #[arg(long, value_name = "L", value_parser = parse_limit)]
+    #[arg(long, value_name = "L", value_parser = Checked(parse_limit))]
     limit: u64,
 
-    /// The window W in milliseconds (1 to 1000000000; at least L for
+    /// The window W: a whole number and a unit, such as 1s, 500ms or 2m,
+    /// in whole milliseconds (1ms to 1000000000ms; at least L ms for
     /// token-bucket, gcra and leaky-bucket).
-    #[arg(long = "window-ms", value_name = "W", value_parser = parse_window)]
-    window_ms: u64,
+    #[arg(long, value_name = "DURATION", value_parser = Checked(parse_duration),
+          required_unless_present = "window_ms")]
+    window: Option<Span>,
+
+    /// The window in milliseconds, the unit of a trace's times: --window-ms
+    /// 1000 is --window 1s.
+    #[arg(long = "window-ms", value_name = "W", value_parser = Checked(parse_window_ms),
+          conflicts_with = "window")]
+    window_ms: Option<u64>,
 
     /// Answer each call with a JSON object: every field of the decision for
     /// `allow`, `{"remaining":N}` for `remaining`.
@@ -103,7 +114,8 @@ pub struct Args {
     detail: bool,
 
     /// The engine that answers: lockfree or mutex.
-    #[arg(long, value_name = "ENGINE", default_value_t = Engine::LockFree)]
+    #[arg(long, value_name = "ENGINE", default_value_t = Engine::LockFree,
+          value_parser = Checked(parse_engine))]
     engine: Engine,
 
     #[command(flatten)]
@@ -121,13 +133,14 @@ pub struct Args {
     /// --overflow rule. The replay keeps the last NOW of tracked clients
     /// only, so its memory is bounded too: an untracked client's NOW is not
     /// checked against its earlier calls.
-    #[arg(long, value_name = "N", value_parser = parse_max_clients)]
+    #[arg(long, value_name = "N", value_parser = Checked(parse_max_clients))]
     max_clients: Option<usize>,
 
     /// What a new client gets at --max-clients when nobody is idle: reject
     /// (fail closed), admit (fail open, untracked) or shared (one state for
     /// all of them).
-    #[arg(long, value_name = "RULE", default_value_t = Overflow::Reject, requires = "max_clients")]
+    #[arg(long, value_name = "RULE", default_value_t = Overflow::Reject, requires = "max_clients",
+          value_parser = Checked(parse_overflow))]
     overflow: Overflow,
 }
 
@@ -212,7 +225,7 @@ pub fn replay_with<R: Read, W: Write, E: Write>(
 ///
 /// The window's bound is replay's own (the contract's ranges in
 /// milliseconds); the limit's range and `W >= L` for the drip policies are
-/// the library's checks, so their messages have one source.
+/// the library's checks, put in the flags' words by [`explain`].
 fn limiter(args: &Args) -> Result<Arc<dyn RateLimiter<str>>, String> {
     #[cfg(not(feature = "redis"))]
     if args.backend.url.is_some() {
@@ -221,13 +234,14 @@ fn limiter(args: &Args) -> Result<Arc<dyn RateLimiter<str>>, String> {
             "redis",
         ));
     }
-    if !(1..=MAX_WINDOW_MS).contains(&args.window_ms) {
-        return Err(format!(
-            "--window-ms {} is out of range: {WINDOW_RANGE}",
-            args.window_ms
-        ));
-    }
-    let config = Config::per_ticks(args.limit, args.window_ms).map_err(|e| e.to_string())?;
+    let (flag, text, window_ms) = window(args)?;
+    let written = Written {
+        limit: args.limit,
+        window_flag: flag,
+        window_text: &text,
+        tick_nanos: MILLISECOND,
+    };
+    let config = Config::per_ticks(args.limit, window_ms).map_err(|e| explain(&e, &written))?;
     #[cfg(feature = "redis")]
     if let Some(redis) = redis_backend::limiter(args.policy, config, &args.backend)? {
         return Ok(redis);
@@ -248,42 +262,59 @@ fn limiter(args: &Args) -> Result<Arc<dyn RateLimiter<str>>, String> {
         ManualClock::with_tick(0, Tick::MILLISECOND),
         bounds,
     )
-    .map_err(|e| e.to_string())
+    .map_err(|e| explain(&e, &written))
+}
+
+/// The window in milliseconds, with the flag and the text that gave it.
+fn window(args: &Args) -> Result<(&'static str, String, u64), String> {
+    let (flag, text, window_ms) = match (&args.window, args.window_ms) {
+        (_, Some(window_ms)) => {
+            let text = window_ms.to_string();
+            if !(1..=MAX_WINDOW_MS).contains(&window_ms) {
+                return Err(refuse("--window-ms", &text, WINDOW_RANGE));
+            }
+            return Ok(("--window-ms", text, window_ms));
+        }
+        (Some(span), None) => ("--window", span.text.clone(), span.nanos / MILLISECOND),
+        // clap requires one of the two.
+        (None, None) => unreachable!("--window or --window-ms is required"),
+    };
+    if !(1..=MAX_WINDOW_MS).contains(&window_ms) {
+        return Err(refuse(
+            flag,
+            &text,
+            format!("the window must be between 1ms and {MAX_WINDOW_MS}ms"),
+        ));
+    }
+    if args
+        .window
+        .as_ref()
+        .is_some_and(|span| span.nanos % MILLISECOND != 0)
+    {
+        return Err(refuse(
+            flag,
+            &text,
+            format!(
+                "a trace's times are milliseconds, so the window is a whole number of them, \
+                 such as {window_ms}ms or {}ms",
+                window_ms + 1
+            ),
+        ));
+    }
+    Ok((flag, text, window_ms))
 }
 
 /// Parses `--max-clients`: a whole number (0 tracks nobody).
 fn parse_max_clients(text: &str) -> Result<usize, String> {
-    parse_digits(text)
-        .and_then(|n| usize::try_from(n).ok())
-        .ok_or_else(|| "the number of clients must be a whole number".to_owned())
+    parse_count(text)?
+        .try_into()
+        .map_err(|_| "expected a whole number of clients".to_owned())
 }
 
-/// Parses `--limit`: a whole number; its range is checked with the rest of
-/// the configuration.
-fn parse_limit(text: &str) -> Result<u64, String> {
-    parse_digits(text)
-        .ok_or_else(|| format!("the limit must be a whole number between 1 and {MAX_LIMIT}"))
-}
-
-/// Parses `--window-ms`: a whole number of milliseconds; its range is checked
-/// with the rest of the configuration.
-fn parse_window(text: &str) -> Result<u64, String> {
+/// Parses `--window-ms`: a whole number of milliseconds; its range is
+/// checked with the rest of the configuration.
+fn parse_window_ms(text: &str) -> Result<u64, String> {
     parse_digits(text).ok_or_else(|| WINDOW_RANGE.to_owned())
-}
-
-/// A non-empty run of ASCII digits as a `u64` (leading zeros allowed), or
-/// `None` for anything else — a sign, `_`, a space, or a value past
-/// `u64::MAX`. Stricter than `u64::from_str`, which takes a leading `+`.
-fn parse_digits(text: &str) -> Option<u64> {
-    if text.is_empty() {
-        return None;
-    }
-    text.bytes().try_fold(0u64, |value, byte| {
-        if !byte.is_ascii_digit() {
-            return None;
-        }
-        value.checked_mul(10)?.checked_add(u64::from(byte - b'0'))
-    })
 }
 
 /// The two calls a trace can make.
@@ -910,15 +941,6 @@ mod tests {
         assert!(WINDOW_RANGE.ends_with(&format!(" between 1 and {MAX_WINDOW_MS}")));
         assert!(TRACE_HELP.contains(&format!("at most {MAX_NOW})")));
         assert!(TRACE_HELP.contains(&format!("at most {MAX_LINE}\nbytes before its newline")));
-    }
-
-    #[test]
-    fn options_are_digits_only() {
-        assert_eq!(parse_digits("0042"), Some(42));
-        assert_eq!(parse_digits(&u64::MAX.to_string()), Some(u64::MAX));
-        for bad in ["", "+1", "-1", " 1", "1 ", "18446744073709551616"] {
-            assert_eq!(parse_digits(bad), None, "{bad:?}");
-        }
     }
 
     fn replay_str(policy: PolicyKind, detail: bool, trace: &[u8]) -> (String, Result<(), Stop>) {
