@@ -65,12 +65,16 @@ use floodgate::policy::{
 };
 use floodgate::{
     Clock, CoarseClock, Config, Limiter, MutexLimiter, PolicyKind, QuantaClock, RateLimiter,
-    MAX_LIMIT,
 };
 use governor::clock::QuantaUpkeepClock;
 use governor::middleware::NoOpMiddleware;
 use governor::state::keyed::DashMapStateStore;
 use governor::{DefaultKeyedRateLimiter, Quota};
+
+use floodgate_cli::args::{
+    explain, parse_count, parse_duration, parse_in, parse_limit, parse_policy, refuse, usage,
+    Checked, Span, Written,
+};
 
 use crate::heap::Meter;
 
@@ -91,10 +95,10 @@ const LIMIT: u64 = 100;
 /// but about one call in a thousand — a flood is mostly rejections — while
 /// 10,000 clients sharing the loop stay under their limit, so every check
 /// is admitted and writes its client's state. The `admitted` column shows
-/// which regime each row measured; `--limit` and `--window-ns` pick another
-/// (`--window-ns 100` admits every check even on one hot client;
-/// `--limit 1 --window-ns 1000000000` rejects nearly every check even on
-/// 10,000 clients).
+/// which regime each row measured; `--limit` and `--window` pick another
+/// (`--window 100ns` admits every check even on one hot client;
+/// `--limit 1 --window 1s` rejects nearly every check even on 10,000
+/// clients).
 const WINDOW_NS: u64 = 1_000_000;
 
 /// How long each step of the parallel-capacity probe runs.
@@ -149,11 +153,12 @@ pub struct Args {
     json: bool,
 
     /// Only these policies (comma-separated names; default: all six).
-    #[arg(long, value_name = "NAMES", value_delimiter = ',')]
+    #[arg(long, value_name = "NAMES", value_delimiter = ',', value_parser = Checked(parse_policy))]
     policy: Vec<PolicyKind>,
 
-    /// Thread counts to measure (comma-separated).
-    #[arg(long, value_name = "N", value_delimiter = ',', default_values_t = [1, 2, 4])]
+    /// Thread counts to measure (comma-separated, each 1 to 256).
+    #[arg(long, value_name = "N", value_delimiter = ',', default_values_t = [1, 2, 4],
+          value_parser = Checked(parse_in::<usize>(1, MAX_THREADS as u64)))]
     threads: Vec<usize>,
 
     /// Key distributions to measure (comma-separated): hot (one client),
@@ -173,12 +178,12 @@ pub struct Args {
     /// smallest is also the cap of its flood, which brings four times that.
     #[arg(long, value_name = "N", value_delimiter = ',',
           default_values_t = tail::CLIENTS,
-          value_parser = clap::value_parser!(u64).range(1..=1 << 32))]
+          value_parser = Checked(parse_in::<u64>(1, 1 << 32)))]
     tail_clients: Vec<u64>,
 
     /// The known clients --tail checks round-robin beside the new ones.
     #[arg(long, value_name = "N", default_value_t = tail::KNOWN,
-          value_parser = clap::value_parser!(u64).range(1..=1 << 24))]
+          value_parser = Checked(parse_in::<u64>(1, 1 << 24)))]
     tail_known: u64,
 
     /// Clocks of the `gcra` rows (comma-separated): quanta (each engine's
@@ -189,41 +194,49 @@ pub struct Args {
           default_values_t = [ClockKind::Quanta, ClockKind::Coarse, ClockKind::Caller])]
     clocks: Vec<ClockKind>,
 
-    /// The interval of the upkeep thread behind the `coarse` rows, in
-    /// microseconds: how far those clocks may lag.
-    #[arg(long, value_name = "US", default_value_t = UPKEEP_US,
-          value_parser = clap::value_parser!(u64).range(1..))]
-    upkeep_us: u64,
+    /// The interval of the upkeep thread behind the `coarse` rows (1ms by
+    /// default): how far those clocks may lag.
+    #[arg(long, value_name = "DURATION", value_parser = Checked(parse_duration))]
+    upkeep: Option<Span>,
+
+    /// The same interval in microseconds: --upkeep-us 1000 is --upkeep 1ms.
+    #[arg(long, value_name = "US", value_parser = Checked(parse_count), conflicts_with = "upkeep")]
+    upkeep_us: Option<u64>,
 
     /// The quota's limit: checks per window per client (a `sliding-window`
     /// client keeps 16 bytes per unit of limit).
-    #[arg(long, value_name = "L", default_value_t = LIMIT,
-          value_parser = clap::value_parser!(u64).range(1..=MAX_LIMIT))]
+    #[arg(long, value_name = "L", default_value_t = LIMIT, value_parser = Checked(parse_limit))]
     limit: u64,
 
-    /// The quota's window in nanoseconds (at least the limit). The default
-    /// admits every check on 10,000 clients and about one in a thousand on
-    /// one hot client; 100 admits every check even on one hot client.
-    #[arg(long, value_name = "NS", default_value_t = WINDOW_NS)]
-    window_ns: u64,
+    /// The quota's window: a whole number and a unit, such as 1ms, 100ns
+    /// or 1s (1ms by default; at least L ns). The default admits every
+    /// check on 10,000 clients and about one in a thousand on one hot
+    /// client; 100ns admits every check even on one hot client.
+    #[arg(long, value_name = "DURATION", value_parser = Checked(parse_duration))]
+    window: Option<Span>,
+
+    /// The same window in nanoseconds: --window-ns 1000000 is --window 1ms.
+    #[arg(long, value_name = "NS", value_parser = Checked(parse_count), conflicts_with = "window")]
+    window_ns: Option<u64>,
 
     /// The cost of each request of the weighted `gcra` rows (1 to the
     /// limit), measured beside governor's `check_key_n`.
-    #[arg(long, value_name = "N", default_value_t = COST,
-          value_parser = clap::value_parser!(u32).range(1..))]
-    cost: u32,
+    #[arg(long, value_name = "N", default_value_t = u64::from(COST), value_parser = Checked(parse_count))]
+    cost: u64,
 
     /// Measure through Redis (redis://HOST:PORT) or a Redis Cluster
     /// (redis-cluster://HOST:PORT[,HOST:PORT...]) instead: decisions per
     /// second and latency with --connections connections, beside
     /// redis-benchmark's INCR and empty-script rates and the client's own
-    /// INCR rate, then a flood row per policy. The window is --window-ns in
+    /// INCR rate, then a flood row per policy. The window is --window in
     /// microseconds of Redis's clock. Needs the CLI's `redis` feature.
     #[arg(long, value_name = "URL")]
     backend: Option<String>,
 
-    /// Connection (and calling thread) counts for --backend.
-    #[arg(long, value_name = "N", value_delimiter = ',', default_values_t = [1, 4, 16])]
+    /// Connection (and calling thread) counts for --backend
+    /// (comma-separated, each 1 to 256).
+    #[arg(long, value_name = "N", value_delimiter = ',', default_values_t = [1, 4, 16],
+          value_parser = Checked(parse_in::<usize>(1, MAX_THREADS as u64)))]
     connections: Vec<usize>,
 }
 
@@ -1029,19 +1042,32 @@ pub fn run(args: Args) -> ExitCode {
     } else {
         args.policy.clone()
     };
+    let (window_flag, window_text, window_ns) = match (&args.window, args.window_ns) {
+        (Some(span), _) => ("--window", span.text.clone(), span.nanos),
+        (None, Some(ns)) => ("--window-ns", ns.to_string(), ns),
+        (None, None) => ("--window", "1ms".to_owned(), WINDOW_NS),
+    };
+    if window_ns == 0 {
+        return usage(refuse(
+            window_flag,
+            &window_text,
+            "the window must be longer than 0",
+        ));
+    }
+    let written = Written {
+        limit: args.limit,
+        window_flag,
+        window_text: &window_text,
+        tick_nanos: 1,
+    };
     if let Some(url) = &args.backend {
         if args.tail {
-            eprintln!("floodgate bench: --tail measures the in-process engines, not --backend");
-            return ExitCode::from(2);
-        }
-        if args.connections.iter().any(|&c| c == 0 || c > MAX_THREADS) {
-            eprintln!("floodgate bench: connection counts must be between 1 and {MAX_THREADS}");
-            return ExitCode::from(2);
+            return usage("--tail measures the in-process engines, not --backend");
         }
         #[cfg(not(feature = "redis"))]
         {
             let _ = url;
-            return floodgate_cli::args::usage(floodgate_cli::args::left_out(
+            return usage(floodgate_cli::args::left_out(
                 "`floodgate bench --backend`",
                 "bench,redis",
             ));
@@ -1052,37 +1078,45 @@ pub fn run(args: Args) -> ExitCode {
             &policies,
             &args.connections,
             args.limit,
-            args.window_ns / 1_000,
+            window_ns / 1_000,
             args.quick,
             args.json,
         );
     }
-    if args.threads.iter().any(|&t| t == 0 || t > MAX_THREADS) {
-        eprintln!("floodgate bench: thread counts must be between 1 and {MAX_THREADS}");
-        return ExitCode::from(2);
+    let upkeep = match (&args.upkeep, args.upkeep_us) {
+        (Some(span), _) => span.duration(),
+        (None, Some(us)) => Duration::from_micros(us),
+        (None, None) => Duration::from_micros(UPKEEP_US),
+    };
+    if upkeep.is_zero() {
+        let (flag, text) = match &args.upkeep {
+            Some(span) => ("--upkeep", span.text.clone()),
+            None => ("--upkeep-us", "0".to_owned()),
+        };
+        return usage(refuse(flag, &text, "the interval must be longer than 0"));
     }
     let (rounds, slice, inserts) = if args.quick {
         (3, Duration::from_millis(8), QUICK_INSERTS)
     } else {
         (5, Duration::from_millis(40), INSERTS)
     };
-    let config = match Config::per_ticks(args.limit, args.window_ns)
+    let config = match Config::per_ticks(args.limit, window_ns)
         .and_then(|config| config.check_for(PolicyKind::Gcra))
     {
         Ok(config) => config,
-        Err(error) => {
-            eprintln!("floodgate bench: {error}");
-            return ExitCode::from(2);
-        }
+        Err(error) => return usage(explain(&error, &written)),
     };
-    let cost = match NonZeroU32::new(args.cost) {
+    let cost = match u32::try_from(args.cost).ok().and_then(NonZeroU32::new) {
         Some(cost) if u64::from(cost.get()) <= config.limit() => cost,
         _ => {
-            eprintln!(
-                "floodgate bench: --cost must be between 1 and the limit, {}",
-                config.limit()
-            );
-            return ExitCode::from(2);
+            return usage(refuse(
+                "--cost",
+                &args.cost.to_string(),
+                format!(
+                    "the cost must be between 1 and the limit, {}",
+                    config.limit()
+                ),
+            ))
         }
     };
     let keys = match (args.keys.is_empty(), args.tail) {
@@ -1108,7 +1142,7 @@ pub fn run(args: Args) -> ExitCode {
     let started = Instant::now();
     let coarse = if args.clocks.contains(&ClockKind::Coarse) && policies.contains(&PolicyKind::Gcra)
     {
-        match CoarseClocks::start(Duration::from_micros(args.upkeep_us)) {
+        match CoarseClocks::start(upkeep) {
             Ok(clocks) => Some(clocks),
             Err(error) => {
                 eprintln!("floodgate bench: no coarse rows: {error}");

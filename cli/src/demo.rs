@@ -36,6 +36,8 @@ use std::time::{Duration, Instant};
 
 use floodgate::{build, Clock, Config, PolicyKind, QuantaClock};
 
+use floodgate_cli::args::{parse_count, parse_in, parse_policy, Checked};
+
 use crate::heap::allocated_bytes;
 
 /// The apps that behave.
@@ -55,22 +57,31 @@ const SLICE: u64 = 10_000_000;
 /// Options of `floodgate demo`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Worker threads sharing the traffic (like a server's worker pool).
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
+    /// Worker threads sharing the traffic (like a server's worker pool), 1
+    /// to 64.
+    #[arg(long, value_name = "N", default_value_t = 4,
+          value_parser = Checked(parse_in::<u32>(1, MAX_THREADS)))]
     threads: u32,
 
-    /// Simulated seconds of traffic.
-    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    /// Simulated seconds of traffic, 1 to 3600.
+    #[arg(long, value_name = "N", default_value_t = 60,
+          value_parser = Checked(parse_in::<u64>(1, MAX_SECONDS)))]
     seconds: u64,
 
     /// Only these policies (comma-separated names; default: all six).
-    #[arg(long, value_name = "NAMES", value_delimiter = ',')]
+    #[arg(long, value_name = "NAMES", value_delimiter = ',', value_parser = Checked(parse_policy))]
     policy: Vec<PolicyKind>,
 
     /// Seed of the simulated traffic.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = Checked(parse_count))]
     seed: u64,
 }
+
+/// The most worker threads `--threads` takes.
+const MAX_THREADS: u64 = 64;
+
+/// The longest simulated run `--seconds` takes.
+const MAX_SECONDS: u64 = 3_600;
 
 /// One request: when it arrives (simulated ns) and which app sends it.
 #[derive(Clone, Copy)]
