@@ -26,7 +26,13 @@ use floodgate::http::{
     AsyncLimiter, ForwardedIp, Global, Header, Key, KeyExtractor, MissingKey, Parts, PeerIp,
     RateLimitLayer, DEFAULT_IPV6_PREFIX,
 };
-use floodgate::{Builder, Decision, PolicyKind, RateLimiter, Rule, RuleProblem, RuledDecision};
+use floodgate::{
+    Bounds, Builder, Config, Decision, Overflow, PolicyKind, RateLimiter, Rule, RuledDecision,
+};
+use floodgate_cli::args::{
+    explain, parse_count, parse_duration, parse_in, parse_limit, parse_overflow, parse_policy,
+    usage, Checked, Span, Written,
+};
 use hyper::header::HeaderName;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
@@ -42,53 +48,50 @@ use upstream::{parse_upstream, Forward, Upstream};
 /// How often the counts are printed (when they changed).
 const STATS_EVERY: Duration = Duration::from_secs(5);
 
-/// Exit status of a usage error (clap's own use the same).
-const USAGE: u8 = 2;
-
 /// Options of `floodgate proxy`.
 #[derive(clap::Args, Debug)]
 #[command(after_help = AFTER_HELP)]
 pub struct Args {
     /// The address to listen on, IP:PORT (port 0: any free port, printed).
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", value_parser = Checked(parse_listen))]
     listen: SocketAddr,
 
     /// The service to protect: http://HOST:PORT[/PATH]. A request's path
     /// is appended to the upstream's.
-    #[arg(long, value_name = "URL", value_parser = parse_upstream)]
+    #[arg(long, value_name = "URL", value_parser = Checked(parse_upstream))]
     upstream: Upstream,
 
     /// The policy: token-bucket, leaky-bucket, fixed-window,
     /// sliding-window, sliding-window-counter or gcra. leaky-bucket delays
     /// requests within its tolerance instead of rejecting them.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", value_parser = Checked(parse_policy))]
     policy: PolicyKind,
 
     /// Requests admitted per window, per client.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "L", value_parser = Checked(parse_limit))]
     limit: u64,
 
-    /// The window: a whole number and a unit, as 500ms, 1s, 1m, 1h
+    /// The window: a whole number and a unit, such as 1s, 500ms or 2m
     /// (units ns, us, ms, s, m, h, d).
-    #[arg(long, value_name = "DURATION")]
-    window: String,
+    #[arg(long, value_name = "DURATION", value_parser = Checked(parse_duration))]
+    window: Span,
 
     /// What a client is: its address (behind --trusted-proxy, the
     /// forwarded one), one global limit, or the value of a header (an API
     /// key; a request without it is answered 400).
-    #[arg(long, value_name = "ip|global|header:NAME", default_value = "ip", value_parser = parse_key)]
+    #[arg(long, value_name = "ip|global|header:NAME", default_value = "ip", value_parser = Checked(parse_key))]
     key: KeyKind,
 
     /// A reverse proxy in front of this one, as a CIDR or an address:
     /// from it, the client is read from Forwarded, X-Forwarded-For or
     /// X-Real-IP (the rightmost address that is not a trusted proxy).
     /// Repeat for several. From any other peer those headers are ignored.
-    #[arg(long = "trusted-proxy", value_name = "CIDR", value_parser = parse_cidr)]
+    #[arg(long = "trusted-proxy", value_name = "CIDR", value_parser = Checked(parse_cidr))]
     trusted_proxy: Vec<String>,
 
     /// IPv6 clients are grouped by this many leading bits, 56 by default
     /// (128: each address on its own).
-    #[arg(long, value_name = "BITS", value_parser = clap::value_parser!(u8).range(0..=128))]
+    #[arg(long, value_name = "BITS", value_parser = Checked(parse_in::<u8>(0, 128)))]
     ipv6_prefix: Option<u8>,
 
     /// The policy's name in the RateLimit and RateLimit-Policy headers.
@@ -102,8 +105,26 @@ pub struct Args {
     /// rejected. A client Redis rejected is rejected locally until its
     /// Retry-After, without asking Redis again.
     /// (Needs the CLI's `redis` feature.)
-    #[arg(long = "backend", value_name = "URL")]
+    #[arg(long = "backend", value_name = "URL",
+          conflicts_with_all = ["evict_idle", "max_clients"])]
     backend: Option<String>,
+
+    /// Forget idle clients, swept as new clients arrive (in memory; Redis
+    /// forgets them by itself).
+    #[arg(long)]
+    evict_idle: bool,
+
+    /// Track at most N clients in memory; a new client that finds no room
+    /// gets the --overflow rule.
+    #[arg(long, value_name = "N", value_parser = Checked(parse_max_clients))]
+    max_clients: Option<usize>,
+
+    /// What a new client gets at --max-clients when nobody is idle: reject
+    /// (fail closed), admit (fail open, untracked) or shared (one state for
+    /// all of them).
+    #[arg(long, value_name = "RULE", default_value_t = Overflow::Reject, requires = "max_clients",
+          value_parser = Checked(parse_overflow))]
+    overflow: Overflow,
 
     /// Also send X-RateLimit-Limit, X-RateLimit-Remaining and
     /// X-RateLimit-Reset.
@@ -126,6 +147,11 @@ enum KeyKind {
     Ip,
     Global,
     Header(HeaderName),
+}
+
+fn parse_listen(text: &str) -> Result<SocketAddr, String> {
+    text.parse()
+        .map_err(|_| "expected IP:PORT, such as 127.0.0.1:8080 (port 0: any free port)".to_owned())
 }
 
 fn parse_key(text: &str) -> Result<KeyKind, String> {
@@ -256,40 +282,42 @@ impl AsyncLimiter<Client> for Counted {
     }
 }
 
-/// A usage error: the message on standard error, exit status 2.
-fn usage(message: impl std::fmt::Display) -> ExitCode {
-    eprintln!("floodgate proxy: {message}");
-    ExitCode::from(USAGE)
+/// How the flags wrote the quota, for the refusals.
+fn written(args: &Args) -> Written<'_> {
+    Written {
+        limit: args.limit,
+        window_flag: "--window",
+        window_text: &args.window.text,
+        tick_nanos: 1,
+    }
 }
 
-/// The rule the flags give, through the library's own rule text, so the
-/// window is read as every rule is.
+/// The rule the flags give.
 fn rule(args: &Args) -> Result<Rule, String> {
-    let text = format!("{}:{}/{}", args.policy, args.limit, args.window);
-    let rule: Rule = text.parse().map_err(|error: floodgate::RuleError| {
-        let window = &args.window;
-        match error.problem {
-            RuleProblem::Count(_) | RuleProblem::MissingSlash => format!(
-                "--window {window:?}: expected a whole number and a unit, as 500ms, 1s, 1m, 1h"
-            ),
-            RuleProblem::Unit(unit) => format!(
-                "--window {window:?}: unknown unit {unit:?} (the units are ns, us, ms, s, m, h, d)"
-            ),
-            RuleProblem::Config(config) => {
-                format!("--limit {} --window {window}: {config}", args.limit)
-            }
-            // The policy and limit were parsed by clap, so their text is
-            // the rule's: anything else is about the window.
-            _ => format!("--window {window:?}: {error}"),
-        }
-    })?;
-    if rule.config().span().is_none() {
-        return Err(format!(
-            "--window {:?}: give a duration, as 500ms, 1s, 1m, 1h",
-            args.window
-        ));
+    Config::per(args.limit, args.window.duration())
+        .and_then(|config| Rule::new(args.policy, config))
+        .map_err(|error| explain(&error, &written(args)))
+}
+
+/// The bounds of the in-memory store the flags give.
+fn bounds(args: &Args) -> Result<Bounds, String> {
+    let mut bounds = Bounds::new().on_overflow(args.overflow);
+    if args.evict_idle {
+        bounds = bounds.evict_idle();
     }
-    Ok(rule)
+    if let Some(max_clients) = args.max_clients {
+        bounds = bounds.max_clients(max_clients);
+    }
+    bounds
+        .validate()
+        .map_err(|error| explain(&error, &written(args)))
+}
+
+/// Parses `--max-clients`: a whole number (0 tracks nobody).
+fn parse_max_clients(text: &str) -> Result<usize, String> {
+    parse_count(text)?
+        .try_into()
+        .map_err(|_| "expected a whole number of clients".to_owned())
 }
 
 /// The extractor the flags give.
@@ -328,6 +356,10 @@ pub fn run(args: Args) -> ExitCode {
         Ok(extractor) => extractor,
         Err(message) => return usage(message),
     };
+    let bounds = match bounds(&args) {
+        Ok(bounds) => bounds,
+        Err(message) => return usage(message),
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -338,10 +370,10 @@ pub fn run(args: Args) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(serve(args, rule, extractor))
+    runtime.block_on(serve(args, rule, bounds, extractor))
 }
 
-async fn store(args: &Args, rule: Rule) -> Result<Store, ExitCode> {
+async fn store(args: &Args, rule: Rule, bounds: Bounds) -> Result<Store, ExitCode> {
     #[cfg(feature = "redis")]
     if let Some(url) = &args.backend {
         use floodgate::redis::{AsyncRedisLimiter, RedisOptions};
@@ -358,21 +390,15 @@ async fn store(args: &Args, rule: Rule) -> Result<Store, ExitCode> {
         }
         return Ok(Store::Redis(redis));
     }
-    #[cfg(not(feature = "redis"))]
-    let _ = args;
     Builder::from_rule(rule)
+        .bounds(bounds)
         .build::<Client>()
         .map(Store::Memory)
-        .map_err(|e| {
-            usage(format!(
-                "--limit {} --window {}: {e}",
-                args.limit, args.window
-            ))
-        })
+        .map_err(|error| usage(explain(&error, &written(args))))
 }
 
-async fn serve(args: Args, rule: Rule, extractor: Extract) -> ExitCode {
-    let store = match store(&args, rule).await {
+async fn serve(args: Args, rule: Rule, bounds: Bounds, extractor: Extract) -> ExitCode {
+    let store = match store(&args, rule, bounds).await {
         Ok(store) => store,
         Err(code) => return code,
     };
