@@ -404,6 +404,27 @@ mod tests {
     }
 
     #[test]
+    fn a_left_out_feature_names_the_command_that_builds_it() {
+        let bench = left_out("`floodgate bench`", "bench");
+        assert!(
+            bench.starts_with(
+                "`floodgate bench` needs the CLI's `bench` feature, which this build leaves \
+                 out: cargo run --release -p floodgate-cli --features bench --"
+            ),
+            "{bench}"
+        );
+        let backend = left_out("`floodgate proxy --backend`", "proxy,redis");
+        assert!(
+            backend.starts_with(
+                "`floodgate proxy --backend` needs the CLI's features `proxy` and `redis`, \
+                 which this build leaves out: cargo run --release -p floodgate-cli --features \
+                 proxy,redis --"
+            ),
+            "{backend}"
+        );
+    }
+
+    #[test]
     fn values_are_quoted_only_when_they_would_not_read_back() {
         assert_eq!(refuse("--window", "1", "why"), "--window 1: why");
         assert_eq!(refuse("--window", "", "why"), "--window \"\": why");
