@@ -84,6 +84,7 @@ Example: printf 'allow rahul 0\\nremaining rahul 999\\n' |
 /// Options of `floodgate replay`.
 #[derive(clap::Args)]
 #[command(after_help = TRACE_HELP)]
+#[command(group(clap::ArgGroup::new("window_given").required(true).args(["window", "window_ms"])))]
 pub struct Args {
     /// The policy: sliding-window, token-bucket, fixed-window,
     /// sliding-window-counter, gcra or leaky-bucket.
@@ -98,14 +99,12 @@ pub struct Args {
     /// The window W: a whole number and a unit, such as 1s, 500ms or 2m,
     /// in whole milliseconds (1ms to 1000000000ms; at least L ms for
     /// token-bucket, gcra and leaky-bucket).
-    #[arg(long, value_name = "DURATION", value_parser = Checked(parse_duration),
-          required_unless_present = "window_ms")]
+    #[arg(long, value_name = "DURATION", value_parser = Checked(parse_duration))]
     window: Option<Span>,
 
     /// The window in milliseconds, the unit of a trace's times: --window-ms
     /// 1000 is --window 1s.
-    #[arg(long = "window-ms", value_name = "W", value_parser = Checked(parse_window_ms),
-          conflicts_with = "window")]
+    #[arg(long = "window-ms", value_name = "W", value_parser = Checked(parse_window_ms))]
     window_ms: Option<u64>,
 
     /// Answer each call with a JSON object: every field of the decision for
@@ -276,7 +275,7 @@ fn window(args: &Args) -> Result<(&'static str, String, u64), String> {
             return Ok(("--window-ms", text, window_ms));
         }
         (Some(span), None) => ("--window", span.text.clone(), span.nanos / MILLISECOND),
-        // clap requires one of the two.
+        // clap requires one of the two (the group `window_given`).
         (None, None) => unreachable!("--window or --window-ms is required"),
     };
     if !(1..=MAX_WINDOW_MS).contains(&window_ms) {
