@@ -5,7 +5,7 @@
 //! extensions). No network: the difference is the layer's own cost — key
 //! extraction, the check, the headers, the boxed future.
 //!
-//! `cargo bench --features axum --bench http`; figures in `benches/README.md`.
+//! `cargo bench --bench http`; figures in `benches/README.md`.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! IP address, clients with an API key by their plan's tier.
 //!
 //! ```sh
-//! cargo run --example axum --features axum
+//! cargo run --example axum --features http
 //! curl -i http://127.0.0.1:3000/                       # 10 a minute per IP
 //! curl -i -H 'x-api-key: alpha' http://127.0.0.1:3000/ # the pro tier: 100 a minute
 //! curl -i http://127.0.0.1:3000/health                 # never limited

@@ -62,19 +62,26 @@ async fn serve(app: Router) -> SocketAddr {
 
 /// One GET of `path` on a connection of its own, with `headers`.
 async fn get_with(address: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Answer {
+    let mut request = Request::get(path).header("host", "127.0.0.1");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    send(address, request.body(Empty::<Bytes>::new()).unwrap()).await
+}
+
+/// Sends `request` on a connection of its own.
+async fn send<B>(address: SocketAddr, request: Request<B>) -> Answer
+where
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let stream = TcpStream::connect(address).await.unwrap();
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .unwrap();
     tokio::spawn(connection);
-    let mut request = Request::get(path).header("host", "127.0.0.1");
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    let response = sender
-        .send_request(request.body(Empty::<Bytes>::new()).unwrap())
-        .await
-        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
     let (parts, body) = response.into_parts();
     let body = body.collect().await.unwrap().to_bytes();
     Answer {
@@ -672,24 +679,12 @@ async fn weighted_requests_spend_their_cost_at_once() {
 /// One GET of `path` carrying a body of `length` bytes (with its
 /// `Content-Length`), on a connection of its own.
 async fn get_with_body(address: SocketAddr, path: &str, length: usize) -> Answer {
-    let stream = TcpStream::connect(address).await.unwrap();
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .unwrap();
-    tokio::spawn(connection);
     let request = Request::get(path)
         .header("host", "127.0.0.1")
         .header("content-length", length)
         .body(http_body_util::Full::new(Bytes::from(vec![b'x'; length])))
         .unwrap();
-    let response = sender.send_request(request).await.unwrap();
-    let (parts, body) = response.into_parts();
-    let body = body.collect().await.unwrap().to_bytes();
-    Answer {
-        status: parts.status,
-        headers: parts.headers,
-        body: String::from_utf8(body.to_vec()).unwrap(),
-    }
+    send(address, request).await
 }
 
 /// A body larger than a bytes limit can never pass: `413`, and no
