@@ -56,6 +56,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use crate::bounds::{SweepSchedule, SweepTurn};
+use crate::decision::NEVER;
+use crate::stats::{Counters, StoreCounts};
 use crate::{
     Bounds, Clock, Config, ConfigError, Decision, Overflow, PolicyKind, QuantaClock, RateLimiter,
     Tick,
@@ -147,6 +149,11 @@ pub struct MutexLimiter<K, C = QuantaClock> {
     /// The clock's tick, which every decision carries.
     tick: Tick,
     clock: C,
+    /// The decision counters, if it counts them (`counting`).
+    counters: Option<Box<Counters>>,
+    /// What the map's changes were: clients created, evicted, forgotten,
+    /// and sweeps (a map has no rebuild to count).
+    counts: StoreCounts,
 }
 
 impl<K> MutexLimiter<K, QuantaClock> {
@@ -238,7 +245,27 @@ impl<K, C: Clock> MutexLimiter<K, C> {
             shared: OnceLock::new(),
             swept: AtomicU64::new(0),
             clock,
+            counters: None,
+            counts: StoreCounts::default(),
         })
+    }
+
+    /// The limiter, counting its decisions (`on`) or not, as
+    /// [`Limiter::counting`](crate::Limiter::counting).
+    #[must_use]
+    pub fn counting(mut self, on: bool) -> Self {
+        self.counters = on.then(|| Box::new(Counters::new()));
+        self
+    }
+
+    /// What this limiter decided and did since it was built.
+    pub fn stats(&self) -> crate::Stats {
+        let mut stats = crate::Stats::default();
+        self.counts.fill(&mut stats);
+        if let Some(counters) = &self.counters {
+            counters.fill(&mut stats);
+        }
+        stats
     }
 
     /// Removes every client idle now, by the limiter's clock (see
@@ -304,7 +331,10 @@ impl<K: Hash + Eq, C> MutexLimiter<K, C> {
             !client.retired
         });
         turn.finish(clients.len());
-        before - clients.len()
+        let removed = before - clients.len();
+        StoreCounts::add(&self.counts.sweeps, 1);
+        StoreCounts::add(&self.counts.evicted, removed as u64);
+        removed
     }
 
     /// Where `key`'s call at `now` is decided: its client (created with
@@ -346,6 +376,7 @@ impl<K: Hash + Eq, C> MutexLimiter<K, C> {
         let origin = now.max(self.swept.load(Ordering::Relaxed));
         let client = Arc::new(Mutex::new(Client::new(origin, &self.rules)));
         clients.insert(key.to_owned(), Arc::clone(&client));
+        StoreCounts::add(&self.counts.created, 1);
         Slot::Tracked(client)
     }
 
@@ -358,6 +389,7 @@ impl<K: Hash + Eq, C> MutexLimiter<K, C> {
         now: u64,
         mut decide: impl FnMut(&mut Client) -> R,
         untracked: impl FnOnce(Overflow) -> R,
+        overflowed: impl FnOnce(),
     ) -> R
     where
         K: Borrow<Q>,
@@ -376,9 +408,18 @@ impl<K: Hash + Eq, C> MutexLimiter<K, C> {
                     // key is no longer tracked, so look it up again, as an
                     // arrival.
                 }
-                Slot::Shared(shared) => return decide(&mut lock(shared)),
-                Slot::Reject => return untracked(Overflow::Reject),
-                Slot::Admit => return untracked(Overflow::Admit),
+                Slot::Shared(shared) => {
+                    overflowed();
+                    return decide(&mut lock(shared));
+                }
+                Slot::Reject => {
+                    overflowed();
+                    return untracked(Overflow::Reject);
+                }
+                Slot::Admit => {
+                    overflowed();
+                    return untracked(Overflow::Admit);
+                }
             }
         }
     }
@@ -396,27 +437,37 @@ where
 
     fn check_n_at(&self, key: &Q, now: u64, cost: u64) -> Decision {
         let limit = self.rules.limit;
-        self.decide_for(
-            key,
-            now,
-            |client| client.check(&self.rules, now, cost),
-            // No room: the overflow rule answers as for a new client's
-            // first call, with the contract's answers for a cost of 0 and
-            // for one above the limit.
-            |rule| {
-                let untracked_remaining = match rule {
-                    Overflow::Admit => limit,
-                    _ => 0,
-                };
-                match rule {
-                    _ if cost == 0 => Decision::admit(untracked_remaining),
-                    _ if cost > limit => Decision::reject(untracked_remaining, u64::MAX),
-                    Overflow::Admit => Decision::admit(limit - cost),
-                    _ => Decision::reject(0, self.rules.idle_within()),
-                }
-            },
-        )
-        .in_ticks(self.tick)
+        let decision = self
+            .decide_for(
+                key,
+                now,
+                |client| client.check(&self.rules, now, cost),
+                // No room: the overflow rule answers as for a new client's
+                // first call, with the contract's answers for a cost of 0 and
+                // for one above the limit.
+                |rule| {
+                    let untracked_remaining = match rule {
+                        Overflow::Admit => limit,
+                        _ => 0,
+                    };
+                    match rule {
+                        _ if cost == 0 => Decision::admit(untracked_remaining),
+                        _ if cost > limit => Decision::reject(untracked_remaining, NEVER),
+                        Overflow::Admit => Decision::admit(limit - cost),
+                        _ => Decision::reject(0, self.rules.idle_within()),
+                    }
+                },
+                || {
+                    if let Some(counters) = &self.counters {
+                        counters.overflowed();
+                    }
+                },
+            )
+            .in_ticks(self.tick);
+        if let Some(counters) = &self.counters {
+            counters.decided(&decision, cost);
+        }
+        decision
     }
 
     fn remaining_at(&self, key: &Q, now: u64) -> u64 {
@@ -428,6 +479,8 @@ where
                 Overflow::Admit => self.rules.limit,
                 _ => 0,
             },
+            // A question, not a decision: not counted.
+            || {},
         )
     }
 
@@ -460,11 +513,16 @@ where
         // A call that found it before the removal sees the mark and looks
         // its key up again.
         lock(&client).retired = true;
+        StoreCounts::add(&self.counts.forgotten, 1);
         true
     }
 
     fn sweep_at(&self, now: u64) -> usize {
         MutexLimiter::sweep_at(self, now)
+    }
+
+    fn stats(&self) -> Option<crate::Stats> {
+        Some(MutexLimiter::stats(self))
     }
 }
 
@@ -877,7 +935,7 @@ impl State {
             return Decision::admit(available);
         }
         if cost > rules.limit {
-            return Decision::reject(available, u64::MAX);
+            return Decision::reject(available, NEVER);
         }
         if available >= cost {
             // Taken from the schedule's end, as at any time before it. The
@@ -1544,7 +1602,7 @@ mod tests {
             Bounds::new().max_clients(1),
         );
         assert!(longest.check_at(&1, 0).allowed);
-        assert_eq!(longest.check_at(&2, 0), Decision::reject(0, u64::MAX));
+        assert_eq!(longest.check_at(&2, 0), Decision::reject(0, NEVER));
     }
 
     #[test]

@@ -43,6 +43,7 @@ pub struct Builder<C = QuantaClock> {
     bounds: Bounds,
     engine: Engine,
     clock: C,
+    counting: bool,
 }
 
 impl Builder<QuantaClock> {
@@ -54,6 +55,7 @@ impl Builder<QuantaClock> {
             bounds: Bounds::new(),
             engine: Engine::LockFree,
             clock: QuantaClock::new(),
+            counting: false,
         }
     }
 
@@ -65,6 +67,7 @@ impl Builder<QuantaClock> {
             bounds: Bounds::new(),
             engine: Engine::LockFree,
             clock: QuantaClock::new(),
+            counting: false,
         }
     }
 }
@@ -74,6 +77,18 @@ impl<C: Clock + 'static> Builder<C> {
     /// ([`crate::bounds`]); none by default.
     pub fn bounds(mut self, bounds: Bounds) -> Self {
         self.bounds = bounds;
+        self
+    }
+
+    /// Counts every decision for [`RateLimiter::stats`] (admitted,
+    /// rejected, their units, the overflow rule's answers), in counters
+    /// each thread writes alone; off by default, since even an add to a
+    /// line no other thread writes costs a check a few nanoseconds (the
+    /// `"metrics": true` rows of `floodgate bench`). The store's own work
+    /// (clients created, evicted, forgotten, rebuilds, sweeps) is counted
+    /// either way.
+    pub fn counting(mut self, on: bool) -> Self {
+        self.counting = on;
         self
     }
 
@@ -92,6 +107,7 @@ impl<C: Clock + 'static> Builder<C> {
             bounds: self.bounds,
             engine: self.engine,
             clock,
+            counting: self.counting,
         }
     }
 
@@ -108,12 +124,13 @@ impl<C: Clock + 'static> Builder<C> {
         Q: ?Sized + Hash + Eq + ToOwned + 'static,
         Q::Owned: Hash + Eq + Clone + Send + Sync + 'static,
     {
-        build_bounded(
+        assemble(
             self.policy,
             self.config?,
             self.engine,
             self.clock,
             self.bounds,
+            self.counting,
         )
     }
 }
@@ -290,10 +307,29 @@ where
     Q::Owned: Hash + Eq + Clone + Send + Sync + 'static,
     C: Clock + 'static,
 {
+    assemble(policy, config, engine, clock, bounds, false)
+}
+
+/// [`build_bounded`], counting decisions if `counting`
+/// ([`Builder::counting`]).
+fn assemble<Q, C>(
+    policy: PolicyKind,
+    config: Config,
+    engine: Engine,
+    clock: C,
+    bounds: Bounds,
+    counting: bool,
+) -> Result<Arc<dyn RateLimiter<Q>>, ConfigError>
+where
+    Q: ?Sized + Hash + Eq + ToOwned + 'static,
+    Q::Owned: Hash + Eq + Clone + Send + Sync + 'static,
+    C: Clock + 'static,
+{
     fn boxed<Q, P, C>(
         config: Config,
         clock: C,
         bounds: Bounds,
+        counting: bool,
     ) -> Result<Arc<dyn RateLimiter<Q>>, ConfigError>
     where
         Q: ?Sized + Hash + Eq + ToOwned + 'static,
@@ -301,29 +337,31 @@ where
         P: crate::policy::Policy,
         C: Clock + 'static,
     {
-        Ok(Arc::new(Limiter::<Q::Owned, P, C>::with_bounds(
-            P::new(config)?,
-            clock,
-            bounds,
-        )?))
+        Ok(Arc::new(
+            Limiter::<Q::Owned, P, C>::with_bounds(P::new(config)?, clock, bounds)?
+                .counting(counting),
+        ))
     }
     // Resolved here for the clock's tick; `Limiter::with_bounds` then finds
     // nothing left to convert.
     let config = config.resolve(policy, clock.tick())?;
     let bounds = bounds.validate()?;
     match engine {
-        Engine::Mutex => Ok(Arc::new(MutexLimiter::<Q::Owned, C>::with_bounds(
-            policy, config, clock, bounds,
-        )?)),
+        Engine::Mutex => Ok(Arc::new(
+            MutexLimiter::<Q::Owned, C>::with_bounds(policy, config, clock, bounds)?
+                .counting(counting),
+        )),
         Engine::LockFree => match policy {
-            PolicyKind::SlidingWindow => boxed::<Q, SlidingWindow, C>(config, clock, bounds),
-            PolicyKind::TokenBucket => boxed::<Q, TokenBucket, C>(config, clock, bounds),
-            PolicyKind::FixedWindow => boxed::<Q, FixedWindow, C>(config, clock, bounds),
-            PolicyKind::SlidingWindowCounter => {
-                boxed::<Q, SlidingWindowCounter, C>(config, clock, bounds)
+            PolicyKind::SlidingWindow => {
+                boxed::<Q, SlidingWindow, C>(config, clock, bounds, counting)
             }
-            PolicyKind::Gcra => boxed::<Q, Gcra, C>(config, clock, bounds),
-            PolicyKind::LeakyBucket => boxed::<Q, LeakyBucket, C>(config, clock, bounds),
+            PolicyKind::TokenBucket => boxed::<Q, TokenBucket, C>(config, clock, bounds, counting),
+            PolicyKind::FixedWindow => boxed::<Q, FixedWindow, C>(config, clock, bounds, counting),
+            PolicyKind::SlidingWindowCounter => {
+                boxed::<Q, SlidingWindowCounter, C>(config, clock, bounds, counting)
+            }
+            PolicyKind::Gcra => boxed::<Q, Gcra, C>(config, clock, bounds, counting),
+            PolicyKind::LeakyBucket => boxed::<Q, LeakyBucket, C>(config, clock, bounds, counting),
         },
     }
 }

@@ -125,6 +125,7 @@ pub mod policy;
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
 mod rule;
+mod stats;
 mod store;
 mod sync;
 pub mod tiers;
@@ -164,6 +165,7 @@ pub use decision::Decision;
 pub use factory::{build, build_bounded, build_with, Builder, Engine, UnknownEngine};
 pub use limiter::{InsufficientCapacity, Limiter, RateLimiter, RuledDecision};
 pub use rule::{Rule, RuleError, RuleProblem};
+pub use stats::Stats;
 
 /// The README's examples, compiled and run as doctests (its HTTP examples
 /// need the feature `http`).

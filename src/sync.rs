@@ -142,6 +142,14 @@ pub(crate) use std::sync::{Mutex, MutexGuard};
 // state) is set once and then only read, so std's is used under loom too.
 pub(crate) use std::sync::OnceLock;
 
+/// The counters of `stats`: std's atomics under the models too. A counter
+/// only counts (Relaxed adds, read for reporting), so no model's verdict
+/// rests on it, and leaving it out keeps the models' schedules to the steps
+/// that decide something.
+pub(crate) mod counter {
+    pub(crate) use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+}
+
 /// The model checker the stand-ins run on: loom, or shuttle when
 /// `floodgate_shuttle` is set as well. Both name their types as std does,
 /// so one set of paths serves either.

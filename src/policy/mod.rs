@@ -128,7 +128,7 @@ pub trait Policy: sealed::Sealed + Send + Sync + Sized + 'static {
     /// "Weighted requests"), and records it if admitted: all of it in one
     /// atomic step, or nothing. A cost of 0 is admitted and changes
     /// nothing; a cost above the limit is never admitted
-    /// (`retry_after == u64::MAX`); both answer `remaining(now)`.
+    /// (`retry_after` `NEVER`: `None` to callers); both answer `remaining(now)`.
     ///
     /// # Errors
     ///

@@ -152,6 +152,7 @@ use std::mem::MaybeUninit;
 use std::panic::AssertUnwindSafe;
 
 use crate::bounds::{Bounds, SweepSchedule, SweepTurn};
+use crate::stats::StoreCounts;
 use crate::store::Arrival;
 use crate::sync::{
     AtomicPtr, AtomicU64, AtomicUsize, Guard, Mutex, MutexGuard, Ordering, Staged, TableCell,
@@ -583,6 +584,9 @@ pub(crate) struct InlineStore<K, C> {
     /// may get (module docs).
     swept: AtomicU64,
     schedule: SweepSchedule,
+    /// What the cold paths did, for `stats`: each moved where its event
+    /// happens, one more add on a path that makes several.
+    pub(crate) counts: StoreCounts,
 }
 
 impl<K, C> InlineStore<K, C>
@@ -613,6 +617,7 @@ where
             tracked: AtomicUsize::new(0),
             swept: AtomicU64::new(0),
             schedule: SweepSchedule::new(bounds),
+            counts: StoreCounts::default(),
         }
     }
 
@@ -817,6 +822,7 @@ where
         let guard = self.table.pin();
         if self.insert(key, hash, entry, policy, &guard) {
             std::mem::forget(place);
+            StoreCounts::add(&self.counts.created, 1);
             Arrival::Created(answer)
         } else {
             drop(place);
@@ -1023,6 +1029,7 @@ where
         // or an unwound one) and is published once, here: `table` stops
         // being current, so no later move of it can reach this line.
         self.table.publish(unsafe { Staged::from_raw(next) });
+        StoreCounts::add(&self.counts.rebuilds, 1);
     }
 
     /// The size of the table that `table`'s live clients move into.
@@ -1078,6 +1085,7 @@ where
         // `stored <= tracked`.
         self.table.load(&guard).dead.fetch_add(1, Ordering::Relaxed);
         self.give_back(1);
+        StoreCounts::add(&self.counts.forgotten, 1);
         // SAFETY: the slot was FULL (Acquire, in `find`); `guard` holds it.
         retire(unsafe { slot.entry() }.client);
         true
@@ -1126,6 +1134,8 @@ where
         table.dead.fetch_add(removed, Ordering::Relaxed);
         let kept = self.give_back(removed).unwrap_or_else(|| table.live());
         turn.finish(kept);
+        StoreCounts::add(&self.counts.sweeps, 1);
+        StoreCounts::add(&self.counts.evicted, removed as u64);
         removed
     }
 

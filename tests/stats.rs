@@ -1,0 +1,141 @@
+//! The counters equal the decisions: on random traces of every policy, on
+//! both engines, with and without bounds, what `stats` reports is what the
+//! calls answered — and from several threads at once, nothing is lost.
+
+use std::time::Duration;
+
+use floodgate::{Bounds, Builder, Engine, ManualClock, Overflow, PolicyKind, RateLimiter, Stats};
+
+const ENGINES: [Engine; 2] = [Engine::LockFree, Engine::Mutex];
+
+/// What the calls answered, counted by the caller.
+#[derive(Default, Debug, PartialEq, Eq)]
+struct Tally {
+    admitted: u64,
+    rejected: u64,
+    admitted_units: u64,
+    rejected_units: u64,
+}
+
+fn decided(stats: Stats) -> Tally {
+    Tally {
+        admitted: stats.admitted,
+        rejected: stats.rejected,
+        admitted_units: stats.admitted_units,
+        rejected_units: stats.rejected_units,
+    }
+}
+
+#[test]
+fn the_counters_equal_the_answers_on_random_traces() {
+    for policy in PolicyKind::ALL {
+        for engine in ENGINES {
+            for (name, bounds) in [
+                ("unbounded", Bounds::new()),
+                ("evicting", Bounds::new().evict_idle()),
+                ("capped", Bounds::new().max_clients(8)),
+                (
+                    "capped, shared",
+                    Bounds::new().max_clients(8).on_overflow(Overflow::Shared),
+                ),
+            ] {
+                let context = format!("{policy}, {engine}, {name}");
+                let clock = ManualClock::new(0);
+                let limiter = Builder::new(policy, 5, Duration::from_micros(10))
+                    .clock(clock.clone())
+                    .engine(engine)
+                    .bounds(bounds)
+                    .counting(true)
+                    .build::<u64>()
+                    .unwrap();
+                let mut rng = fastrand::Rng::with_seed(7);
+                let mut tally = Tally::default();
+                let mut forgotten = 0;
+                for _ in 0..20_000 {
+                    clock.advance(rng.u64(..2_000));
+                    let key = rng.u64(..40);
+                    if rng.u8(..100) == 0 {
+                        forgotten += u64::from(limiter.forget(&key));
+                        continue;
+                    }
+                    let cost = rng.u64(..=6);
+                    let decision = limiter.check_n(&key, cost);
+                    if decision.allowed() {
+                        tally.admitted += 1;
+                        tally.admitted_units += cost;
+                    } else {
+                        tally.rejected += 1;
+                        tally.rejected_units += cost;
+                    }
+                    // `remaining` is a question, not a decision.
+                    limiter.remaining(&key);
+                }
+                let stats = limiter.stats().unwrap();
+                assert_eq!(decided(stats), tally, "{context}");
+                assert_eq!(stats.forgotten, forgotten, "{context}");
+                // Every client ever created is tracked, or went.
+                assert_eq!(
+                    stats.created - stats.evicted - stats.forgotten,
+                    limiter.tracked_clients() as u64,
+                    "{context}: {stats:?}"
+                );
+                if bounds.cap().is_some() {
+                    assert!(stats.overflowed > 0, "{context}: {stats:?}");
+                    assert!(stats.sweeps > 0, "{context}: {stats:?}");
+                } else {
+                    assert_eq!(stats.overflowed, 0, "{context}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_limiter_that_does_not_count_decisions_still_counts_its_store() {
+    let limiter = Builder::new(PolicyKind::Gcra, 5, Duration::from_secs(1))
+        .clock(ManualClock::new(0))
+        .build::<u64>()
+        .unwrap();
+    for key in 0..1_000 {
+        limiter.check(&key);
+    }
+    let stats = limiter.stats().unwrap();
+    assert_eq!(stats.decided(), 0);
+    assert_eq!(stats.created, 1_000);
+    // Growing from 64 slots to hold 1,000 clients takes rebuilds.
+    assert!(stats.rebuilds >= 4, "{stats:?}");
+}
+
+/// Four threads deciding at a frozen clock: every decision is counted once.
+#[test]
+fn racing_threads_lose_no_count() {
+    for engine in ENGINES {
+        let limiter = Builder::new(PolicyKind::TokenBucket, 1_000, Duration::from_secs(1))
+            .clock(ManualClock::new(0))
+            .engine(engine)
+            .counting(true)
+            .build::<u64>()
+            .unwrap();
+        let admitted: u64 = std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..4)
+                .map(|thread| {
+                    let limiter = &limiter;
+                    scope.spawn(move || {
+                        (0..10_000u64)
+                            .filter(|i| limiter.check(&((i + thread) % 7)).allowed())
+                            .count() as u64
+                    })
+                })
+                .collect();
+            workers.into_iter().map(|w| w.join().unwrap()).sum()
+        });
+        let stats = limiter.stats().unwrap();
+        assert_eq!(stats.admitted, admitted, "{engine}");
+        assert_eq!(stats.decided(), 40_000, "{engine}");
+        assert_eq!(
+            stats.admitted,
+            7 * 1_000,
+            "{engine}: each of 7 clients, its burst"
+        );
+    }
+}
