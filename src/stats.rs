@@ -55,6 +55,22 @@ impl Stats {
     }
 }
 
+/// Sums snapshots: a registry's tiers, or several limiters.
+impl std::ops::AddAssign for Stats {
+    fn add_assign(&mut self, other: Stats) {
+        self.admitted += other.admitted;
+        self.rejected += other.rejected;
+        self.admitted_units += other.admitted_units;
+        self.rejected_units += other.rejected_units;
+        self.overflowed += other.overflowed;
+        self.created += other.created;
+        self.evicted += other.evicted;
+        self.forgotten += other.forgotten;
+        self.rebuilds += other.rebuilds;
+        self.sweeps += other.sweeps;
+    }
+}
+
 /// What the store counts on its cold paths, always.
 #[derive(Default)]
 pub(crate) struct StoreCounts {

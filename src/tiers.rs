@@ -79,6 +79,7 @@ use crate::policy::{
     SlidingWindowCounter, SlidingWindowCounterState, SlidingWindowState, Spent, TokenBucket,
     TokenBucketState,
 };
+use crate::stats::{Counters, Stats};
 use crate::store::{Arrival, Client, KeyedStore};
 use crate::sync::{AtomicU64, Ordering, SwapCell};
 use crate::{
@@ -312,6 +313,8 @@ pub struct Tiers<K, R, C = QuantaClock> {
     resolver: R,
     bounds: Bounds,
     reject_unknown: bool,
+    /// Whether each tier counts its decisions (`counting`).
+    counting: bool,
     /// Calls whose resolver named a tier the registry lacks. Relaxed: a
     /// lone counter, read for monitoring only.
     unknown_calls: AtomicU64,
@@ -397,6 +400,7 @@ where
             resolver,
             bounds: Bounds::new(),
             reject_unknown: false,
+            counting: false,
             unknown_calls: AtomicU64::new(0),
             logged: scc::HashSet::with_hasher(ahash::RandomState::new()),
             tick: clock.tick(),
@@ -405,8 +409,10 @@ where
     }
 
     fn with_default(mut self, spec: TierSpec) -> Self {
-        self.tiers
-            .insert(self.default_tier.clone(), Tier::new(spec, self.bounds));
+        self.tiers.insert(
+            self.default_tier.clone(),
+            Tier::new(spec, self.bounds, self.counting),
+        );
         self
     }
 
@@ -418,7 +424,7 @@ where
     pub fn with_tier(mut self, name: &str, spec: TierSpec) -> Result<Self, ConfigError> {
         let spec = spec.in_ticks_of(self.tick)?;
         self.tiers
-            .insert(name.to_owned(), Tier::new(spec, self.bounds));
+            .insert(name.to_owned(), Tier::new(spec, self.bounds, self.counting));
         Ok(self)
     }
 
@@ -434,9 +440,42 @@ where
     pub fn with_bounds(mut self, bounds: Bounds) -> Result<Self, ConfigError> {
         self.bounds = bounds.validate()?;
         for tier in self.tiers.values_mut() {
-            *tier = Tier::new(tier.spec(), bounds);
+            *tier = Tier::new(tier.spec(), bounds, self.counting);
         }
         Ok(self)
+    }
+
+    /// Counts every tier's decisions for [`tier_stats`](Self::tier_stats)
+    /// and [`RateLimiter::stats`] (the sum over the tiers), as
+    /// [`Builder::counting`](crate::Builder::counting) does for one limiter;
+    /// off by default. Set it before any traffic: it rebuilds the tiers.
+    #[must_use]
+    pub fn counting(mut self, on: bool) -> Self {
+        self.counting = on;
+        for tier in self.tiers.values_mut() {
+            *tier = Tier::new(tier.spec(), self.bounds, on);
+        }
+        self
+    }
+
+    /// What tier `name` decided and did (its clients created, evicted,
+    /// forgotten; its sweeps; its decisions if the registry counts them).
+    ///
+    /// # Errors
+    ///
+    /// [`UnknownTier`] if there is no such tier.
+    pub fn tier_stats(&self, name: &str) -> Result<Stats, UnknownTier> {
+        let tier = self.tiers.get(name).ok_or_else(|| self.unknown(name))?;
+        Ok(tier.stats())
+    }
+
+    /// The sum of every tier's [`tier_stats`](Self::tier_stats).
+    pub fn stats(&self) -> Stats {
+        let mut sum = Stats::default();
+        for tier in self.tiers.values() {
+            sum += tier.stats();
+        }
+        sum
     }
 
     /// Refuses the calls whose resolver names a tier the registry lacks
@@ -599,43 +638,49 @@ where
         Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
         K: Borrow<Q>,
     {
-        tier.call(
-            key,
-            now,
-            |generation, origin, state, latest, now| {
-                // Judged no earlier than the latest time a check presented
-                // or a carry-over was made at, nor than the origin (a call
-                // racing the one that created the client); waits measured
-                // from the call's own `now`. A cost of 0 asks nothing and
-                // raises nothing.
-                let before = match latest {
-                    Some(latest) if cost > 0 => latest.fetch_max(now, Ordering::Relaxed),
-                    Some(latest) => latest.load(Ordering::Relaxed),
-                    None => 0,
-                };
-                let judged = now.max(before).max(origin);
-                let decision = generation.check_n(state, judged - origin, cost)?;
-                Ok(if judged > now && cost > 0 {
-                    generation.measured_from_earlier(decision, judged - now)
-                } else {
-                    decision
-                })
-            },
-            |generation, rule| {
-                let limit = generation.spec.config().limit();
-                let remaining = if rule == Overflow::Admit { limit } else { 0 };
-                if cost == 0 {
-                    Decision::admit(remaining)
-                } else if cost > limit {
-                    Decision::reject(remaining, NEVER)
-                } else if rule == Overflow::Admit {
-                    Decision::admit(limit - cost)
-                } else {
-                    Decision::reject(0, generation.forgets_after())
-                }
-            },
-        )
-        .in_ticks(self.tick)
+        let decision = tier
+            .call(
+                key,
+                now,
+                |generation, origin, state, latest, now| {
+                    // Judged no earlier than the latest time a check presented
+                    // or a carry-over was made at, nor than the origin (a call
+                    // racing the one that created the client); waits measured
+                    // from the call's own `now`. A cost of 0 asks nothing and
+                    // raises nothing.
+                    let before = match latest {
+                        Some(latest) if cost > 0 => latest.fetch_max(now, Ordering::Relaxed),
+                        Some(latest) => latest.load(Ordering::Relaxed),
+                        None => 0,
+                    };
+                    let judged = now.max(before).max(origin);
+                    let decision = generation.check_n(state, judged - origin, cost)?;
+                    Ok(if judged > now && cost > 0 {
+                        generation.measured_from_earlier(decision, judged - now)
+                    } else {
+                        decision
+                    })
+                },
+                |generation, rule| {
+                    let limit = generation.spec.config().limit();
+                    let remaining = if rule == Overflow::Admit { limit } else { 0 };
+                    if cost == 0 {
+                        Decision::admit(remaining)
+                    } else if cost > limit {
+                        Decision::reject(remaining, NEVER)
+                    } else if rule == Overflow::Admit {
+                        Decision::admit(limit - cost)
+                    } else {
+                        Decision::reject(0, generation.forgets_after())
+                    }
+                },
+                true,
+            )
+            .in_ticks(self.tick);
+        if let Some(counters) = &tier.counters {
+            counters.decided(&decision, cost);
+        }
+        decision
     }
 
     /// A refused call of a tier the registry lacks.
@@ -791,6 +836,7 @@ where
                 Overflow::Admit => generation.spec.config().limit(),
                 _ => 0,
             },
+            false,
         )
     }
 
@@ -806,6 +852,10 @@ where
     /// The default tier's limits (a client's own: [`Tiers::check_tiered_at`]).
     fn config(&self) -> Config {
         self.tiers[&self.default_tier].spec().config()
+    }
+
+    fn stats(&self) -> Option<Stats> {
+        Some(Tiers::stats(self))
     }
 
     fn tracked_clients(&self) -> usize {
@@ -894,6 +944,8 @@ pub fn installed() -> Option<&'static ProcessTiers> {
 struct Tier<K> {
     current: SwapCell<Generation>,
     clients: KeyedStore<K, TierState>,
+    /// The tier's decision counters, if the registry counts them.
+    counters: Option<Box<Counters>>,
 }
 
 impl<K> Tier<K> {
@@ -935,11 +987,22 @@ impl<K> Tier<K>
 where
     K: Hash + Eq + Clone + 'static,
 {
-    fn new(spec: TierSpec, bounds: Bounds) -> Self {
+    fn new(spec: TierSpec, bounds: Bounds, counting: bool) -> Self {
         Self {
             current: SwapCell::from_pointee(Generation::new(spec)),
             clients: KeyedStore::new(bounds),
+            counters: counting.then(|| Box::new(Counters::new())),
         }
+    }
+
+    /// What this tier decided and did.
+    fn stats(&self) -> Stats {
+        let mut stats = Stats::default();
+        self.clients.counts.fill(&mut stats);
+        if let Some(counters) = &self.counters {
+            counters.fill(&mut stats);
+        }
+        stats
     }
 
     /// Runs `op` on `key`'s state made by the current rule (with the
@@ -955,6 +1018,7 @@ where
         now: u64,
         op: impl Fn(&Generation, u64, &AnyState, Option<&AtomicU64>, u64) -> Result<T, Retired>,
         untracked: impl FnOnce(&Generation, Overflow) -> T,
+        deciding: bool,
     ) -> T
     where
         Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
@@ -1010,6 +1074,9 @@ where
                         }
                         Arrival::Raced => {}
                         Arrival::Full => {
+                            if let (true, Some(counters)) = (deciding, &self.counters) {
+                                counters.overflowed();
+                            }
                             let rule = self.clients.bounds().overflow();
                             if rule != Overflow::Shared {
                                 return untracked(generation, rule);

@@ -139,3 +139,56 @@ fn racing_threads_lose_no_count() {
         );
     }
 }
+
+/// A registry counts per tier, and its `stats` is their sum; a reload
+/// keeps the counts (the tier's store and counters stay).
+#[test]
+fn tiers_count_per_tier() {
+    use floodgate::tiers::Tiers;
+    let clock = ManualClock::new(0);
+    let tiers = Tiers::with_clock(
+        "free",
+        "fixed-window:3/1s".parse().unwrap(),
+        |key: &u64| {
+            if key.is_multiple_of(2) {
+                "premium"
+            } else {
+                "free"
+            }
+        },
+        clock.clone(),
+    )
+    .unwrap()
+    .with_tier("premium", "gcra:10/1s".parse().unwrap())
+    .unwrap()
+    .counting(true);
+    let mut rng = fastrand::Rng::with_seed(3);
+    let (mut free, mut premium) = (Tally::default(), Tally::default());
+    for step in 0..5_000 {
+        if step == 2_500 {
+            tiers
+                .reload("free", "fixed-window:5/1s".parse().unwrap())
+                .unwrap();
+        }
+        clock.advance(rng.u64(..50_000_000));
+        let key = rng.u64(..20);
+        let tally = if key.is_multiple_of(2) {
+            &mut premium
+        } else {
+            &mut free
+        };
+        if tiers.check(&key).allowed() {
+            tally.admitted += 1;
+            tally.admitted_units += 1;
+        } else {
+            tally.rejected += 1;
+            tally.rejected_units += 1;
+        }
+    }
+    assert_eq!(decided(tiers.tier_stats("free").unwrap()), free);
+    assert_eq!(decided(tiers.tier_stats("premium").unwrap()), premium);
+    let sum = RateLimiter::<u64>::stats(&tiers).unwrap();
+    assert_eq!(sum.decided(), 5_000);
+    assert_eq!(sum.created, 20);
+    assert!(tiers.tier_stats("gold").is_err());
+}

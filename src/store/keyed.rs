@@ -78,6 +78,7 @@ use std::sync::Arc;
 use scc::Equivalent;
 
 use crate::bounds::{Bounds, SweepSchedule, SweepTurn};
+use crate::stats::StoreCounts;
 use crate::store::Arrival;
 use crate::sync::{self, AtomicU64, AtomicUsize, ClientIndex, Ordering};
 
@@ -110,6 +111,8 @@ pub(crate) struct KeyedStore<K, S> {
     /// a lone counter moved only by read-modify-writes, publishing nothing.
     stored: AtomicUsize,
     schedule: SweepSchedule,
+    /// What the cold paths did, for `stats` (module `stats`).
+    pub(crate) counts: StoreCounts,
 }
 
 impl<K, S> KeyedStore<K, S>
@@ -127,6 +130,7 @@ where
             swept: AtomicU64::new(0),
             stored: AtomicUsize::new(0),
             schedule: SweepSchedule::new(bounds),
+            counts: StoreCounts::default(),
         }
     }
 
@@ -198,6 +202,7 @@ where
         {
             Ok(()) => {
                 self.stored.fetch_add(1, Ordering::Relaxed);
+                StoreCounts::add(&self.counts.created, 1);
                 Arrival::Created(candidate)
             }
             Err(_) => {
@@ -239,6 +244,7 @@ where
                 self.stored.fetch_sub(1, Ordering::Relaxed);
                 self.tracked.fetch_sub(1, Ordering::Relaxed);
                 retire(&client.state);
+                StoreCounts::add(&self.counts.forgotten, 1);
                 return true;
             }
             // Replaced (a tier's carry-over) or removed (a sweep) meanwhile:
@@ -303,6 +309,8 @@ where
         self.stored.fetch_sub(removed + dropped, Ordering::Relaxed);
         let kept = self.tracked.fetch_sub(removed, Ordering::Relaxed) - removed;
         turn.finish(kept);
+        StoreCounts::add(&self.counts.sweeps, 1);
+        StoreCounts::add(&self.counts.evicted, removed as u64);
         removed
     }
 
