@@ -302,6 +302,9 @@ impl Keys {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum EngineName {
     LockFree,
+    /// The lock-free engine counting its decisions (`Builder::counting`):
+    /// `"engine": "lockfree", "metrics": true` in `--json`.
+    Counted,
     Mutex,
     Governor,
     /// The open-addressing table of `(key, state)` slots: [`FloorTable`].
@@ -312,6 +315,7 @@ impl EngineName {
     fn name(self) -> &'static str {
         match self {
             EngineName::LockFree => "lockfree",
+            EngineName::Counted => "counted",
             EngineName::Mutex => "mutex",
             EngineName::Governor => "governor",
             EngineName::Floor => "floor",
@@ -779,6 +783,11 @@ fn engines(
         ));
         if kind == PolicyKind::Gcra {
             all.push(measured(
+                (kind, EngineName::Counted, ClockKind::Quanta, 1),
+                clients,
+                || Box::new(lockfree::<Gcra>(config).counting(true)),
+            ));
+            all.push(measured(
                 (kind, EngineName::Governor, ClockKind::Quanta, 1),
                 clients,
                 || {
@@ -990,6 +999,7 @@ fn insert_rows(
                 vs_mutex: None,
                 vs_governor: None,
                 vs_floor: None,
+                vs_uncounted: None,
             }
         })
         .collect()
@@ -1027,6 +1037,9 @@ struct Row {
     vs_governor: Option<f64>,
     /// This row's rate over the floor row of the same keys and threads.
     vs_floor: Option<f64>,
+    /// A counting row's rate over the same cell's lock-free row, which
+    /// does not count.
+    vs_uncounted: Option<f64>,
 }
 
 impl Row {
@@ -1214,6 +1227,7 @@ pub fn run(args: Args) -> ExitCode {
                 vs_mutex: None,
                 vs_governor: None,
                 vs_floor: None,
+                vs_uncounted: None,
             });
         }
     }
@@ -1329,6 +1343,11 @@ fn add_ratios(rows: &mut [Row]) {
         let vs_governor =
             rate_of(rows, row, EngineName::Governor).map(|rate| row.ops_per_sec / rate);
         let vs_floor = floor_of(rows, row).map(|rate| row.ops_per_sec / rate);
+        let vs_uncounted = (row.engine == EngineName::Counted)
+            .then(|| rate_of(rows, row, EngineName::LockFree))
+            .flatten()
+            .map(|rate| row.ops_per_sec / rate);
+        rows[index].vs_uncounted = vs_uncounted;
         rows[index].vs_mutex = vs_mutex;
         rows[index].vs_governor = vs_governor;
         rows[index].vs_floor = vs_floor;
@@ -1472,6 +1491,30 @@ fn targets(rows: &[Row], cores: usize) -> String {
             );
         }
     }
+    // Counting decisions (issue 28): within 3 % or 1 ns of not counting on
+    // one thread, and no loss of scaling on two.
+    for keys in [Keys::Hot, Keys::Uniform] {
+        for threads in [1, 2] {
+            let (Some(counted), Some(plain)) = (
+                find(EngineName::Counted, ClockKind::Quanta, threads, keys),
+                find(EngineName::LockFree, ClockKind::Quanta, threads, keys),
+            ) else {
+                continue;
+            };
+            let extra = counted.ns_per_op() - plain.ns_per_op();
+            let share = extra / plain.ns_per_op();
+            let _ = writeln!(
+                out,
+                "  gcra, {threads}t {:<7} counting decisions: {:.1} ns against {:.1} ns, {:+.1} ns ({:+.1} %)  (within 3 % or 1 ns: {})",
+                keys.name(),
+                counted.ns_per_op(),
+                plain.ns_per_op(),
+                extra,
+                share * 100.0,
+                verdict(extra <= 1.0 || share <= 0.03)
+            );
+        }
+    }
     let insert = |engine| find(engine, ClockKind::Quanta, 1, Keys::Fresh);
     if let (Some(ours), Some(theirs)) = (insert(EngineName::LockFree), insert(EngineName::Governor))
     {
@@ -1496,7 +1539,12 @@ fn json_values(rows: &[Row]) -> impl Iterator<Item = serde_json::Value> + '_ {
     rows.iter().map(|row| {
         serde_json::json!({
             "policy": row.policy.name(),
-            "engine": row.engine.name(),
+            "engine": match row.engine {
+                EngineName::Counted => EngineName::LockFree.name(),
+                engine => engine.name(),
+            },
+            "metrics": row.engine == EngineName::Counted,
+            "vs_uncounted": row.vs_uncounted,
             "cost": row.cost,
             "threads": row.threads,
             "keys": row.keys.name(),
@@ -1607,6 +1655,7 @@ mod tests {
             vs_mutex: None,
             vs_governor: None,
             vs_floor: None,
+            vs_uncounted: None,
         };
         let mut rows = vec![
             row(EngineName::LockFree, 1, 30.0),

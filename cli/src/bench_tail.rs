@@ -401,7 +401,9 @@ pub(super) fn rows(
                     let limiter = DefaultKeyedRateLimiter::<u64>::keyed(governor_quota(config));
                     probe(&limiter, known, new)
                 }
-                EngineName::Floor => unreachable!("the tail rows have no floor"),
+                EngineName::Floor | EngineName::Counted => {
+                    unreachable!("the tail rows have no floor and do not count")
+                }
             };
             for (who, histogram, admitted) in [
                 (Who::Known, &measured.known, measured.known_admitted),
