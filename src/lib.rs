@@ -120,6 +120,7 @@ mod factory;
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
 mod limiter;
+pub mod offenders;
 pub mod policy;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
