@@ -57,6 +57,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use crate::bounds::{SweepSchedule, SweepTurn};
 use crate::decision::NEVER;
+use crate::offenders::Offenders;
 use crate::stats::{Counters, StoreCounts};
 use crate::{
     Bounds, Clock, Config, ConfigError, Decision, Overflow, PolicyKind, QuantaClock, RateLimiter,
@@ -154,6 +155,8 @@ pub struct MutexLimiter<K, C = QuantaClock> {
     /// What the map's changes were: clients created, evicted, forgotten,
     /// and sweeps (a map has no rebuild to count).
     counts: StoreCounts,
+    /// The clients refused most, if it keeps them (`offenders`).
+    offenders: Option<Box<Offenders<K>>>,
 }
 
 impl<K> MutexLimiter<K, QuantaClock> {
@@ -247,7 +250,20 @@ impl<K, C: Clock> MutexLimiter<K, C> {
             clock,
             counters: None,
             counts: StoreCounts::default(),
+            offenders: None,
         })
+    }
+
+    /// The limiter, keeping the clients it refuses most, as
+    /// [`Limiter::offenders`](crate::Limiter::offenders).
+    ///
+    /// # Panics
+    ///
+    /// If `capacity` is 0 or above 2^31.
+    #[must_use]
+    pub fn offenders(mut self, capacity: usize) -> Self {
+        self.offenders = Some(Box::new(Offenders::new(capacity)));
+        self
     }
 
     /// The limiter, counting its decisions (`on`) or not, as
@@ -467,6 +483,9 @@ where
         if let Some(counters) = &self.counters {
             counters.decided(&decision, cost);
         }
+        if let (false, Some(offenders)) = (decision.allowed, &self.offenders) {
+            offenders.record(key, cost);
+        }
         decision
     }
 
@@ -523,6 +542,10 @@ where
 
     fn stats(&self) -> Option<crate::Stats> {
         Some(MutexLimiter::stats(self))
+    }
+
+    fn take_offenders(&self) -> Option<crate::offenders::Report<K>> {
+        Some(self.offenders.as_ref()?.take())
     }
 }
 

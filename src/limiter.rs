@@ -6,6 +6,7 @@ use std::fmt;
 use std::hash::Hash;
 
 use crate::decision::NEVER;
+use crate::offenders::Offenders;
 use crate::policy::{Origin, Policy, Retired};
 use crate::stats::Counters;
 use crate::store::{Arrival, Client, InlineStore, Lifecycle};
@@ -44,6 +45,13 @@ macro_rules! forward_rate_limiter {
         }
         fn stats(&self) -> Option<crate::Stats> {
             (**self).stats()
+        }
+
+        fn take_offenders(&self) -> Option<crate::offenders::Report<Q::Owned>>
+        where
+            Q: ToOwned,
+        {
+            (**self).take_offenders()
         }
 
         fn tracked_clients(&self) -> usize {
@@ -231,6 +239,17 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
         None
     }
 
+    /// The clients refused most since the last call (or since the limiter
+    /// was built), and a new interval begun, if the limiter keeps them
+    /// ([`Builder::offenders`](crate::Builder::offenders)). `None` (the
+    /// default) for a limiter that does not.
+    fn take_offenders(&self) -> Option<crate::offenders::Report<Q::Owned>>
+    where
+        Q: ToOwned,
+    {
+        None
+    }
+
     /// Decides one request of `key` now, by the limiter's clock.
     #[inline]
     fn check(&self, key: &Q) -> Decision {
@@ -400,6 +419,8 @@ pub struct Limiter<K, P: Policy, C = QuantaClock> {
     clock: C,
     /// The decision counters, if it counts them ([`Limiter::counting`]).
     counters: Option<Box<Counters>>,
+    /// The clients refused most, if it keeps them ([`Limiter::offenders`]).
+    offenders: Option<Box<Offenders<K>>>,
 }
 
 impl<K, P> Limiter<K, P, QuantaClock>
@@ -439,6 +460,34 @@ where
             tick: clock.tick(),
             clock,
             counters: None,
+            offenders: None,
+        }
+    }
+
+    /// The limiter, keeping the clients it refuses most in a summary of
+    /// `capacity` entries ([`crate::offenders`]): fed by rejections only,
+    /// so an admitted request pays nothing, and never growing, whatever
+    /// the flood of ids. Read with [`RateLimiter::take_offenders`].
+    ///
+    /// # Panics
+    ///
+    /// If `capacity` is 0 or above 2^31.
+    #[must_use]
+    pub fn offenders(mut self, capacity: usize) -> Self {
+        self.offenders = Some(Box::new(Offenders::new(capacity)));
+        self
+    }
+
+    /// Records a refusal of `key` in the offenders' summary, if kept.
+    #[cold]
+    #[inline(never)]
+    fn refused<Q>(&self, key: &Q, cost: u64)
+    where
+        Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
+        K: Borrow<Q>,
+    {
+        if let Some(offenders) = &self.offenders {
+            offenders.record(key, cost);
         }
     }
 
@@ -571,6 +620,9 @@ where
                 .check_cold(key, hash, now(), cost, found.is_some())
                 .in_ticks(self.tick),
         };
+        if !decision.allowed {
+            self.refused(key, cost);
+        }
         self.counted(decision, cost)
     }
 
@@ -991,6 +1043,10 @@ where
 
     fn stats(&self) -> Option<crate::Stats> {
         Some(Limiter::stats(self))
+    }
+
+    fn take_offenders(&self) -> Option<crate::offenders::Report<K>> {
+        Some(self.offenders.as_ref()?.take())
     }
 
     fn peek_at(&self, key: &Q, now: u64) -> Option<u64> {

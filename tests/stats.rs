@@ -192,3 +192,41 @@ fn tiers_count_per_tier() {
     assert_eq!(sum.created, 20);
     assert!(tiers.tier_stats("gold").is_err());
 }
+
+/// The offenders' summary names the flooder, on both engines, and is fed
+/// by rejections only: a limiter whose clients are all admitted has none.
+#[test]
+fn the_offenders_name_the_flooder() {
+    for engine in ENGINES {
+        let clock = ManualClock::new(0);
+        let limiter = Builder::new(PolicyKind::Gcra, 10, Duration::from_secs(1))
+            .clock(clock.clone())
+            .engine(engine)
+            .offenders(64)
+            .build::<str>()
+            .unwrap();
+        let mut refused = 0;
+        for step in 0..10_000u64 {
+            clock.advance(1_000_000); // 1 ms: each polite client stays within 10/s
+            refused += u64::from(!limiter.check("flooder").allowed());
+            assert!(limiter.check(&format!("polite-{}", step % 500)).allowed());
+        }
+        let report = limiter.take_offenders().unwrap();
+        let first = &report.offenders[0];
+        assert_eq!(first.key, "flooder", "{engine}");
+        // 1,000/s for 10 s against 10/s: about 9,890 refused, each
+        // recorded (one thread: no shard is ever busy).
+        assert_eq!(first.refused, refused, "{engine}");
+        assert_eq!((first.error, report.unattributed), (0, 0), "{engine}");
+        assert!(refused > 9_800, "{engine}: {refused}");
+        assert_eq!(report.offenders.len(), 1, "{engine}: nobody else refused");
+        // A new interval.
+        assert!(limiter.take_offenders().unwrap().offenders.is_empty());
+    }
+    let without = Builder::new(PolicyKind::Gcra, 1, Duration::from_secs(1))
+        .build::<str>()
+        .unwrap();
+    without.check("a");
+    without.check("a");
+    assert!(without.take_offenders().is_none());
+}
