@@ -377,6 +377,7 @@ impl<K: Hash + Eq, C> MutexLimiter<K, C> {
                 }
             }
             if clients.len() >= cap {
+                self.counts.cap_reached(cap, bounds.overflow());
                 return match bounds.overflow() {
                     Overflow::Reject => Slot::Reject,
                     Overflow::Admit => Slot::Admit,

@@ -13,8 +13,8 @@
 //! evicted and forgotten, rebuilds and sweeps) is always counted: those
 //! paths make read-modify-writes of their own already.
 
-use crate::sync::counter::{AtomicU64, AtomicUsize, Ordering};
-use crate::Decision;
+use crate::sync::counter::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use crate::{Decision, Overflow};
 
 /// What a limiter decided and did since it was built: plain numbers, read
 /// with [`RateLimiter::stats`](crate::RateLimiter::stats).
@@ -79,6 +79,9 @@ pub(crate) struct StoreCounts {
     pub(crate) forgotten: AtomicU64,
     pub(crate) rebuilds: AtomicU64,
     pub(crate) sweeps: AtomicU64,
+    /// Whether the store logged that its cap was reached (once: an
+    /// operator needs to know it happened, not each time).
+    cap_logged: AtomicBool,
 }
 
 impl StoreCounts {
@@ -87,6 +90,24 @@ impl StoreCounts {
     #[inline]
     pub(crate) fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Logs, the first time only, that a newcomer found the cap of `cap`
+    /// clients full, none of them idle: from now on newcomers get the
+    /// overflow rule's answer until clients go idle.
+    #[cold]
+    pub(crate) fn cap_reached(&self, cap: usize, overflow: Overflow) {
+        // Relaxed: the flag orders nothing; two threads that race may both
+        // log, which is harmless.
+        if !self.cap_logged.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                cap,
+                overflow = overflow.name(),
+                "floodgate: the cap of {cap} clients is reached and none is idle: new clients \
+                 get the overflow rule ({}) until some go idle",
+                overflow.name()
+            );
+        }
     }
 
     /// The store's part of a snapshot.

@@ -527,8 +527,13 @@ where
         let spec = spec.in_ticks_of(self.tick)?;
         // Reloads of one tier may race; two that both see an old rule both
         // store, and the later store wins, as if they had run in turn.
-        if tier.spec() != spec {
+        let before = tier.spec();
+        if before != spec {
             tier.current.store(Arc::new(Generation::new(spec)));
+            tracing::info!(
+                tier = name,
+                "floodgate: tier {name:?} reloaded: {before} to {spec}"
+            );
         }
         Ok(())
     }

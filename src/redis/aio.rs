@@ -9,7 +9,7 @@ use ::redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, Value};
 
 use super::batch::Batcher;
 use super::script::{self, Op, Reply};
-use super::{Core, RedisConfigError, RedisError, RedisOptions, Target, TimeSource};
+use super::{Core, RedisConfigError, RedisError, RedisOptions, RedisStats, Target, TimeSource};
 use crate::{Config, Decision, PolicyKind};
 
 /// A per-client limiter whose state lives in Redis, for tokio: the
@@ -316,6 +316,13 @@ impl AsyncRedisLimiter {
         }
     }
 
+    /// What the store did: its round trips to Redis (calls and batches,
+    /// errors, their latency), the fault rule's answers, the rejection
+    /// cache's.
+    pub fn redis_stats(&self) -> RedisStats {
+        self.core.redis_stats()
+    }
+
     /// How many infallible calls the fault rule has answered.
     pub fn faults(&self) -> u64 {
         self.core.faults.load(Ordering::Relaxed)
@@ -382,11 +389,14 @@ impl AsyncRedisLimiter {
         let mut connection = self.connection.clone();
         // `invoke_async` sends EVALSHA; only on NOSCRIPT (the script did not
         // run) does it load the script and send it again.
-        within(
+        let start = std::time::Instant::now();
+        let result = within(
             self.core.timeout,
             invocation.invoke_async::<T>(&mut connection),
         )
-        .await
+        .await;
+        self.core.round_trips.done(start, &result);
+        result
     }
 
     /// A check of `cost` (`1 <= cost <= L`) sent with the next batch, within

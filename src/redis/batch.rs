@@ -151,6 +151,7 @@ async fn send(
     batch: Vec<Pending>,
     permit: OwnedSemaphorePermit,
 ) {
+    let start = std::time::Instant::now();
     let replies = if let [alone] = batch.as_slice() {
         // One check: the plain call, as if there were no batching.
         let call = script::single(&core.script, &alone.key, &alone.now, alone.cost);
@@ -182,6 +183,7 @@ async fn send(
         })
     };
     drop(permit);
+    core.round_trips.done(start, &replies);
     match replies {
         Ok(replies) => {
             for (check, reply) in batch.into_iter().zip(replies) {

@@ -11,8 +11,8 @@ use ::redis::{Connection, ConnectionLike, FromRedisValue, RedisResult};
 
 use super::script::{self, Op, Reply};
 use super::{
-    cluster_primaries, prefix_pattern, Core, RedisConfigError, RedisError, RedisOptions, Target,
-    TimeSource,
+    cluster_primaries, prefix_pattern, Core, RedisConfigError, RedisError, RedisOptions,
+    RedisStats, Target, TimeSource,
 };
 use crate::{Config, Decision, PolicyKind, RateLimiter};
 
@@ -241,6 +241,12 @@ impl RedisLimiter {
         cleared
     }
 
+    /// What the store did: its round trips to Redis (calls, errors, their
+    /// latency), the fault rule's answers, the rejection cache's.
+    pub fn redis_stats(&self) -> RedisStats {
+        self.core.redis_stats()
+    }
+
     /// How many [`RateLimiter`] calls the fault rule has answered.
     pub fn faults(&self) -> u64 {
         self.core.faults.load(Ordering::Relaxed)
@@ -293,8 +299,12 @@ impl RedisLimiter {
         let invocation = script::invocation(&self.core.script, &self.core.key(key), op, now)?;
         // `invoke` sends EVALSHA; only on NOSCRIPT (the script did not run)
         // does it load the script and send it again.
-        self.pool
-            .with(|connection| invocation.invoke::<T>(connection))
+        let start = std::time::Instant::now();
+        let result = self
+            .pool
+            .with(|connection| invocation.invoke::<T>(connection));
+        self.core.round_trips.done(start, &result);
+        result
     }
 }
 

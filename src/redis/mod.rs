@@ -214,6 +214,7 @@ mod batch;
 mod blocking;
 mod rejections;
 mod script;
+mod stats;
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -224,6 +225,7 @@ pub use aio::AsyncRedisLimiter;
 pub use blocking::RedisLimiter;
 pub use rejections::DEFAULT_REJECTION_CACHE;
 pub use script::{MAX_COUNTER_PRODUCT, MAX_NOW, MAX_WINDOW};
+pub use stats::{RedisStats, LATENCY_BUCKETS};
 
 use crate::decision::NEVER;
 use crate::{
@@ -724,6 +726,8 @@ struct Core {
     faults: AtomicU64,
     /// The local rejection cache, unless turned off.
     rejections: Option<Rejections>,
+    /// The round trips to Redis, counted and timed.
+    round_trips: stats::RoundTrips,
 }
 
 /// What a call that reaches Redis needs to remember its rejection: when it
@@ -829,6 +833,7 @@ impl Core {
             on_failure: options.on_failure,
             local,
             faults: AtomicU64::new(0),
+            round_trips: stats::RoundTrips::default(),
             rejections: (options.rejection_cache > 0).then(|| {
                 Rejections::new(
                     options.rejection_cache,
@@ -882,6 +887,12 @@ impl Core {
         if let Some(cache) = &self.rejections {
             cache.invalidate(client);
         }
+    }
+
+    /// What the store did ([`RedisStats`]).
+    fn redis_stats(&self) -> RedisStats {
+        self.round_trips
+            .snapshot(self.faults.load(Ordering::Relaxed), self.answered_locally())
     }
 
     /// How many decisions the rejection cache answered.

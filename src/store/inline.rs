@@ -799,6 +799,8 @@ where
                 return if self.peek_hashed(key, hash, |_| ()).is_some() {
                     Arrival::Raced
                 } else {
+                    self.counts
+                        .cap_reached(cap, self.schedule.bounds().overflow());
                     Arrival::Full
                 };
             }

@@ -182,6 +182,8 @@ where
                 return if self.clients.peek_with(key, |_, _| ()).is_some() {
                     Arrival::Raced
                 } else {
+                    self.counts
+                        .cap_reached(cap, self.schedule.bounds().overflow());
                     Arrival::Full
                 };
             }
