@@ -1,6 +1,6 @@
 //! A limiter's [`Stats`] for a monitoring system: as Prometheus text
 //! ([`Prometheus`], always there: it is string formatting, no dependency),
-//! or through the `metrics` facade ([`report_metrics`], feature `metrics`:
+//! or through the `metrics` facade (`report_metrics`, feature `metrics`:
 //! the application installs the recorder it exports with).
 //!
 //! Both give the same names and labels; `docs/metrics.md` lists every

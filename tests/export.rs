@@ -133,11 +133,10 @@ fn every_sample_is_its_stats_field() {
     let (api, api_stats) = traced(7);
     let (uploads, uploads_stats) = traced(11);
     // The trace moved every number, so that a swapped field shows.
-    for index in 0..EXPECTED.len() {
+    for (index, (name, _, _)) in EXPECTED.iter().enumerate() {
         assert!(
             expected(index, &api_stats, api.tracked_clients()) > 0,
-            "{}: {api_stats:?}",
-            EXPECTED[index].0
+            "{name}: {api_stats:?}"
         );
     }
 
