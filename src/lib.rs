@@ -115,6 +115,7 @@ mod cell;
 mod clock;
 mod config;
 mod decision;
+pub mod export;
 mod factory;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
@@ -198,6 +199,11 @@ pub struct BoundsDoctests;
 #[doc = include_str!("../docs/tiers.md")]
 #[cfg(doctest)]
 pub struct TiersDoctests;
+
+/// `docs/metrics.md`'s examples, compiled and run as doctests.
+#[doc = include_str!("../docs/metrics.md")]
+#[cfg(doctest)]
+pub struct MetricsDoctests;
 
 /// `docs/redis.md`'s examples, compiled and run as doctests.
 #[doc = include_str!("../docs/redis.md")]

@@ -11,7 +11,10 @@
 //!
 //! When it listens it prints `listening on http://IP:PORT` on standard
 //! output; every few seconds in which something happened it prints the
-//! counts so far on standard error, and once more when it stops. SIGINT or
+//! counts so far on standard error, and once more when it stops. With
+//! `--metrics-listen` a second listener serves `GET /metrics`: the
+//! limiter's stats and the proxy's own counts as Prometheus text
+//! (`proxy_metrics.rs`). SIGINT or
 //! SIGTERM stops it: it stops accepting, lets the requests in flight finish
 //! (a connection kept alive is closed after its current response) and exits
 //! 0. A second signal stops it at once, with status 1.
@@ -44,6 +47,11 @@ use tower::{Layer, ServiceExt};
 mod upstream;
 
 use upstream::{parse_upstream, Forward, Upstream};
+
+#[path = "proxy_metrics.rs"]
+mod metrics;
+
+use metrics::{Measured, Metrics, Scraped, Timed};
 
 /// How often the counts are printed (when they changed).
 const STATS_EVERY: Duration = Duration::from_secs(5);
@@ -130,11 +138,17 @@ pub struct Args {
     /// X-RateLimit-Reset.
     #[arg(long)]
     legacy_headers: bool,
+
+    /// Serve GET /metrics on this address, IP:PORT (port 0: any free port,
+    /// printed): Prometheus text with the limiter's counts (in memory) and
+    /// the proxy's responses by status, upstream errors and added time.
+    #[arg(long, value_name = "ADDR", value_parser = Checked(parse_listen))]
+    metrics_listen: Option<SocketAddr>,
 }
 
 const AFTER_HELP: &str = "\
-Prints `listening on http://IP:PORT` on standard output when it is ready,
-the admitted / shaped / rejected counts on standard error every few seconds,
+Prints `listening on http://IP:PORT` on standard output when it is ready
+(after `metrics on http://IP:PORT/metrics` with --metrics-listen), the admitted / shaped / rejected counts on standard error every few seconds,
 and exits 0 on SIGINT or SIGTERM once the requests in flight are answered.
 
 Example:
@@ -390,8 +404,11 @@ async fn store(args: &Args, rule: Rule, bounds: Bounds) -> Result<Store, ExitCod
         }
         return Ok(Store::Redis(redis));
     }
+    // Counting decisions is an atomic add per check on the thread's own
+    // cache line: the price of `/metrics` and nothing beside a forward.
     Builder::from_rule(rule)
         .bounds(bounds)
+        .counting(true)
         .build::<Client>()
         .map(Store::Memory)
         .map_err(|error| usage(explain(&error, &written(args))))
@@ -403,6 +420,11 @@ async fn serve(args: Args, rule: Rule, bounds: Bounds, extractor: Extract) -> Ex
         Err(code) => return code,
     };
     let stats = Arc::new(Stats::default());
+    let in_memory = match &store {
+        Store::Memory(limiter) => Some(Arc::clone(limiter)),
+        #[cfg(feature = "redis")]
+        Store::Redis(_) => None,
+    };
     let limiter = Counted {
         store,
         stats: Arc::clone(&stats),
@@ -412,7 +434,8 @@ async fn serve(args: Args, rule: Rule, bounds: Bounds, extractor: Extract) -> Ex
         layer = layer.legacy_headers();
     }
     let forward = Forward::new(args.upstream.clone(), Arc::clone(&stats));
-    let service = layer.layer(forward.clone());
+    let measured = Arc::new(Metrics::default());
+    let service = Measured::new(layer.layer(Timed(forward.clone())), Arc::clone(&measured));
 
     let mut signals = match Signals::new() {
         Ok(signals) => signals,
@@ -435,11 +458,44 @@ async fn serve(args: Args, rule: Rule, bounds: Bounds, extractor: Extract) -> Ex
             return ExitCode::FAILURE;
         }
     };
+    let metrics_server = match args.metrics_listen {
+        None => None,
+        Some(address) => {
+            let listener = match TcpListener::bind(address).await {
+                Ok(listener) => listener,
+                Err(error) => {
+                    eprintln!("floodgate proxy: cannot listen on {address} for metrics: {error}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let local = match listener.local_addr() {
+                Ok(local) => local,
+                Err(error) => {
+                    eprintln!("floodgate proxy: cannot read the metrics address: {error}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let scraped = Scraped {
+                limiter: in_memory,
+                name: args.policy_name.clone(),
+                stats: Arc::clone(&stats),
+                metrics: Arc::clone(&measured),
+            };
+            Some((
+                local,
+                tokio::spawn(metrics::serve(listener, Arc::new(scraped))),
+            ))
+        }
+    };
     // `println!` flushes at its newline only on a terminal: a test or a
-    // supervisor reading a pipe waits for this line.
+    // supervisor reading a pipe waits for these lines; `listening on`
+    // comes last, once both listeners are bound.
     {
         use std::io::Write;
         let mut out = std::io::stdout().lock();
+        if let Some((metrics, _)) = &metrics_server {
+            let _ = writeln!(out, "metrics on http://{metrics}/metrics");
+        }
         let _ = writeln!(out, "listening on http://{local}");
         let _ = out.flush();
     }
@@ -497,6 +553,9 @@ async fn serve(args: Args, rule: Rule, bounds: Bounds, extractor: Extract) -> Ex
         }
     }
     printer.abort();
+    if let Some((_, server)) = metrics_server {
+        server.abort();
+    }
     eprintln!("{}", stats_line(stats.snapshot()));
     ExitCode::SUCCESS
 }

@@ -1,0 +1,305 @@
+//! A limiter's [`Stats`] for a monitoring system: as Prometheus text
+//! ([`Prometheus`], always there: it is string formatting, no dependency),
+//! or through the `metrics` facade (`report_metrics`, feature `metrics`:
+//! the application installs the recorder it exports with).
+//!
+//! Both give the same names and labels; `docs/metrics.md` lists every
+//! metric in one table. Every sample carries the labels `limiter` (the name
+//! the application gives) and `tier`, which is empty for a limiter without
+//! tiers: Prometheus treats an empty label as an absent one
+//! (`{tier=""}` selects the untiered series), and one label set per family
+//! is what strict parsers and the `metrics` recorders expect.
+//!
+//! The numbers are a snapshot the application takes when it is scraped
+//! ([`RateLimiter::stats`](crate::RateLimiter::stats) and
+//! [`RateLimiter::tracked_clients`](crate::RateLimiter::tracked_clients)),
+//! so exporting costs nothing between scrapes. The decision counters stay
+//! at 0 unless the limiter was built with
+//! [`Builder::counting`](crate::Builder::counting).
+//!
+//! ```
+//! use floodgate::export::Prometheus;
+//! use floodgate::{Builder, PolicyKind, RateLimiter};
+//! use std::time::Duration;
+//!
+//! let api = Builder::new(PolicyKind::Gcra, 100, Duration::from_secs(1))
+//!     .counting(true)
+//!     .build::<str>()?;
+//! api.check("alice");
+//!
+//! // In the handler of `GET /metrics`:
+//! let mut text = Prometheus::new();
+//! if let Some(stats) = api.stats() {
+//!     text.limiter("api", None, &stats, api.tracked_clients());
+//! }
+//! let body: String = text.finish();
+//! assert!(body.contains("floodgate_decisions_total{limiter=\"api\",tier=\"\",outcome=\"admitted\"} 1\n"));
+//! # Ok::<(), floodgate::ConfigError>(())
+//! ```
+
+use std::fmt::Write as _;
+
+use crate::Stats;
+
+/// Whether a family only goes up, or is a level.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Counter,
+    Gauge,
+}
+
+/// One metric family: its name, type and help.
+struct Family {
+    name: &'static str,
+    kind: Kind,
+    help: &'static str,
+}
+
+/// Every family, in the order they are written. The one list both
+/// exporters and `docs/metrics.md` follow.
+const FAMILIES: [Family; 9] = [
+    Family {
+        name: "floodgate_decisions_total",
+        kind: Kind::Counter,
+        help: "Requests decided, by outcome (counted when the limiter is built with counting).",
+    },
+    Family {
+        name: "floodgate_decision_units_total",
+        kind: Kind::Counter,
+        help: "The costs of the requests decided, in the limit's units, by outcome.",
+    },
+    Family {
+        name: "floodgate_overflow_decisions_total",
+        kind: Kind::Counter,
+        help: "Requests answered by the overflow rule, the client cap being full.",
+    },
+    Family {
+        name: "floodgate_clients_created_total",
+        kind: Kind::Counter,
+        help: "Clients whose state was created.",
+    },
+    Family {
+        name: "floodgate_clients_evicted_total",
+        kind: Kind::Counter,
+        help: "Clients removed by sweeps, as idle.",
+    },
+    Family {
+        name: "floodgate_clients_forgotten_total",
+        kind: Kind::Counter,
+        help: "Clients removed by forget.",
+    },
+    Family {
+        name: "floodgate_table_rebuilds_total",
+        kind: Kind::Counter,
+        help: "Rebuilds of the client table (growth, or dropping evicted slots).",
+    },
+    Family {
+        name: "floodgate_sweeps_total",
+        kind: Kind::Counter,
+        help: "Sweeps for idle clients run.",
+    },
+    Family {
+        name: "floodgate_tracked_clients",
+        kind: Kind::Gauge,
+        help: "Clients tracked now.",
+    },
+];
+
+/// One sample of a limiter: its family's index in [`FAMILIES`], its
+/// `outcome` if the family has one, its value.
+type Sample = (usize, Option<&'static str>, u64);
+
+/// A limiter's samples, family by family.
+fn samples(stats: &Stats, tracked_clients: usize) -> [Sample; 11] {
+    [
+        (0, Some("admitted"), stats.admitted),
+        (0, Some("rejected"), stats.rejected),
+        (1, Some("admitted"), stats.admitted_units),
+        (1, Some("rejected"), stats.rejected_units),
+        (2, None, stats.overflowed),
+        (3, None, stats.created),
+        (4, None, stats.evicted),
+        (5, None, stats.forgotten),
+        (6, None, stats.rebuilds),
+        (7, None, stats.sweeps),
+        // A count of clients always fits: `usize` is at most 64 bits.
+        (8, None, tracked_clients as u64),
+    ]
+}
+
+/// The Prometheus text exposition (format 0.0.4) of one or more limiters:
+/// each family once, with `# HELP` and `# TYPE`, then its samples for every
+/// limiter given.
+///
+/// Give each `(limiter, tier)` pair once: Prometheus rejects a scrape that
+/// repeats a series. Serve the text with the content type
+/// [`Prometheus::CONTENT_TYPE`].
+#[derive(Clone, Debug, Default)]
+pub struct Prometheus {
+    /// Each limiter's escaped `limiter` and `tier` labels, and its samples.
+    limiters: Vec<(String, [Sample; 11])>,
+}
+
+impl Prometheus {
+    /// The content type of the text: Prometheus's text format, version
+    /// 0.0.4.
+    pub const CONTENT_TYPE: &'static str = "text/plain; version=0.0.4; charset=utf-8";
+
+    /// An exposition with no limiter yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds the snapshot `stats` of the limiter called `limiter`, of
+    /// `tier` if it is one tier's (`None`: the label is empty), tracking
+    /// `tracked_clients` clients.
+    pub fn limiter(
+        &mut self,
+        limiter: &str,
+        tier: Option<&str>,
+        stats: &Stats,
+        tracked_clients: usize,
+    ) -> &mut Self {
+        let mut labels = String::from("limiter=\"");
+        escape_label_value(&mut labels, limiter);
+        labels.push_str("\",tier=\"");
+        escape_label_value(&mut labels, tier.unwrap_or(""));
+        labels.push('"');
+        self.limiters
+            .push((labels, samples(stats, tracked_clients)));
+        self
+    }
+
+    /// The text: empty if no limiter was added.
+    pub fn finish(self) -> String {
+        let mut out = String::new();
+        if self.limiters.is_empty() {
+            return out;
+        }
+        for (index, family) in FAMILIES.iter().enumerate() {
+            let kind = match family.kind {
+                Kind::Counter => "counter",
+                Kind::Gauge => "gauge",
+            };
+            // Writing to a `String` cannot fail.
+            let _ = writeln!(out, "# HELP {} {}", family.name, family.help);
+            let _ = writeln!(out, "# TYPE {} {kind}", family.name);
+            for (labels, samples) in &self.limiters {
+                for (_, outcome, value) in samples.iter().filter(|s| s.0 == index) {
+                    let _ = match outcome {
+                        Some(outcome) => writeln!(
+                            out,
+                            "{}{{{labels},outcome=\"{outcome}\"}} {value}",
+                            family.name
+                        ),
+                        None => writeln!(out, "{}{{{labels}}} {value}", family.name),
+                    };
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Appends `value` escaped as the text format asks of a label value: a
+/// backslash, a double quote and a line feed each behind a backslash
+/// (`\n` for the line feed).
+pub fn escape_label_value(out: &mut String, value: &str) {
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+}
+
+/// Reports the snapshot `stats` of the limiter called `limiter` (of `tier`,
+/// if it is one tier's) to the `metrics` recorder the application
+/// installed, under the names and labels of [`Prometheus`]: the counters
+/// set with `absolute`, the gauge with `set`.
+///
+/// A limiter counts by itself; the facade only passes values on, so call
+/// this periodically or when scraped (from the handler of the exporter's
+/// endpoint, or a task every few seconds). Call [`describe_metrics`] once
+/// after installing the recorder for the help texts.
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub fn report_metrics(limiter: &str, tier: Option<&str>, stats: &Stats, tracked_clients: usize) {
+    use metrics::Label;
+
+    for (index, outcome, value) in samples(stats, tracked_clients) {
+        let family = &FAMILIES[index];
+        let mut labels = Vec::with_capacity(3);
+        labels.push(Label::new("limiter", limiter.to_owned()));
+        labels.push(Label::new("tier", tier.unwrap_or("").to_owned()));
+        if let Some(outcome) = outcome {
+            labels.push(Label::new("outcome", outcome));
+        }
+        match family.kind {
+            Kind::Counter => metrics::counter!(family.name, labels).absolute(value),
+            // A gauge is a float; a count of clients is exact in one up to
+            // 2^53.
+            Kind::Gauge => metrics::gauge!(family.name, labels).set(value as f64),
+        }
+    }
+}
+
+/// Gives the installed `metrics` recorder the help text of every family
+/// [`report_metrics`] reports: once, after installing it.
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub fn describe_metrics() {
+    for family in &FAMILIES {
+        match family.kind {
+            Kind::Counter => metrics::describe_counter!(family.name, family.help),
+            Kind::Gauge => metrics::describe_gauge!(family.name, family.help),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_values_are_escaped() {
+        let mut out = String::new();
+        escape_label_value(&mut out, "a\\b\"c\nd é");
+        assert_eq!(out, r#"a\\b\"c\nd é"#);
+    }
+
+    #[test]
+    fn nothing_to_say_is_an_empty_text() {
+        assert_eq!(Prometheus::new().finish(), "");
+    }
+
+    #[test]
+    fn each_family_once_then_every_limiter() {
+        let stats = Stats {
+            admitted: 3,
+            ..Stats::default()
+        };
+        let mut text = Prometheus::new();
+        text.limiter("a", None, &stats, 1)
+            .limiter("b", Some("gold"), &Stats::default(), 0);
+        let text = text.finish();
+        assert_eq!(text.matches("# TYPE ").count(), FAMILIES.len());
+        assert_eq!(text.matches("# HELP ").count(), FAMILIES.len());
+        let decisions: Vec<&str> = text
+            .lines()
+            .filter(|line| line.starts_with("floodgate_decisions_total{"))
+            .collect();
+        assert_eq!(
+            decisions,
+            [
+                r#"floodgate_decisions_total{limiter="a",tier="",outcome="admitted"} 3"#,
+                r#"floodgate_decisions_total{limiter="a",tier="",outcome="rejected"} 0"#,
+                r#"floodgate_decisions_total{limiter="b",tier="gold",outcome="admitted"} 0"#,
+                r#"floodgate_decisions_total{limiter="b",tier="gold",outcome="rejected"} 0"#,
+            ]
+        );
+        assert!(text.ends_with("floodgate_tracked_clients{limiter=\"b\",tier=\"gold\"} 0\n"));
+    }
+}
