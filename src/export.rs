@@ -138,6 +138,9 @@ fn samples(stats: &Stats, tracked_clients: usize) -> [Sample; 11] {
 pub struct Prometheus {
     /// Each limiter's escaped `limiter` and `tier` labels, and its samples.
     limiters: Vec<(String, [Sample; 11])>,
+    /// Each Redis store's escaped `limiter` label, and its stats.
+    #[cfg(feature = "redis")]
+    redis: Vec<(String, crate::redis::RedisStats)>,
 }
 
 impl Prometheus {
@@ -170,9 +173,25 @@ impl Prometheus {
         self
     }
 
-    /// The text: empty if no limiter was added.
+    /// Adds what the Redis store of the limiter called `limiter` did
+    /// ([`RedisStats`](crate::redis::RedisStats)): its round trips, their
+    /// errors and latency (a histogram), the fault rule's answers and the
+    /// rejection cache's.
+    #[cfg(feature = "redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+    pub fn redis(&mut self, limiter: &str, stats: &crate::redis::RedisStats) -> &mut Self {
+        let mut labels = String::from("limiter=\"");
+        escape_label_value(&mut labels, limiter);
+        labels.push('"');
+        self.redis.push((labels, stats.clone()));
+        self
+    }
+
+    /// The text: empty if nothing was added.
     pub fn finish(self) -> String {
         let mut out = String::new();
+        #[cfg(feature = "redis")]
+        redis_families(&self.redis, &mut out);
         if self.limiters.is_empty() {
             return out;
         }
@@ -198,6 +217,68 @@ impl Prometheus {
             }
         }
         out
+    }
+}
+
+/// The Redis stores' families, each once (none without a store).
+#[cfg(feature = "redis")]
+fn redis_families(stores: &[(String, crate::redis::RedisStats)], out: &mut String) {
+    if stores.is_empty() {
+        return;
+    }
+    type Of = fn(&crate::redis::RedisStats) -> u64;
+    let counters: [(&str, &str, Of); 4] = [
+        (
+            "floodgate_redis_round_trips_total",
+            "Round trips to Redis: script calls, and batches of them.",
+            |s| s.calls,
+        ),
+        (
+            "floodgate_redis_errors_total",
+            "Round trips to Redis that failed (unreachable, timed out, an error reply).",
+            |s| s.errors,
+        ),
+        (
+            "floodgate_redis_fault_answers_total",
+            "Calls the fault rule answered, Redis having failed.",
+            |s| s.faults,
+        ),
+        (
+            "floodgate_redis_cached_answers_total",
+            "Decisions the local rejection cache answered without a round trip.",
+            |s| s.answered_locally,
+        ),
+    ];
+    // Writing to a `String` cannot fail.
+    for (name, help, of) in counters {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+        for (labels, stats) in stores {
+            let _ = writeln!(out, "{name}{{{labels}}} {}", of(stats));
+        }
+    }
+    let name = "floodgate_redis_round_trip_seconds";
+    let _ = writeln!(
+        out,
+        "# HELP {name} The latency of the round trips to Redis.\n# TYPE {name} histogram"
+    );
+    for (labels, stats) in stores {
+        for (bound, count) in &stats.latency_buckets {
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{{labels},le=\"{}\"}} {count}",
+                bound.as_secs_f64()
+            );
+        }
+        // The histogram's own count, not `calls`: its buckets and count
+        // are then one snapshot, consistent whatever was in flight.
+        let count = stats.latency_count;
+        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {count}");
+        let _ = writeln!(
+            out,
+            "{name}_sum{{{labels}}} {}",
+            stats.latency_sum.as_secs_f64()
+        );
+        let _ = writeln!(out, "{name}_count{{{labels}}} {count}");
     }
 }
 
@@ -243,6 +324,27 @@ pub fn report_metrics(limiter: &str, tier: Option<&str>, stats: &Stats, tracked_
             // 2^53.
             Kind::Gauge => metrics::gauge!(family.name, labels).set(value as f64),
         }
+    }
+}
+
+/// Reports what a Redis store did to the `metrics` recorder, under the
+/// names of [`Prometheus::redis`]: its round trips, errors, fault-rule and
+/// rejection-cache answers (counters set with `absolute`). The latency
+/// histogram is in the Prometheus text only: the facade's histograms take
+/// one observation at a time, not a store's buckets.
+#[cfg(all(feature = "metrics", feature = "redis"))]
+#[cfg_attr(docsrs, doc(cfg(all(feature = "metrics", feature = "redis"))))]
+pub fn report_redis_metrics(limiter: &str, stats: &crate::redis::RedisStats) {
+    for (name, value) in [
+        ("floodgate_redis_round_trips_total", stats.calls),
+        ("floodgate_redis_errors_total", stats.errors),
+        ("floodgate_redis_fault_answers_total", stats.faults),
+        (
+            "floodgate_redis_cached_answers_total",
+            stats.answered_locally,
+        ),
+    ] {
+        metrics::counter!(name, "limiter" => limiter.to_owned()).absolute(value);
     }
 }
 

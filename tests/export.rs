@@ -273,3 +273,57 @@ mod facade {
         assert_eq!(seen, wanted);
     }
 }
+
+/// A Redis store's round trips, errors and fault answers, and its latency
+/// histogram, as the parser reads them: here a store with nothing
+/// listening, so that each call is a failed round trip the fault rule
+/// answers.
+#[cfg(feature = "redis")]
+#[test]
+fn a_redis_stores_round_trips_are_exported() {
+    use floodgate::redis::{RedisLimiter, RedisOptions, TimeSource};
+    use floodgate::Config;
+    let store = RedisLimiter::new(
+        "redis://127.0.0.1:1",
+        PolicyKind::Gcra,
+        Config::per_ticks(1, 1_000).unwrap(),
+        RedisOptions::new()
+            .time(TimeSource::MILLIS)
+            .timeout(Duration::from_millis(200)),
+    )
+    .unwrap();
+    for now in 0..4 {
+        store.check_at("a", now);
+    }
+    let stats = store.redis_stats();
+    let mut text = Prometheus::new();
+    text.redis("shared \"quota\"", &stats);
+    let text = text.finish();
+    let exposition = parse_prometheus(&text).unwrap_or_else(|e| panic!("{e:?} in\n{text}"));
+    let counter = |name: &str| -> f64 {
+        let family = &exposition.families[name];
+        let sample = family.iter_samples().next().unwrap();
+        assert_eq!(
+            sample.get_labelset().unwrap().iter().collect::<Vec<_>>(),
+            [(&"limiter".to_owned(), &"shared \"quota\"".to_owned())]
+        );
+        match &sample.value {
+            PrometheusValue::Counter(counter) => number(&counter.value),
+            other => panic!("{name}: {other:?}"),
+        }
+    };
+    assert_eq!(counter("floodgate_redis_round_trips_total"), 4.0);
+    assert_eq!(counter("floodgate_redis_errors_total"), 4.0);
+    assert_eq!(counter("floodgate_redis_fault_answers_total"), 4.0);
+    assert_eq!(counter("floodgate_redis_cached_answers_total"), 0.0);
+    assert!(matches!(
+        exposition.families["floodgate_redis_round_trip_seconds"].family_type,
+        PrometheusType::Histogram
+    ));
+    assert!(text.contains(
+        "floodgate_redis_round_trip_seconds_bucket{limiter=\"shared \\\"quota\\\"\",le=\"+Inf\"} 4\n"
+    ));
+    assert!(text.contains(
+        "floodgate_redis_round_trip_seconds_count{limiter=\"shared \\\"quota\\\"\"} 4\n"
+    ));
+}

@@ -138,29 +138,70 @@ impl Metrics {
     }
 }
 
-/// The whole scrape: the limiter's stats, when it keeps them in memory,
+/// The whole scrape: the limiter's stats (in memory) or its Redis store's,
 /// then the proxy's own.
-fn scrape(
-    limiter: Option<&dyn RateLimiter<Client>>,
-    name: &str,
-    stats: &Stats,
-    metrics: &Metrics,
-) -> String {
+fn scrape(scraped: &Scraped) -> String {
     let mut text = Prometheus::new();
-    if let Some(limiter) = limiter {
+    if let Some(limiter) = &scraped.limiter {
         if let Some(snapshot) = limiter.stats() {
-            text.limiter(name, None, &snapshot, limiter.tracked_clients());
+            text.limiter(&scraped.name, None, &snapshot, limiter.tracked_clients());
         }
     }
+    #[cfg(feature = "redis")]
+    if let Some(redis) = &scraped.redis {
+        text.redis(&scraped.name, &redis.redis_stats());
+    }
     let mut out = text.finish();
-    metrics.render(stats.snapshot()[3], &mut out);
+    scraped
+        .metrics
+        .render(scraped.stats.snapshot()[3], &mut out);
     out
+}
+
+/// How many of the clients refused most `/offenders` lists.
+const LISTED: usize = 20;
+
+/// `/offenders`: the clients refused most since the previous request of
+/// it (each request begins a new interval), as JSON; `None` for a store
+/// that keeps none (Redis).
+fn offenders(scraped: &Scraped) -> Option<String> {
+    let report = scraped.limiter.as_ref()?.take_offenders()?;
+    let listed: Vec<serde_json::Value> = report
+        .offenders
+        .iter()
+        .take(LISTED)
+        .map(|offender| {
+            let client = match &offender.key {
+                Client::Ip(ip) => ip.to_string(),
+                Client::Text(text) => text.clone(),
+            };
+            serde_json::json!({
+                "client": client,
+                "refused": offender.refused,
+                "units": offender.units,
+                "error": offender.error,
+            })
+        })
+        .collect();
+    Some(
+        serde_json::json!({
+            "offenders": listed,
+            "recorded": report.recorded,
+            "unattributed": report.unattributed,
+            "error_bound": report.error_bound,
+        })
+        .to_string()
+            + "\n",
+    )
 }
 
 /// What the metrics listener needs to answer.
 pub struct Scraped {
-    /// The in-memory limiter (none with Redis, which keeps no stats).
+    /// The in-memory limiter (none with Redis).
     pub limiter: Option<Arc<dyn RateLimiter<Client>>>,
+    /// The Redis store, whose round trips `/metrics` reports.
+    #[cfg(feature = "redis")]
+    pub redis: Option<floodgate::redis::AsyncRedisLimiter>,
     /// The `limiter` label: the policy's name.
     pub name: String,
     /// The counts of the stderr line (the upstream errors).
@@ -174,15 +215,21 @@ type MetricsBody = Full<Bytes>;
 /// Answers one request on the metrics listener.
 fn answer(scraped: &Scraped, request: &Request<Incoming>) -> Response<MetricsBody> {
     let (status, body, content_type) = match (request.method(), request.uri().path()) {
-        (&Method::GET | &Method::HEAD, "/metrics") => (
-            StatusCode::OK,
-            scrape(
-                scraped.limiter.as_deref(),
-                &scraped.name,
-                &scraped.stats,
-                &scraped.metrics,
+        (&Method::GET | &Method::HEAD, "/metrics") => {
+            (StatusCode::OK, scrape(scraped), Prometheus::CONTENT_TYPE)
+        }
+        (&Method::GET, "/offenders") => match offenders(scraped) {
+            Some(json) => (StatusCode::OK, json, "application/json"),
+            None => (
+                StatusCode::NOT_FOUND,
+                "Not Found: the Redis store keeps no offenders\n".to_owned(),
+                "text/plain; charset=utf-8",
             ),
-            Prometheus::CONTENT_TYPE,
+        },
+        (_, "/offenders") => (
+            StatusCode::METHOD_NOT_ALLOWED,
+            "Method Not Allowed: GET /offenders\n".to_owned(),
+            "text/plain; charset=utf-8",
         ),
         (_, "/metrics") => (
             StatusCode::METHOD_NOT_ALLOWED,
@@ -191,7 +238,8 @@ fn answer(scraped: &Scraped, request: &Request<Incoming>) -> Response<MetricsBod
         ),
         _ => (
             StatusCode::NOT_FOUND,
-            "Not Found: the metrics are at /metrics\n".to_owned(),
+            "Not Found: the metrics are at /metrics, the clients refused most at /offenders\n"
+                .to_owned(),
             "text/plain; charset=utf-8",
         ),
     };
@@ -201,9 +249,15 @@ fn answer(scraped: &Scraped, request: &Request<Incoming>) -> Response<MetricsBod
         .headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     if status == StatusCode::METHOD_NOT_ALLOWED {
+        // `/offenders` is a GET only: each one begins a new interval.
+        let allow = if request.uri().path() == "/offenders" {
+            "GET"
+        } else {
+            "GET, HEAD"
+        };
         response
             .headers_mut()
-            .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+            .insert(header::ALLOW, HeaderValue::from_static(allow));
     }
     response
 }

@@ -356,6 +356,25 @@ async fn a_scrape_while_serving_counts_what_the_client_saw() {
     // Scrapes are not requests of the proxy.
     assert_eq!(Scrape::take(&proxy).await.added_count(), keys.len() as u64);
 
+    // `/offenders`: the one client refused (twice), then a new
+    // interval with nobody in it.
+    let offenders = proxy.metrics.replace("/metrics", "/offenders");
+    let (status, content_type, body) = send(Method::GET, &offenders, &[]).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(content_type, "application/json");
+    let report: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(report["offenders"][0]["client"], "a", "{body}");
+    assert_eq!(report["offenders"][0]["refused"], 2, "{body}");
+    assert_eq!(report["offenders"].as_array().unwrap().len(), 1, "{body}");
+    assert_eq!(report["recorded"], 2, "{body}");
+    let (_, _, body) = send(Method::GET, &offenders, &[]).await;
+    let report: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(report["offenders"].as_array().unwrap().len(), 0, "{body}");
+    assert_eq!(
+        send(Method::POST, &offenders, &[]).await.0,
+        StatusCode::METHOD_NOT_ALLOWED
+    );
+
     // The stderr line stays.
     let (exited, counts) = proxy.stop();
     assert!(exited);

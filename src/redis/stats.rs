@@ -43,9 +43,11 @@ pub struct RedisStats {
     /// Decisions the rejection cache answered without a round trip.
     pub answered_locally: u64,
     /// Round trips by latency: for each of [`LATENCY_BUCKETS`], how many
-    /// took at most that long (cumulative, as Prometheus's `le` buckets);
-    /// `calls` is the count of all.
+    /// took at most that long (cumulative, as Prometheus's `le` buckets).
     pub latency_buckets: Vec<(Duration, u64)>,
+    /// The round trips the histogram holds, however long they took (its
+    /// `+Inf` bucket): `calls`, once the calls counted have returned.
+    pub latency_count: u64,
     /// The round trips' total latency.
     pub latency_sum: Duration,
 }
@@ -113,7 +115,10 @@ impl RoundTrips {
                 (bound, cumulative)
             })
             .collect();
+        let latency_count =
+            cumulative + self.buckets[LATENCY_BUCKETS.len()].load(Ordering::Relaxed);
         RedisStats {
+            latency_count,
             calls: self.calls.load(Ordering::Relaxed),
             errors: self.errors.load(Ordering::Relaxed),
             faults,
