@@ -270,7 +270,7 @@ impl<K, C: Clock> MutexLimiter<K, C> {
     /// [`Limiter::counting`](crate::Limiter::counting).
     #[must_use]
     pub fn counting(mut self, on: bool) -> Self {
-        self.counters = on.then(|| Box::new(Counters::new()));
+        self.counters = on.then(Counters::new);
         self
     }
 

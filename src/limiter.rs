@@ -500,7 +500,7 @@ where
     /// [`stats`]: Self::stats
     #[must_use]
     pub fn counting(mut self, on: bool) -> Self {
-        self.counters = on.then(|| Box::new(Counters::new()));
+        self.counters = on.then(Counters::new);
         self
     }
 

@@ -1,19 +1,20 @@
 //! What a limiter decided, counted without a write that another thread's
 //! check also makes.
 //!
-//! A check that counts adds to its thread's stripe of the counters: one
-//! cache line per stripe, each thread on its own stripe (threads are given
-//! stripes in turn; more threads than stripes share, and a shared stripe is
-//! still exact, its adds being read-modify-writes). [`Stats`] sums the
-//! stripes when read. The counting of decisions is a switch, off by
-//! default ([`Builder::counting`](crate::Builder::counting)): even on its
-//! own line an atomic add is a locked instruction, several nanoseconds
-//! beside a check of a dozen (`floodgate bench`'s `"metrics": true` rows say
-//! how many). What the store does on its cold paths (clients created,
-//! evicted and forgotten, rebuilds and sweeps) is always counted: those
-//! paths make read-modify-writes of their own already.
+//! A check that counts adds to its thread's own stripe of the counters,
+//! cache lines no other thread writes, with a plain load and store (each
+//! live thread holds a seat no other live thread holds: `Counters`); a
+//! thread past the seats adds to a shared stripe with read-modify-writes,
+//! still exact. [`Stats`] sums the stripes when read. Counting decisions is
+//! a switch, off by default ([`Builder::counting`](crate::Builder::counting)),
+//! whose cost `floodgate bench`'s `"metrics": true` rows measure beside the
+//! same checks uncounted. What the store does on its cold paths (clients
+//! created, evicted and forgotten, rebuilds and sweeps) is always counted:
+//! those paths make read-modify-writes of their own already.
 
-use crate::sync::counter::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::cell::Cell;
+
+use crate::sync::counter::{AtomicBool, AtomicU64, Ordering};
 use crate::{Decision, Overflow};
 
 /// What a limiter decided and did since it was built: plain numbers, read
@@ -126,85 +127,194 @@ impl StoreCounts {
 #[repr(align(128))]
 #[derive(Default)]
 struct Stripe {
-    admitted: AtomicU64,
-    rejected: AtomicU64,
-    /// Costs beyond 1 of the admitted requests: a request of cost 1, the
-    /// common case, then makes one add, not two.
-    admitted_extra: AtomicU64,
-    rejected_extra: AtomicU64,
+    /// Rejected, then admitted requests: indexed by `allowed`, so that
+    /// counting takes no branch.
+    decided: [AtomicU64; 2],
+    /// Costs beyond 1 of the rejected, then admitted requests: a request
+    /// of cost 1, the common case, then makes one add, not two.
+    extra: [AtomicU64; 2],
     overflowed: AtomicU64,
 }
 
 /// The decision counters of a limiter that counts them.
+///
+/// A live thread holds a seat ([`SEATS`]): a number no other live thread
+/// holds, given back when the thread exits. Stripe `seat` is then written
+/// by that thread alone, so it adds with a load and a store, not a locked
+/// read-modify-write (a locked add costs a check about 5 ns even on a line
+/// no one else touches; a plain add, one). A thread without a seat (more
+/// live threads than seats) adds to `shared` with read-modify-writes.
 pub(crate) struct Counters {
-    /// A power of two of stripes.
-    stripes: Box<[Stripe]>,
+    /// One stripe per seat, in the counters' own allocation: a check finds
+    /// its stripe at a fixed offset, with no pointer of its own to load.
+    stripes: [Stripe; SEATS],
+    /// For the threads without a seat, and the models.
+    shared: Stripe,
 }
 
-/// The next stripe to give a thread.
-static NEXT_STRIPE: AtomicUsize = AtomicUsize::new(0);
+/// How many threads hold a seat at once: the threads of any pool of one or
+/// two per core, on machines of up to 128 cores, for 32 KiB of stripes per
+/// limiter that counts.
+const SEATS: usize = 256;
+
+/// The seats taken, one bit each. A thread takes the lowest free bit with
+/// a compare-and-swap and gives it back at exit. AcqRel: the thread that
+/// takes a seat must see every add its previous holder made to the seat's
+/// stripes (each add happened before that holder's exit, which released
+/// the seat), or it would add to stale values and lose counts.
+static TAKEN: [AtomicU64; SEATS / 64] = [const { AtomicU64::new(0) }; SEATS / 64];
+
+/// A thread's seat, given back when the thread exits.
+struct Seat(usize);
+
+impl Seat {
+    /// The lowest free seat, if any.
+    fn take() -> Option<Self> {
+        for (word, taken) in TAKEN.iter().enumerate() {
+            let mut seen = taken.load(Ordering::Acquire);
+            // Progress: the CAS fails only when another thread took or gave
+            // back a seat of this word since the load; each failure shows
+            // the new value, and a full word is left at once.
+            while seen != u64::MAX {
+                let bit = seen.trailing_ones() as usize;
+                match taken.compare_exchange_weak(
+                    seen,
+                    seen | (1 << bit),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => return Some(Seat(word * 64 + bit)),
+                    Err(now) => seen = now,
+                }
+            }
+        }
+        None
+    }
+}
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        // Counted as shared from here on, whatever this thread's other
+        // thread-locals still count as they are torn down.
+        SEATED.with(|seated| seated.set(NO_SEAT));
+        // Release (in AcqRel): this thread's adds before its seat's next
+        // holder's (`TAKEN`).
+        TAKEN[self.0 / 64].fetch_and(!(1 << (self.0 % 64)), Ordering::AcqRel);
+    }
+}
+
+/// `SEATED` before the thread first counts.
+const UNSEATED: usize = usize::MAX;
+/// `SEATED` of a thread that found no seat free, or whose seat went back.
+const NO_SEAT: usize = usize::MAX - 1;
 
 std::thread_local! {
-    /// This thread's stripe number, given in turn the first time the
-    /// thread counts (any limiter): threads that count are spread over the
-    /// stripes before any two share one.
-    static STRIPE: usize = NEXT_STRIPE.fetch_add(1, Ordering::Relaxed);
+    /// This thread's seat number: a constant-initialised cell with no
+    /// destructor, so reading it on the hot path is one load from the
+    /// thread's block, with no check of whether it was initialised.
+    static SEATED: Cell<usize> = const { Cell::new(UNSEATED) };
+    /// The seat itself, which gives the number back when the thread exits.
+    static HELD: Cell<Option<Seat>> = const { Cell::new(None) };
+}
+
+/// This thread's seat number, taking one the first time.
+#[inline(always)]
+fn seat() -> usize {
+    let seated = SEATED.with(Cell::get);
+    if seated == UNSEATED {
+        return sit();
+    }
+    seated
+}
+
+/// Takes a seat for this thread, held until it exits.
+#[cold]
+#[inline(never)]
+fn sit() -> usize {
+    let Some(seat) = Seat::take() else {
+        SEATED.with(|seated| seated.set(NO_SEAT));
+        return NO_SEAT;
+    };
+    let number = seat.0;
+    // A thread being torn down cannot hold one: it counts as shared, and
+    // the seat goes straight back.
+    if HELD.try_with(|held| held.set(Some(seat))).is_err() {
+        return NO_SEAT;
+    }
+    SEATED.with(|seated| seated.set(number));
+    number
+}
+
+/// Adds `n` to a counter only this thread writes: a load and a store.
+/// Relaxed: the counter publishes nothing; the one writer reads its own
+/// last store, and readers see some recent value, never a torn one.
+#[inline(always)]
+fn bump(counter: &AtomicU64, n: u64) {
+    counter.store(
+        counter.load(Ordering::Relaxed).wrapping_add(n),
+        Ordering::Relaxed,
+    );
+}
+
+/// Adds `n` to a counter other threads may write too. Relaxed: counters
+/// publish nothing (`StoreCounts::add`).
+#[inline(always)]
+fn add(counter: &AtomicU64, n: u64) {
+    counter.fetch_add(n, Ordering::Relaxed);
 }
 
 impl Counters {
-    pub(crate) fn new() -> Self {
-        // Twice the cores, so that the threads of a pool of one per core
-        // each get their own; under the models, two.
-        let stripes = if cfg!(floodgate_loom) {
-            2
+    pub(crate) fn new() -> Box<Self> {
+        Box::new(Self {
+            stripes: std::array::from_fn(|_| Stripe::default()),
+            shared: Stripe::default(),
+        })
+    }
+
+    /// Runs `count` on this thread's own stripe with [`bump`], or on the
+    /// shared one with [`add`].
+    #[inline(always)]
+    fn on_stripe(&self, count: impl FnOnce(&Stripe, fn(&AtomicU64, u64))) {
+        // Under the models, threads are not real threads (a thread-local
+        // may be shared): every add is then a read-modify-write on `shared`.
+        let seat = if cfg!(floodgate_loom) {
+            NO_SEAT
         } else {
-            let cores = std::thread::available_parallelism().map_or(4, usize::from);
-            (cores * 2).next_power_of_two().clamp(2, 64)
+            seat()
         };
-        Self {
-            stripes: (0..stripes).map(|_| Stripe::default()).collect(),
+        match self.stripes.get(seat) {
+            Some(own) => count(own, bump),
+            None => count(&self.shared, add),
         }
     }
 
-    #[inline(always)]
-    fn stripe(&self) -> &Stripe {
-        let index = STRIPE.with(|stripe| *stripe) & (self.stripes.len() - 1);
-        &self.stripes[index]
-    }
-
-    /// Counts `decision`, of a request of `cost`. Relaxed: counters
-    /// publish nothing (`StoreCounts::add`).
+    /// Counts `decision`, of a request of `cost`.
     #[inline(always)]
     pub(crate) fn decided(&self, decision: &Decision, cost: u64) {
-        let stripe = self.stripe();
-        let (count, extra) = if decision.allowed {
-            (&stripe.admitted, &stripe.admitted_extra)
-        } else {
-            (&stripe.rejected, &stripe.rejected_extra)
-        };
-        count.fetch_add(1, Ordering::Relaxed);
-        if cost != 1 {
-            // A cost of 0 takes one back: units are `count + extra`.
-            extra.fetch_add(cost.wrapping_sub(1), Ordering::Relaxed);
-        }
+        let outcome = usize::from(decision.allowed);
+        self.on_stripe(|stripe, add| {
+            add(&stripe.decided[outcome], 1);
+            if cost != 1 {
+                // A cost of 0 takes one back: units are `count + extra`.
+                add(&stripe.extra[outcome], cost.wrapping_sub(1));
+            }
+        });
     }
 
     /// Counts an answer of the overflow rule.
     #[cold]
     pub(crate) fn overflowed(&self) {
-        self.stripe().overflowed.fetch_add(1, Ordering::Relaxed);
+        self.on_stripe(|stripe, add| add(&stripe.overflowed, 1));
     }
 
     /// The decisions' part of a snapshot.
     pub(crate) fn fill(&self, stats: &mut Stats) {
         let (mut admitted_extra, mut rejected_extra) = (0u64, 0u64);
-        for stripe in self.stripes.iter() {
-            stats.admitted += stripe.admitted.load(Ordering::Relaxed);
-            stats.rejected += stripe.rejected.load(Ordering::Relaxed);
-            admitted_extra =
-                admitted_extra.wrapping_add(stripe.admitted_extra.load(Ordering::Relaxed));
-            rejected_extra =
-                rejected_extra.wrapping_add(stripe.rejected_extra.load(Ordering::Relaxed));
+        for stripe in self.stripes.iter().chain([&self.shared]) {
+            stats.rejected += stripe.decided[0].load(Ordering::Relaxed);
+            stats.admitted += stripe.decided[1].load(Ordering::Relaxed);
+            rejected_extra = rejected_extra.wrapping_add(stripe.extra[0].load(Ordering::Relaxed));
+            admitted_extra = admitted_extra.wrapping_add(stripe.extra[1].load(Ordering::Relaxed));
             stats.overflowed += stripe.overflowed.load(Ordering::Relaxed);
         }
         stats.admitted_units = stats.admitted.wrapping_add(admitted_extra);

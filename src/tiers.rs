@@ -996,7 +996,7 @@ where
         Self {
             current: SwapCell::from_pointee(Generation::new(spec)),
             clients: KeyedStore::new(bounds),
-            counters: counting.then(|| Box::new(Counters::new())),
+            counters: counting.then(Counters::new),
         }
     }
 
