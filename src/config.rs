@@ -164,6 +164,12 @@ pub enum ConfigError {
         /// The longest window allowed.
         max: u64,
     },
+    /// An offenders' summary ([`Builder::offenders`](crate::Builder::offenders))
+    /// of no entries, or of more than 2^31.
+    OffendersOutOfRange {
+        /// The capacity that was given.
+        capacity: usize,
+    },
     /// Bounds that can only refuse everyone: a cap of 0 clients that
     /// rejects the ones without room ([`Bounds::validate`](crate::Bounds::validate)).
     RefusesEveryone,
@@ -231,6 +237,12 @@ impl fmt::Display for ConfigError {
             ConfigError::WindowTooLong { window, max } => write!(
                 f,
                 "window {window} is too long: it must be at most {max} ticks"
+            ),
+            ConfigError::OffendersOutOfRange { capacity } => write!(
+                f,
+                "offenders({capacity}) is out of range: the summary of the clients refused \
+                 most holds between 1 and 2^31 of them (1,024 names a client with 1 % of \
+                 the rejections)"
             ),
             ConfigError::RefusesEveryone => f.write_str(
                 "max_clients(0) with the overflow rule `reject` refuses every client: \

@@ -98,7 +98,9 @@ impl<C: Clock + 'static> Builder<C> {
     /// Keeps the clients the limiter refuses most, in a summary of
     /// `capacity` entries ([`crate::offenders`]; 1,024 names a client with
     /// 1 % of the rejections, its count within about 0.1 % of them), read
-    /// with [`RateLimiter::take_offenders`]. None by default.
+    /// with [`RateLimiter::take_offenders`]. None by default. `build`
+    /// refuses a capacity of 0 or above 2^31
+    /// ([`ConfigError::OffendersOutOfRange`]).
     pub fn offenders(mut self, capacity: usize) -> Self {
         self.offenders = Some(capacity);
         self
@@ -370,6 +372,11 @@ where
     // nothing left to convert.
     let config = config.resolve(policy, clock.tick())?;
     let bounds = bounds.validate()?;
+    if let Some(capacity) = extras.offenders {
+        if !(1..=crate::offenders::MAX_CAPACITY).contains(&capacity) {
+            return Err(ConfigError::OffendersOutOfRange { capacity });
+        }
+    }
     match engine {
         Engine::Mutex => {
             let limiter = MutexLimiter::<Q::Owned, C>::with_bounds(policy, config, clock, bounds)?

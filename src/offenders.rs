@@ -216,6 +216,9 @@ pub struct Report<K> {
     pub error_bound: u64,
 }
 
+/// The most entries a summary holds: its index's slots are 4 bytes.
+pub const MAX_CAPACITY: usize = 1 << 31;
+
 impl<K> Offenders<K> {
     /// A summary of at most `capacity` clients, in a number of shards
     /// chosen for this machine: eight per core up to 256, a power of two,
@@ -250,7 +253,7 @@ impl<K> Offenders<K> {
             "an offenders summary needs a capacity of at least 1"
         );
         assert!(
-            capacity <= 1 << 31,
+            capacity <= MAX_CAPACITY,
             "an offenders summary holds at most 2^31 entries"
         );
         assert!(shards > 0, "an offenders summary needs at least one shard");

@@ -230,3 +230,17 @@ fn the_offenders_name_the_flooder() {
     without.check("a");
     assert!(without.take_offenders().is_none());
 }
+
+/// A summary of no entries is a configuration error, not a panic.
+#[test]
+fn an_offenders_summary_of_nothing_is_refused() {
+    for capacity in [0, floodgate::offenders::MAX_CAPACITY + 1] {
+        let built = Builder::new(PolicyKind::Gcra, 1, Duration::from_secs(1))
+            .offenders(capacity)
+            .build::<str>();
+        assert_eq!(
+            built.err(),
+            Some(floodgate::ConfigError::OffendersOutOfRange { capacity })
+        );
+    }
+}
