@@ -147,7 +147,7 @@ pub(crate) use std::sync::OnceLock;
 /// rests on it, and leaving it out keeps the models' schedules to the steps
 /// that decide something.
 pub(crate) mod counter {
-    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 }
 
 /// The model checker the stand-ins run on: loom, or shuttle when

@@ -322,6 +322,9 @@ pub struct Tiers<K, R, C = QuantaClock> {
     /// misspelt tier is loud the first time it is seen, and a flood of
     /// invented names cannot grow the set.
     logged: scc::HashSet<String, ahash::RandomState>,
+    /// How many names `logged` took: its own `len` scans the table.
+    /// Relaxed: a count that only bounds the set, publishing nothing.
+    logged_names: crate::sync::counter::AtomicUsize,
     tick: Tick,
     clock: C,
 }
@@ -403,6 +406,7 @@ where
             counting: false,
             unknown_calls: AtomicU64::new(0),
             logged: scc::HashSet::with_hasher(ahash::RandomState::new()),
+            logged_names: crate::sync::counter::AtomicUsize::new(0),
             tick: clock.tick(),
             clock,
         }
@@ -566,11 +570,16 @@ where
     /// Logs an unknown tier's name the first time it is seen (a `tracing`
     /// warning), for the first [`LOGGED_NAMES`] names.
     fn log_unknown(&self, name: &str) {
-        if self.logged.contains_sync(name) || self.logged.len() > LOGGED_NAMES {
+        use crate::sync::counter::Ordering::Relaxed;
+        if self.logged_names.load(Relaxed) > LOGGED_NAMES || self.logged.contains_sync(name) {
             return;
         }
-        if self.logged.len() == LOGGED_NAMES {
-            if self.logged.insert_sync(String::new()).is_ok() {
+        // One place per name, taken before the insert: the set never holds
+        // more than `LOGGED_NAMES` names, and the place past the last says
+        // that the logging stopped.
+        let place = self.logged_names.fetch_add(1, Relaxed);
+        if place >= LOGGED_NAMES {
+            if place == LOGGED_NAMES {
                 tracing::warn!(
                     "floodgate: more than {LOGGED_NAMES} unknown tier names; \
                      not logging more (see Tiers::unknown_tier_calls)"
