@@ -2418,6 +2418,9 @@ fn an_unreachable_server_is_counted_call_by_call() {
         .all(|pair| pair[0].1 <= pair[1].1));
     assert!(stats.latency_buckets.last().unwrap().1 <= stats.latency_count);
     assert_eq!(stats.latency_count, stats.calls);
+    // The fault rule's answers are decisions too.
+    let decided = limiter.stats().unwrap();
+    assert_eq!((decided.admitted, decided.rejected), (0, 3));
 }
 
 #[test]
@@ -2449,5 +2452,8 @@ fn the_store_counts_its_round_trips_and_the_caches_answers() {
     assert_eq!((stats.errors, stats.faults), (0, 0));
     assert_eq!(stats.latency_count, stats.calls);
     assert!(stats.latency_sum > Duration::ZERO);
+    // Every answer is counted, Redis's and the cache's alike.
+    let decided = limiter.stats().unwrap();
+    assert_eq!((decided.admitted, decided.rejected), (2, 3), "{decided:?}");
     limiter.clear_prefix(&prefix).unwrap();
 }

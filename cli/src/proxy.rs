@@ -423,6 +423,14 @@ async fn store(args: &Args, rule: Rule, bounds: Bounds) -> Result<Store, ExitCod
 }
 
 async fn serve(args: Args, rule: Rule, bounds: Bounds, extractor: Extract) -> ExitCode {
+    // What the library says once to an operator (the cap reached, Redis
+    // unreachable and back) goes to standard error, beside the totals.
+    // Another subscriber already installed (a test's) is kept.
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_ansi(false)
+        .try_init();
     let store = match store(&args, rule, bounds).await {
         Ok(store) => store,
         Err(code) => return code,

@@ -122,7 +122,18 @@ impl Proxy {
     }
 
     /// Stops it with SIGTERM: whether it exited 0, and its last counts.
-    fn stop(mut self) -> (bool, String) {
+    fn stop(self) -> (bool, String) {
+        let (exited, stderr) = self.stop_with_stderr();
+        let counts = stderr
+            .into_iter()
+            .rfind(|line| line.contains("admitted "))
+            .expect("the proxy prints its counts as it exits");
+        (exited, counts)
+    }
+
+    /// Stops it with SIGTERM: whether it exited 0, and every line it wrote
+    /// on standard error.
+    fn stop_with_stderr(mut self) -> (bool, Vec<String>) {
         let status = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status()
@@ -137,13 +148,7 @@ impl Proxy {
             std::thread::sleep(Duration::from_millis(10));
         }
         let exited = exited.expect("the proxy exits on SIGTERM");
-        let counts = self
-            .stderr
-            .iter()
-            .filter(|line| line.contains("admitted "))
-            .last()
-            .expect("the proxy prints its counts as it exits");
-        (exited.success(), counts)
+        (exited.success(), self.stderr.try_iter().collect())
     }
 }
 
@@ -431,4 +436,38 @@ async fn an_upstream_that_does_not_answer_is_counted_as_errors_and_502s() {
     let (exited, counts) = proxy.stop();
     assert!(exited);
     assert!(counts.ends_with("upstream errors 2"), "{counts}");
+}
+
+/// What an operator must see once is said once, on standard error: here,
+/// the cap reached (two newcomers refused by it, one line).
+#[tokio::test]
+async fn the_cap_reached_is_logged_once() {
+    let upstream = upstream().await;
+    let proxy = Proxy::start(&[
+        "--upstream",
+        &upstream,
+        "--policy",
+        "gcra",
+        "--limit",
+        "10",
+        "--window",
+        "1h",
+        "--key",
+        "header:X-Api-Key",
+        "--max-clients",
+        "1",
+    ]);
+    for key in ["a", "b", "c", "a"] {
+        let (status, _, _) = send(Method::GET, &proxy.url("/"), &[("x-api-key", key)]).await;
+        let expected = if key == "a" { 200 } else { 429 };
+        assert_eq!(status.as_u16(), expected, "{key}");
+    }
+    let (exited, stderr) = proxy.stop_with_stderr();
+    assert!(exited);
+    let cap: Vec<&String> = stderr
+        .iter()
+        .filter(|line| line.contains("the cap of 1 clients is reached"))
+        .collect();
+    assert_eq!(cap.len(), 1, "{stderr:#?}");
+    assert!(cap[0].contains("WARN"), "{cap:?}");
 }

@@ -268,7 +268,9 @@ impl AsyncRedisLimiter {
     pub async fn check_at(&self, key: &str, now: u64) -> Decision {
         match self.try_check_at(key, now).await {
             Ok(decision) => decision,
-            Err(_) => self.core.check_on_failure(key, Some(now)),
+            Err(_) => self
+                .core
+                .counted(self.core.check_on_failure(key, Some(now)), 1),
         }
     }
 
@@ -279,7 +281,9 @@ impl AsyncRedisLimiter {
         let now = self.core.implicit_now();
         match self.decide(key, cost, now).await {
             Ok(decision) => decision,
-            Err(_) => self.core.check_n_on_failure(key, now, cost),
+            Err(_) => self
+                .core
+                .counted(self.core.check_n_on_failure(key, now, cost), cost),
         }
     }
 
@@ -289,7 +293,7 @@ impl AsyncRedisLimiter {
         let now = self.core.implicit_now();
         match self.decide(key, 1, now).await {
             Ok(decision) => decision,
-            Err(_) => self.core.check_on_failure(key, now),
+            Err(_) => self.core.counted(self.core.check_on_failure(key, now), 1),
         }
     }
 
@@ -321,6 +325,13 @@ impl AsyncRedisLimiter {
     /// cache's.
     pub fn redis_stats(&self) -> RedisStats {
         self.core.redis_stats()
+    }
+
+    /// The decisions this limiter answered: Redis's, the rejection
+    /// cache's and the fault rule's (always counted; the clients are
+    /// Redis's, so those counts stay 0).
+    pub fn stats(&self) -> crate::Stats {
+        self.core.stats()
     }
 
     /// How many infallible calls the fault rule has answered.
@@ -364,7 +375,7 @@ impl AsyncRedisLimiter {
     /// rejection the cache remembers.
     async fn decide(&self, key: &str, cost: u64, now: Option<u64>) -> Result<Decision, RedisError> {
         let ticket = match self.core.cached(key, cost, now) {
-            Ok(decision) => return Ok(decision),
+            Ok(decision) => return Ok(self.core.counted(decision, cost)),
             Err(ticket) => ticket,
         };
         let reply = match (self.core.weighed(cost), &self.batcher) {
@@ -373,7 +384,7 @@ impl AsyncRedisLimiter {
         };
         let decision = self.core.weighed_decision(reply, cost)?;
         self.core.remember(key, cost, ticket, &decision);
-        Ok(decision)
+        Ok(self.core.counted(decision, cost))
     }
 
     /// One script call, sent at most once, within the timeout. A call cut

@@ -279,14 +279,14 @@ impl RedisLimiter {
     /// cache, or one script call whose rejection the cache remembers.
     fn decide(&self, key: &str, cost: u64, now: Option<u64>) -> Result<Decision, RedisError> {
         let ticket = match self.core.cached(key, cost, now) {
-            Ok(decision) => return Ok(decision),
+            Ok(decision) => return Ok(self.core.counted(decision, cost)),
             Err(ticket) => ticket,
         };
         let decision = self
             .call(key, self.core.weighed(cost), now)
             .and_then(|reply| self.core.weighed_decision(reply, cost))?;
         self.core.remember(key, cost, ticket, &decision);
-        Ok(decision)
+        Ok(self.core.counted(decision, cost))
     }
 
     /// One script call, sent at most once (see the module's Faults).
@@ -310,13 +310,17 @@ impl RedisLimiter {
 
 impl RateLimiter<str> for RedisLimiter {
     fn check_at(&self, key: &str, now: u64) -> Decision {
-        self.try_check_at(key, now)
-            .unwrap_or_else(|_| self.core.check_on_failure(key, Some(now)))
+        self.try_check_at(key, now).unwrap_or_else(|_| {
+            self.core
+                .counted(self.core.check_on_failure(key, Some(now)), 1)
+        })
     }
 
     fn check_n_at(&self, key: &str, now: u64, cost: u64) -> Decision {
-        self.try_check_n_at(key, now, cost)
-            .unwrap_or_else(|_| self.core.check_n_on_failure(key, Some(now), cost))
+        self.try_check_n_at(key, now, cost).unwrap_or_else(|_| {
+            self.core
+                .counted(self.core.check_n_on_failure(key, Some(now), cost), cost)
+        })
     }
 
     fn remaining_at(&self, key: &str, now: u64) -> u64 {
@@ -353,17 +357,26 @@ impl RateLimiter<str> for RedisLimiter {
         self.try_tracked_clients().unwrap_or(0)
     }
 
+    /// The decisions this limiter answered: Redis's, the rejection
+    /// cache's and the fault rule's (always counted; the clients are
+    /// Redis's, so those counts stay 0).
+    fn stats(&self) -> Option<crate::Stats> {
+        Some(self.core.stats())
+    }
+
     /// With the server's clock, the script reads Redis `TIME`.
     fn check(&self, key: &str) -> Decision {
         let now = self.core.implicit_now();
         self.decide(key, 1, now)
-            .unwrap_or_else(|_| self.core.check_on_failure(key, now))
+            .unwrap_or_else(|_| self.core.counted(self.core.check_on_failure(key, now), 1))
     }
 
     fn check_n(&self, key: &str, cost: u64) -> Decision {
         let now = self.core.implicit_now();
-        self.decide(key, cost, now)
-            .unwrap_or_else(|_| self.core.check_n_on_failure(key, now, cost))
+        self.decide(key, cost, now).unwrap_or_else(|_| {
+            self.core
+                .counted(self.core.check_n_on_failure(key, now, cost), cost)
+        })
     }
 
     fn remaining(&self, key: &str) -> u64 {

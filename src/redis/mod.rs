@@ -728,6 +728,9 @@ struct Core {
     rejections: Option<Rejections>,
     /// The round trips to Redis, counted and timed.
     round_trips: stats::RoundTrips,
+    /// Every decision answered, Redis's, the cache's or the fault rule's:
+    /// beside a round trip, an add costs nothing, so it is always kept.
+    decisions: Box<crate::stats::Counters>,
 }
 
 /// What a call that reaches Redis needs to remember its rejection: when it
@@ -834,6 +837,7 @@ impl Core {
             local,
             faults: AtomicU64::new(0),
             round_trips: stats::RoundTrips::default(),
+            decisions: crate::stats::Counters::new(),
             rejections: (options.rejection_cache > 0).then(|| {
                 Rejections::new(
                     options.rejection_cache,
@@ -887,6 +891,20 @@ impl Core {
         if let Some(cache) = &self.rejections {
             cache.invalidate(client);
         }
+    }
+
+    /// Counts `decision`, of a request of `cost`, and answers it.
+    fn counted(&self, decision: Decision, cost: u64) -> Decision {
+        self.decisions.decided(&decision, cost);
+        decision
+    }
+
+    /// The decisions answered ([`Stats`](crate::Stats): the store's own
+    /// counts, clients and sweeps, are Redis's and stay 0 here).
+    fn stats(&self) -> crate::Stats {
+        let mut stats = crate::Stats::default();
+        self.decisions.fill(&mut stats);
+        stats
     }
 
     /// What the store did ([`RedisStats`]).
