@@ -268,6 +268,9 @@ fn differential_through(urls: &[&str], policy: PolicyKind, traces: usize) {
                 RedisLimiter::new(url, policy, config, options).unwrap()
             })
             .collect();
+        // What the trace's checks answered, to hold each backend's own
+        // count of its decisions to.
+        let mut tally = [(0u64, 0u64); 2];
         for (index, &(allow, client, now)) in trace.calls.iter().enumerate() {
             let key = format!("t{number}c{client}");
             let cost = trace.costs[index];
@@ -296,6 +299,10 @@ fn differential_through(urls: &[&str], policy: PolicyKind, traces: usize) {
                     let got = got.unwrap_or_else(|e| panic!("{e}: {}", context(url)));
                     assert_eq!(got, expected, "{}", context(url));
                 }
+                let counted = &mut tally[usize::from(expected.allowed())];
+                counted.0 += 1;
+                // Costs run up to 2^64 - 1: the units wrap, as `Stats`'s do.
+                counted.1 = counted.1.wrapping_add(cost);
             } else {
                 let expected = memory.remaining_at(&key, now);
                 for (redis, url) in backends.iter().zip(urls) {
@@ -306,6 +313,17 @@ fn differential_through(urls: &[&str], policy: PolicyKind, traces: usize) {
                 }
             }
             compared += 1;
+        }
+        for (redis, url) in backends.iter().zip(urls) {
+            let stats = redis.stats().unwrap();
+            assert_eq!(
+                [
+                    (stats.rejected, stats.rejected_units),
+                    (stats.admitted, stats.admitted_units)
+                ],
+                tally,
+                "{url}: {policy} trace {number}: the decisions counted"
+            );
         }
         if number + 1 == traces {
             for redis in &backends {
