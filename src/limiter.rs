@@ -417,10 +417,48 @@ pub struct Limiter<K, P: Policy, C = QuantaClock> {
     /// The clock's tick, which every decision carries.
     tick: Tick,
     clock: C,
+    /// What it watches of its decisions, if anything: one pointer, so
+    /// that a limiter that watches nothing pays one predictable branch a
+    /// check, whatever the check answers.
+    watch: Option<Box<Watch<K>>>,
+}
+
+/// What a limiter watches of its decisions.
+struct Watch<K> {
     /// The decision counters, if it counts them ([`Limiter::counting`]).
     counters: Option<Box<Counters>>,
     /// The clients refused most, if it keeps them ([`Limiter::offenders`]).
-    offenders: Option<Box<Offenders<K>>>,
+    offenders: Option<Offenders<K>>,
+}
+
+impl<K> Watch<K> {
+    /// Counts `decision` of `key`, of cost `cost`, and records a refusal.
+    #[inline(always)]
+    fn saw<Q>(&self, key: &Q, decision: &Decision, cost: u64)
+    where
+        Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
+        K: Borrow<Q>,
+    {
+        if let Some(counters) = &self.counters {
+            counters.decided(decision, cost);
+        }
+        if !decision.allowed {
+            self.refused(key, cost);
+        }
+    }
+
+    /// Records a refusal of `key` in the offenders' summary, if kept.
+    #[cold]
+    #[inline(never)]
+    fn refused<Q>(&self, key: &Q, cost: u64)
+    where
+        Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
+        K: Borrow<Q>,
+    {
+        if let Some(offenders) = &self.offenders {
+            offenders.record(key, cost);
+        }
+    }
 }
 
 impl<K, P> Limiter<K, P, QuantaClock>
@@ -459,9 +497,18 @@ where
             overflow: OnceLock::new(),
             tick: clock.tick(),
             clock,
-            counters: None,
-            offenders: None,
+            watch: None,
         }
+    }
+
+    /// The limiter's watch, made if it had none.
+    fn watch_mut(&mut self) -> &mut Watch<K> {
+        self.watch.get_or_insert_with(|| {
+            Box::new(Watch {
+                counters: None,
+                offenders: None,
+            })
+        })
     }
 
     /// The limiter, keeping the clients it refuses most in a summary of
@@ -474,21 +521,8 @@ where
     /// If `capacity` is 0 or above 2^31.
     #[must_use]
     pub fn offenders(mut self, capacity: usize) -> Self {
-        self.offenders = Some(Box::new(Offenders::new(capacity)));
+        self.watch_mut().offenders = Some(Offenders::new(capacity));
         self
-    }
-
-    /// Records a refusal of `key` in the offenders' summary, if kept.
-    #[cold]
-    #[inline(never)]
-    fn refused<Q>(&self, key: &Q, cost: u64)
-    where
-        Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
-        K: Borrow<Q>,
-    {
-        if let Some(offenders) = &self.offenders {
-            offenders.record(key, cost);
-        }
     }
 
     /// The limiter, counting its decisions (`on`) or not: [`stats`]'s
@@ -500,7 +534,9 @@ where
     /// [`stats`]: Self::stats
     #[must_use]
     pub fn counting(mut self, on: bool) -> Self {
-        self.counters = on.then(Counters::new);
+        if on || self.watch.is_some() {
+            self.watch_mut().counters = on.then(Counters::new);
+        }
         self
     }
 
@@ -508,19 +544,10 @@ where
     pub fn stats(&self) -> crate::Stats {
         let mut stats = crate::Stats::default();
         self.clients.counts.fill(&mut stats);
-        if let Some(counters) = &self.counters {
+        if let Some(counters) = self.watch.as_ref().and_then(|w| w.counters.as_ref()) {
             counters.fill(&mut stats);
         }
         stats
-    }
-
-    /// Counts `decision`, if this limiter counts.
-    #[inline(always)]
-    fn counted(&self, decision: Decision, cost: u64) -> Decision {
-        if let Some(counters) = &self.counters {
-            counters.decided(&decision, cost);
-        }
-        decision
     }
 
     /// A limiter applying `policy`, reading `clock`, within `bounds`. A
@@ -620,10 +647,10 @@ where
                 .check_cold(key, hash, now(), cost, found.is_some())
                 .in_ticks(self.tick),
         };
-        if !decision.allowed {
-            self.refused(key, cost);
+        if let Some(watch) = &self.watch {
+            watch.saw(key, &decision, cost);
         }
-        self.counted(decision, cost)
+        decision
     }
 
     /// A check of a new client (`present` false: the hot path just looked
@@ -845,7 +872,7 @@ where
     /// nothing) and above the limit (never admitted).
     #[cold]
     fn overflow_check(&self, now: u64, cost: u64) -> Decision {
-        if let Some(counters) = &self.counters {
+        if let Some(counters) = self.watch.as_ref().and_then(|w| w.counters.as_ref()) {
             counters.overflowed();
         }
         let limit = self.policy.config().limit();
@@ -1046,7 +1073,7 @@ where
     }
 
     fn take_offenders(&self) -> Option<crate::offenders::Report<K>> {
-        Some(self.offenders.as_ref()?.take())
+        Some(self.watch.as_ref()?.offenders.as_ref()?.take())
     }
 
     fn peek_at(&self, key: &Q, now: u64) -> Option<u64> {
