@@ -266,6 +266,10 @@ fn answer(scraped: &Scraped, request: &Request<Incoming>) -> Response<MetricsBod
 pub async fn serve(listener: TcpListener, scraped: Arc<Scraped>) {
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new());
+    // Progress: a server's loop, ended only by dropping its task (the
+    // proxy does at shutdown). It waits on no other thread: each pass
+    // awaits the next connection, and a failed accept (out of file
+    // descriptors) is retried alone after 50 ms.
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
