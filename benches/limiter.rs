@@ -367,6 +367,30 @@ fn insert(c: &mut Criterion) {
     group.finish();
 }
 
+/// Clients each sample of the growth group creates.
+const GROWN: u64 = 1_000_000;
+
+/// A table grown from empty to a million clients, `gcra`, each engine: the
+/// whole growth's time per client, moves included. The slowest single call
+/// of a growth (what the stepped moves bound) is `floodgate bench --tail`'s:
+/// criterion measures sums.
+fn growth(c: &mut Criterion) {
+    let mut group = c.benchmark_group("growth");
+    configure(&mut group, Duration::from_secs(3));
+    group.sampling_mode(SamplingMode::Flat);
+    group.sample_size(10);
+    group.throughput(Throughput::Elements(GROWN));
+    for (policy, engine, runner) in engines(FLOOD_WINDOW_NS) {
+        if policy != PolicyKind::Gcra {
+            continue;
+        }
+        group.bench_function(BenchmarkId::new("to 1M", engine), |b| {
+            b.iter_custom(|iters| (0..iters).map(|_| runner.insert(GROWN)).sum());
+        });
+    }
+    group.finish();
+}
+
 fn clock(c: &mut Criterion) {
     let mut group = c.benchmark_group("clock");
     configure(&mut group, Duration::from_millis(300));
@@ -407,5 +431,5 @@ fn sweep(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, check, throughput, insert, clock, sweep);
+criterion_group!(benches, check, throughput, insert, growth, clock, sweep);
 criterion_main!(benches);

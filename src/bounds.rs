@@ -31,31 +31,44 @@
 //! Only on a new client's arrival (a call for a key that is not tracked), and
 //! on an explicit [`RateLimiter::sweep`](crate::RateLimiter::sweep): never on
 //! a known client's check. With eviction on, the arrival that brings the
-//! number of arrivals since the last sweep to `max(SWEEP_EVERY_AT_LEAST,
-//! clients kept by the last sweep)` sweeps first, at its own `now`: one visit
-//! per arrival, amortised, and the map never holds more than twice the
-//! clients the last sweep kept (the ones not idle then), plus 64. At the cap, an arrival sweeps first if at least
-//! `max(1, max_clients / 16)` arrivals came since the last sweep, so a flood
-//! of new ids that finds nothing idle costs 16 visits per arrival, amortised,
-//! not a full sweep each. One thread sweeps at a time; the others go on.
+//! number of arrivals since the last sweep began to `max(SWEEP_EVERY_AT_LEAST,
+//! clients kept by the last sweep)` begins a sweep, at its own `now`. At the
+//! cap, an arrival begins one if at least `max(1, max_clients / 16)`
+//! arrivals came since the last began, so a flood of new ids that finds
+//! nothing idle costs 16 visits per arrival, amortised. One sweep runs at a
+//! time; the others go on.
 //!
-//! A sweep visits the map slot by slot (checks of known clients take no
-//! lock and never wait for it; a new client waits only if it needs the
-//! table rebuilt while the sweep runs, as the two take turns). Its
-//! cost lands on the arrival that runs it: about 4 ns per client it keeps
-//! and 6 ns per client it removes (`cargo bench --bench limiter -- sweep`,
-//! 100,000 `gcra` clients: 0.36 ms to keep them all, 0.60 ms to remove
-//! them all, on the machine of `benches/README.md`).
-//! A service that wants no such arrival can leave eviction off and call
+//! The lock-free engine takes a sweep in steps: the arrival that begins it
+//! visits 1,024 slots of its table, and each arrival after visits the next
+//! 1,024, judging every client at the sweep's `now`, until the whole table
+//! is visited. No arrival pays for the whole table (a few microseconds a
+//! step, where a sweep of a million clients in one call took milliseconds).
+//! A table of at most 1,024 slots, which every limiter of fewer than 512
+//! clients has, is swept whole by the arrival that begins the sweep, as the
+//! mutex engine sweeps its map, so the two engines agree on every call
+//! there; on larger tables the lock-free engine removes the same clients a
+//! few arrivals later. The map never holds more than twice the clients the
+//! last sweep kept (the ones not idle then), plus 64, plus one client per
+//! step of the sweep under way (the table's slots over 1,024). At the cap,
+//! a newcomer gets a place as soon as a step of the sweep under way has
+//! found an idle client: within the steps a sweep takes, not at once.
+//! Checks of known clients take no lock and never wait for a sweep.
+//!
+//! A sweep's cost lands on the arrivals that take its steps: about 4 ns per
+//! client it keeps and 6 ns per client it removes (`cargo bench --bench
+//! limiter -- sweep`, 100,000 `gcra` clients: 0.36 ms to keep them all,
+//! 0.60 ms to remove them all, on the machine of `benches/README.md`). An
+//! explicit sweep takes every step itself. A service that wants no such
+//! arrival can leave eviction off and call
 //! [`sweep`](crate::RateLimiter::sweep) from a timer instead.
 //!
 //! # The cap
 //!
 //! With [`Bounds::max_clients`], the number of tracked clients never passes
 //! the cap: a new client reserves its place before it is inserted. When a new
-//! client arrives at the cap, idle clients are swept first (as above); if
-//! none can go, the [`Overflow`] rule decides. Known clients are never
-//! affected by the cap.
+//! client arrives at the cap, the sweep under way (or one that is due) takes
+//! a step first (as above); if no place is free after it, the [`Overflow`]
+//! rule decides. Known clients are never affected by the cap.
 //!
 //! # Memory, in bytes
 //!
@@ -275,6 +288,15 @@ impl SweepTurn<'_> {
     }
 }
 
+impl SweepTurn<'_> {
+    /// Counts the arrivals towards the next sweep from here: for a sweep
+    /// taken in steps (the limiter's store), which records what it kept
+    /// only when its last step ends (`SweepSchedule::finish_round`).
+    pub(crate) fn restart(&self) {
+        self.schedule.arrivals.store(0, Ordering::Relaxed);
+    }
+}
+
 impl Drop for SweepTurn<'_> {
     fn drop(&mut self) {
         self.schedule.sweeping.store(false, Ordering::Release);
@@ -323,6 +345,12 @@ impl SweepSchedule {
         } else {
             None
         }
+    }
+
+    /// Records what a sweep taken in steps kept, at its last step (its
+    /// arrivals were counted afresh when it began: `SweepTurn::restart`).
+    pub(crate) fn finish_round(&self, kept: usize) {
+        self.kept.store(kept, Ordering::Relaxed);
     }
 
     /// A turn for an explicit sweep (waits for no one: `None` if another

@@ -93,10 +93,12 @@
 //! pointer to follow, no allocation. A new client claims an empty slot with
 //! one compare-and-swap (racing first calls end up sharing one state); the
 //! table grows by moving each client, one frozen slot at a time, into a
-//! larger one while checks go on, and outgrown tables are freed by
-//! epoch-based reclamation whose pin is two plain stores (the rare collect
-//! pays the barrier, with Linux's `membarrier`). Only a new client that
-//! finds its table full waits, for the rebuild. [`Tiers`](tiers::Tiers)
+//! larger one while checks go on, in steps of 64 slots that new clients'
+//! arrivals take, so no call moves the whole table; outgrown tables are
+//! freed by epoch-based reclamation whose pin is two plain stores (the rare
+//! collect pays the barrier, with Linux's `membarrier`). A known client's
+//! check never waits for a move; a new client's arrival during one waits at
+//! most for another arrival's step before it takes its own. [`Tiers`](tiers::Tiers)
 //! keep their clients in an [`scc::HashIndex`] (lock-free look-ups; one
 //! bucket lock to create a client, to carry one over after its tier's rule
 //! changed, and for [`RateLimiter::forget`]). The policies on 128-bit

@@ -783,14 +783,14 @@ where
     }
 
     /// Forgets `key`'s state (see [`RateLimiter::forget`]). The removal
-    /// takes the store's upkeep lock, so it waits for a table rebuild or a
-    /// sweep in progress; checks never wait for it.
+    /// takes the store's upkeep lock, so it waits for the one step of a
+    /// move or a sweep that holds it; checks never wait for it.
     pub fn forget<Q>(&self, key: &Q) -> bool
     where
         Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
         K: Borrow<Q>,
     {
-        self.clients.forget(key, &self.policy, |client| {
+        self.clients.forget(key, |client| {
             self.policy.retire_spent(&client.state, 0);
         })
     }

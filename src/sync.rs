@@ -72,9 +72,10 @@
 //! # What the table stand-in cannot see
 //!
 //! The limiter's inline store (`store::inline`) runs under loom as it ships:
-//! its slot tags, claims, seals and moves are loom atomics, its rebuild
-//! lock a loom mutex, and a new table has two slots, so the models rebuild
-//! it. Two things are stood in for:
+//! its slot tags, claims, seals and moves are loom atomics, its upkeep
+//! lock a loom mutex, and a new table has two slots, moved one slot a step,
+//! so the models grow it and race a move left half done. Two things are
+//! stood in for, and one is left out:
 //!
 //! * **Reclamation.** Under the cfg [`TableCell`] keeps every table it
 //!   ever held until it is dropped, and [`Guard`] is empty, so the table
@@ -90,14 +91,21 @@
 //!   a std `UnsafeCell`, which loom does not track; what makes them safe to
 //!   read is that the write happens before the Release store of the tag
 //!   that every reader loads with Acquire first, and that loom does check.
+//! * **Left out: preparing a table's memory and giving it back**
+//!   (`InlineStore::prepare`, `store::release`). Both only touch memory no
+//!   other thread can reach (a table not yet published, a table already
+//!   freed), and a loom model's tables are a few slots of no pages, so
+//!   under the cfg they never run.
 //!
 //! The waits are not stood in for. A thread that meets a slot being
 //! written (`BUSY`) or a state being moved or removed yields and looks
 //! again, under loom as in production ([`spin`]): loom schedules around
 //! each spin, so a wait for a step that never comes is a model that never
-//! ends, which loom reports. The one lock, `upkeep` (rebuilds, sweeps,
-//! `forget`), is a loom mutex, as it is a mutex in production; no check
-//! takes it. One limit of loom's scheduler shapes the models: two threads
+//! ends, which loom reports. The one lock, `upkeep` (the steps of moves
+//! and sweeps, `forget`), is a loom mutex, as it is a mutex in
+//! production; no check takes it, and no call waits on it as a lock: it is
+//! tried, and a call that must have it spins until the holder's one step
+//! ends, as loom sees. One limit of loom's scheduler shapes the models: two threads
 //! spinning on one write at once hand the turn to each other, never to the
 //! writer, so such a model never ends however right the code is. The loom
 //! models keep at most one thread able to wait on a write at a time; the

@@ -497,6 +497,7 @@ pub(super) fn table(rows: &[TailRow], floor: u64) -> String {
             row.seconds,
         );
     }
+    out.push_str(&targets(rows));
     let known = rows.first().map_or(KNOWN, |row| row.known);
     let _ = writeln!(
         out,
@@ -506,6 +507,51 @@ pub(super) fn table(rows: &[TailRow], floor: u64) -> String {
          an empty timed pair reads {}.",
         duration(floor)
     );
+    out
+}
+
+/// The tail's targets, each from this run (issue: no call pays for the
+/// whole table): per scenario, a new client's first check no slower than
+/// governor's at its max and at p99.99, and a known client's check no
+/// slower at p99.99.
+fn targets(rows: &[TailRow]) -> String {
+    let find = |scenario: Scenario, engine: EngineName, who: Who| {
+        rows.iter()
+            .find(|row| row.scenario == scenario && row.engine == engine && row.who == who)
+    };
+    let verdict = |ok: bool| if ok { "met" } else { "MISSED" };
+    let mut out = String::from("\ntargets (lockfree against governor, this run):\n");
+    let mut scenarios: Vec<Scenario> = rows.iter().map(|row| row.scenario).collect();
+    scenarios.dedup();
+    for scenario in scenarios {
+        for (who, what, value) in [
+            (
+                Who::New,
+                "max",
+                (|row: &TailRow| row.max) as fn(&TailRow) -> u64,
+            ),
+            (Who::New, "p99.99", |row: &TailRow| row.percentiles[3]),
+            (Who::Known, "p99.99", |row: &TailRow| row.percentiles[3]),
+        ] {
+            let (Some(ours), Some(theirs)) = (
+                find(scenario, EngineName::LockFree, who),
+                find(scenario, EngineName::Governor, who),
+            ) else {
+                continue;
+            };
+            let (ours, theirs) = (value(ours), value(theirs));
+            let _ = writeln!(
+                out,
+                "  {:<20} {:<5} client {:<6} {:>9} against {:>9}  (at most governor's: {})",
+                scenario.label(),
+                who.name(),
+                what,
+                duration(ours),
+                duration(theirs),
+                verdict(ours <= theirs),
+            );
+        }
+    }
     out
 }
 

@@ -230,3 +230,201 @@ fn a_sliding_window_check_parked_across_a_rebuild_and_forget_returns() {
         );
     });
 }
+
+/// A move in steps (`store::inline`, "Growing in steps"): under loom a step
+/// moves one slot, so client 2's insert begins the move of the two-slot
+/// table, moves one slot of it and goes on into the new table, leaving the
+/// move half done; client 3's insert then finds the new table's free room
+/// taken, finishes the move itself and grows the table a second time.
+/// Meanwhile another thread checks client 1 twice (`L = 2`): each check
+/// lands on the old state before its freeze or on the moved one, so
+/// client 1 ends with its two admissions counted once, wherever the move
+/// stood when each came, and every client is found afterwards.
+#[test]
+fn checks_race_a_move_in_steps_and_a_second_growth() {
+    floodgate_loom_tests::model(|| {
+        let limiter = limiter::<Gcra>(2, Bounds::new());
+        assert!(limiter.check_at(&1, 0).allowed());
+        let checker = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || limiter.check_at(&1, 0))
+        };
+        assert!(limiter.check_at(&2, 0).allowed());
+        assert!(limiter.check_at(&3, 0).allowed());
+        let checked = checker.join().unwrap();
+        assert!(checked.allowed(), "the second of two is admitted");
+        assert_eq!(checked.remaining(), 0);
+        assert_eq!(limiter.peek_at(&1, 0), Some(0), "both admissions kept");
+        assert_eq!(limiter.peek_at(&2, 0), Some(1));
+        assert_eq!(limiter.peek_at(&3, 0), Some(1));
+        assert!(!limiter.check_at(&1, 0).allowed());
+        assert_eq!(limiter.tracked_clients(), 3);
+        assert_eq!(limiter.stored_clients(), 3);
+    });
+}
+
+/// Two new clients' inserts race each other while the move they share is
+/// half done: each may take a step of the move, seal its way past the old
+/// table or find the new one's room taken; each client is created once
+/// (`L = 1`: a second state would admit again) and the moved client keeps
+/// its admission.
+#[test]
+fn two_inserts_race_a_move_in_steps() {
+    floodgate_loom_tests::model(|| {
+        let limiter = limiter::<Gcra>(1, Bounds::new());
+        assert!(limiter.check_at(&1, 0).allowed());
+        assert!(limiter.check_at(&2, 0).allowed(), "begins the move");
+        let other = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || limiter.check_at(&3, 0))
+        };
+        let mine = limiter.check_at(&3, 0);
+        let other = other.join().unwrap();
+        assert_eq!(
+            usize::from(mine.allowed()) + usize::from(other.allowed()),
+            1,
+            "one state for client 3: {mine:?} {other:?}"
+        );
+        for key in 1..=3 {
+            assert_eq!(limiter.peek_at(&key, 0), Some(0), "client {key}");
+        }
+        assert_eq!(limiter.tracked_clients(), 3);
+        assert_eq!(limiter.stored_clients(), 3);
+    });
+}
+
+/// `forget` racing the steps of a move: client 2's insert left the move
+/// half done, and client 1 (old table, perhaps not moved yet) is forgotten
+/// while client 3's insert takes the move's next step. Client 1 is removed
+/// once, from whichever table held it then, and never carried on; the
+/// counts stay exact.
+#[test]
+fn forget_races_a_move_in_steps() {
+    floodgate_loom_tests::model(|| {
+        let limiter = limiter::<Gcra>(1, Bounds::new());
+        assert!(limiter.check_at(&1, 0).allowed());
+        assert!(limiter.check_at(&2, 0).allowed(), "begins the move");
+        let forgetter = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || limiter.forget(&1))
+        };
+        assert!(limiter.check_at(&3, 0).allowed());
+        assert!(forgetter.join().unwrap(), "client 1 had state");
+        assert_eq!(limiter.peek_at(&1, 0), None, "forgotten, not moved");
+        assert_eq!(limiter.peek_at(&2, 0), Some(0));
+        assert_eq!(limiter.peek_at(&3, 0), Some(0));
+        assert!(limiter.check_at(&1, 0).allowed(), "client 1 begins again");
+        assert_eq!(limiter.tracked_clients(), 3);
+        assert_eq!(limiter.stored_clients(), 3);
+    });
+}
+
+/// An explicit sweep racing a new client's arrival while a move is half
+/// done: the sweep takes the move's remaining steps before it walks the
+/// table, and the arrival may take a step of either (of the sweep's too,
+/// and then the sweep's count includes it). Clients 1 and 2, admitted at
+/// 0, are idle at 1,000 and both go, once; client 3, created at 1,000, is
+/// never idle then and stays.
+#[test]
+fn a_sweep_races_a_move_in_steps() {
+    floodgate_loom_tests::model(|| {
+        let limiter = limiter::<Gcra>(1, Bounds::new());
+        assert!(limiter.check_at(&1, 0).allowed());
+        assert!(limiter.check_at(&2, 0).allowed(), "begins the move");
+        let sweeper = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || limiter.sweep_at(1_000))
+        };
+        assert!(limiter.check_at(&3, 1_000).allowed());
+        assert_eq!(sweeper.join().unwrap(), 2, "clients 1 and 2 were idle");
+        assert_eq!(limiter.peek_at(&1, 1_000), None);
+        assert_eq!(limiter.peek_at(&2, 1_000), None);
+        assert_eq!(limiter.peek_at(&3, 1_000), Some(0));
+        assert_eq!(limiter.tracked_clients(), 1);
+        assert_eq!(limiter.stored_clients(), 1);
+    });
+}
+
+/// A sweep in steps racing a check: client 1 (admitted at 0) and client 2
+/// (at 500) grow the table to four slots, which a sweep walks in two steps
+/// under loom. At 1,000 client 1 is idle, and so is client 2 until its
+/// check at 1,000, which races the sweep: it lands before the sweep judges
+/// client 2 (which then stays), or after it removed client 2 (the check
+/// then creates it afresh). Either way client 2 ends with that one
+/// admission, counted once, and client 1 is gone.
+#[test]
+fn a_sweep_in_steps_races_a_check() {
+    floodgate_loom_tests::model(|| {
+        let limiter = limiter::<Gcra>(2, Bounds::new());
+        assert!(limiter.check_at(&1, 0).allowed());
+        assert!(limiter.check_at(&2, 500).allowed());
+        let sweeper = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || limiter.sweep_at(1_000))
+        };
+        let checked = limiter.check_at(&2, 1_000);
+        let removed = sweeper.join().unwrap();
+        assert!(checked.allowed());
+        assert!(removed == 1 || removed == 2, "{removed}");
+        assert_eq!(limiter.peek_at(&1, 1_000), None);
+        assert_eq!(limiter.peek_at(&2, 1_000), Some(checked.remaining()));
+        assert_eq!(limiter.tracked_clients(), 1);
+        assert_eq!(limiter.stored_clients(), 1);
+    });
+}
+
+/// A key whose hash is its `bucket` alone: keys of one bucket share their
+/// whole probe path, so a move's placing of one and an insert of another
+/// race for the very same slots of the new table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Colliding {
+    id: u64,
+    bucket: u64,
+}
+
+impl std::hash::Hash for Colliding {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.bucket.hash(state);
+    }
+}
+
+/// Keys that all collide: client 1 fills the two-slot table, client 2's
+/// insert begins the move and takes its first step (one slot), and then
+/// clients 3 and 4 arrive at once. Each arrival may take the move's second
+/// step — placing client 1 in the new table, if its slot was the second —
+/// while the other claims the same slots for its own client, or finds the
+/// new table's free room taken and finishes the move. Every client ends
+/// with one state: the placing and the inserts never write one slot twice.
+/// Run for four buckets, so that client 1 sits in each slot of the old
+/// table and its placing lands on each path in the new one.
+#[test]
+fn a_move_places_clients_while_colliding_inserts_race_it() {
+    for bucket in 0..4 {
+        floodgate_loom_tests::model(move || {
+            let policy = Gcra::new(floodgate::Config::per_ticks(1, 1_000).unwrap()).unwrap();
+            let limiter = Arc::new(
+                Limiter::<Colliding, Gcra, ManualClock>::with_bounds(
+                    policy,
+                    ManualClock::new(0),
+                    Bounds::new(),
+                )
+                .unwrap(),
+            );
+            let key = move |id| Colliding { id, bucket };
+            assert!(limiter.check_at(&key(1), 0).allowed());
+            assert!(limiter.check_at(&key(2), 0).allowed(), "begins the move");
+            let other = {
+                let limiter = Arc::clone(&limiter);
+                thread::spawn(move || limiter.check_at(&key(3), 0))
+            };
+            assert!(limiter.check_at(&key(4), 0).allowed());
+            assert!(other.join().unwrap().allowed());
+            for id in 1..=4 {
+                assert_eq!(limiter.peek_at(&key(id), 0), Some(0), "client {id}");
+                assert!(!limiter.check_at(&key(id), 0).allowed(), "client {id}");
+            }
+            assert_eq!(limiter.tracked_clients(), 4);
+            assert_eq!(limiter.stored_clients(), 4);
+        });
+    }
+}

@@ -7,6 +7,10 @@ pub(crate) mod epoch;
 #[allow(unsafe_code)]
 mod inline;
 mod keyed;
+// Outgrown tables' memory given back in steps: raw allocations and
+// `madvise` (see its module docs).
+#[allow(unsafe_code)]
+mod release;
 
 pub(crate) use inline::{InlineStore, Lifecycle};
 pub(crate) use keyed::{Client, KeyedStore};
