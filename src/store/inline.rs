@@ -263,8 +263,8 @@ fn fingerprint(hash: u64) -> u64 {
 type KeyHasher = foldhash::quality::SeedableRandomState;
 
 /// How many slots a new unbounded store starts with. Under loom, two: room
-/// for one client, so a model's second client rebuilds the table (and the
-/// models of one client never do).
+/// for one client, so a model's second client begins a move of the table
+/// (and the models of one client never do).
 const FIRST_CAPACITY: usize = if cfg!(floodgate_loom) { 2 } else { 64 };
 
 /// The largest table a capped store allocates up front (24 MiB of 24-byte
@@ -1325,9 +1325,15 @@ where
             self.move_chunk(current, policy, guard);
             work.moved = true;
             current = self.table.load(guard);
-        } else if !work.moved && self.nearly_full(current) {
-            self.prepare(&mut upkeep, current);
-            work.moved = true;
+        } else if preparing {
+            if self.nearly_full(current) {
+                self.prepare(&mut upkeep, current);
+                work.moved = true;
+            } else {
+                // Asked by a claim of a table moved since (a late insert
+                // into it): nothing to prepare yet for this one.
+                self.preparing.store(false, Ordering::Relaxed);
+            }
         }
         // A sweep walks a table no move is emptying; with a move still
         // under way, it waits for a later arrival.
@@ -1451,8 +1457,22 @@ where
             .saturating_sub(table.dead.load(Ordering::Relaxed));
         let capacity = self.next_capacity(table);
         let slots = match upkeep.prepared.take() {
-            Some(prepared) if prepared.fits(table, capacity) => prepared.into_slots(),
-            _ => Table::empty_slots(capacity),
+            Some(prepared) if prepared.fits(table, capacity) => {
+                #[cfg(test)]
+                if prepared.is_whole() {
+                    Work::note(|visits| visits.prepared += 1);
+                } else {
+                    Work::note(|visits| visits.unprepared += 1);
+                }
+                prepared.into_slots()
+            }
+            _ => {
+                #[cfg(test)]
+                if capacity.saturating_mul(std::mem::size_of::<Slot<K, C>>()) >= PREPARE_FROM {
+                    Work::note(|visits| visits.unprepared += 1);
+                }
+                Table::empty_slots(capacity)
+            }
         };
         let staged = TableCell::stage(Table::with_slots(
             slots,
@@ -1950,6 +1970,10 @@ pub(crate) struct Visits {
     /// Steps taken past an arrival's own because a move had to end first
     /// (`make_room`).
     pub(crate) forced: usize,
+    /// Moves into a table of at least `PREPARE_FROM` bytes that found its
+    /// memory prepared and all zeroed, and that did not.
+    pub(crate) prepared: usize,
+    pub(crate) unprepared: usize,
 }
 
 #[cfg(test)]
@@ -1958,7 +1982,14 @@ thread_local! {
     static VISITS: std::cell::Cell<[usize; 3]> = const { std::cell::Cell::new([0; 3]) };
     /// The most one arrival of this thread visited, of each kind.
     static MOST: std::cell::Cell<Visits> = const {
-        std::cell::Cell::new(Visits { moved: 0, moved_large: 0, swept: 0, forced: 0 })
+        std::cell::Cell::new(Visits {
+            moved: 0,
+            moved_large: 0,
+            swept: 0,
+            forced: 0,
+            prepared: 0,
+            unprepared: 0,
+        })
     };
 }
 
@@ -1973,9 +2004,14 @@ impl Work {
     }
 
     fn forced() {
+        Self::note(|visits| visits.forced += 1);
+    }
+
+    /// Counts an event of this thread's in its `Visits`.
+    fn note(event: impl FnOnce(&mut Visits)) {
         MOST.with(|most| {
             let mut visits = most.get();
-            visits.forced += 1;
+            event(&mut visits);
             most.set(visits);
         });
     }
@@ -1989,7 +2025,7 @@ impl Work {
                 moved: before.moved.max(moved),
                 moved_large: before.moved_large.max(moved_large),
                 swept: before.swept.max(swept),
-                forced: before.forced,
+                ..before
             });
         });
     }
@@ -2028,10 +2064,10 @@ impl<K, C> Drop for Place<'_, K, C> {
     }
 }
 
-/// A table staged by a move that unwound and was never taken up again is
-/// owned by nothing but the current table's `next`: freed here, with the
-/// clients placed in it (their keys are clones, their states copies, so the
-/// current table's drop frees its own).
+/// The table a move under way is filling is owned by nothing but the
+/// current table's `next`: freed here, with the clients placed in it (their
+/// keys are clones, their states copies, so the current table's drop frees
+/// its own) and those inserted there.
 impl<K, C> Drop for InlineStore<K, C> {
     fn drop(&mut self) {
         let guard = self.table.pin();
@@ -2043,7 +2079,8 @@ impl<K, C> Drop for InlineStore<K, C> {
         if !next.is_null() {
             // SAFETY: `&mut self`: no thread reaches the store any more,
             // and a non-null `next` of the current table was made by
-            // `Staged::into_raw` and never published (`move_table`).
+            // `Staged::into_raw` and not yet published (`begin_move`; the
+            // move was under way).
             drop(unsafe { Staged::from_raw(next) });
         }
     }
@@ -2219,6 +2256,9 @@ mod tests {
         assert_eq!(most.moved_large, MOVE_CHUNK, "{most:?}");
         assert_eq!(most.swept, 0, "{most:?}");
         assert_eq!(most.forced, 0, "{most:?}");
+        // The moves into tables of 1 MiB and more (2^16 slots of 24 bytes
+        // and up: six of them) found their memory prepared, all zeroed.
+        assert_eq!((most.prepared, most.unprepared), (6, 0), "{most:?}");
         assert_eq!(store.counts.rebuilds.load(Ordering::Relaxed), 15);
         assert_eq!(store.stored(), CLIENTS as usize);
         for key in 0..CLIENTS {
