@@ -128,6 +128,24 @@ fn labels(limiter: &str, tier: &str, outcome: Option<&str>) -> BTreeMap<String, 
     labels
 }
 
+/// Every sample the exporters must give for these limiters (name, tier,
+/// stats, tracked clients), sorted as the tests sort what they parsed.
+fn wanted(limiters: [(&str, &str, &Stats, usize); 2]) -> Vec<Parsed> {
+    let mut wanted = Vec::new();
+    for (limiter, tier, stats, tracked) in limiters {
+        for (index, (name, kind, outcome)) in EXPECTED.into_iter().enumerate() {
+            wanted.push((
+                name.to_owned(),
+                kind.to_owned(),
+                labels(limiter, tier, outcome),
+                expected(index, stats, tracked) as f64,
+            ));
+        }
+    }
+    wanted.sort_by(|a, b| (&a.0, &a.2).cmp(&(&b.0, &b.2)));
+    wanted
+}
+
 #[test]
 fn every_sample_is_its_stats_field() {
     let (api, api_stats) = traced(7);
@@ -161,8 +179,7 @@ fn every_sample_is_its_stats_field() {
 
     let mut samples = parse(&text);
     samples.sort_by(|a, b| (&a.0, &a.2).cmp(&(&b.0, &b.2)));
-    let mut wanted = Vec::new();
-    for (limiter, tier, stats, tracked) in [
+    let wanted = wanted([
         ("api", "", &api_stats, api.tracked_clients()),
         (
             "uploads",
@@ -170,17 +187,7 @@ fn every_sample_is_its_stats_field() {
             &uploads_stats,
             uploads.tracked_clients(),
         ),
-    ] {
-        for (index, (name, kind, outcome)) in EXPECTED.into_iter().enumerate() {
-            wanted.push((
-                name.to_owned(),
-                kind.to_owned(),
-                labels(limiter, tier, outcome),
-                expected(index, stats, tracked) as f64,
-            ));
-        }
-    }
-    wanted.sort_by(|a, b| (&a.0, &a.2).cmp(&(&b.0, &b.2)));
+    ]);
     assert_eq!(samples, wanted, "\n{text}");
 }
 
@@ -250,8 +257,7 @@ mod facade {
             seen.push((name, kind.to_owned(), labels, value));
         }
         seen.sort_by(|a, b| (&a.0, &a.2).cmp(&(&b.0, &b.2)));
-        let mut wanted = Vec::new();
-        for (limiter, tier, stats, tracked) in [
+        let wanted = wanted([
             ("api", "", &api_stats, api.tracked_clients()),
             (
                 "uploads",
@@ -259,17 +265,7 @@ mod facade {
                 &uploads_stats,
                 uploads.tracked_clients(),
             ),
-        ] {
-            for (index, (name, kind, outcome)) in EXPECTED.into_iter().enumerate() {
-                wanted.push((
-                    name.to_owned(),
-                    kind.to_owned(),
-                    labels(limiter, tier, outcome),
-                    expected(index, stats, tracked) as f64,
-                ));
-            }
-        }
-        wanted.sort_by(|a, b| (&a.0, &a.2).cmp(&(&b.0, &b.2)));
+        ]);
         assert_eq!(seen, wanted);
     }
 }

@@ -1259,8 +1259,9 @@ where
     /// can have a move of its own. A step taken here is not counted against
     /// the call's one step (`Work`): the reserve of room a move leaves for
     /// inserts (`begin_move`) is far more than the arrivals a move takes,
-    /// so it happens only when a flood of inserts outruns the threads that
-    /// hold `upkeep`, and the tests count that it never happens alone.
+    /// and arrivals wait to take a step once it runs low
+    /// (`room_to_spare`), so it happens only if a thread checked the spare
+    /// room just before it ran out; the tests count that it never happens.
     #[cold]
     #[inline(never)]
     fn make_room(&self, table: &Table<K, C>, policy: &impl Lifecycle<C>, guard: &Guard) {
