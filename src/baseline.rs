@@ -48,6 +48,7 @@
 //! is forgotten and later re-created. The grid policies lose only their grid:
 //! a re-created client's windows or drips start at its new origin.
 
+use crate::{Rule, RuleSet};
 use std::borrow::Borrow;
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -134,8 +135,12 @@ use crate::{
 /// [`build_bounded`]: crate::build_bounded
 /// [`Engine`]: crate::Engine
 pub struct MutexLimiter<K, C = QuantaClock> {
-    config: Config,
-    rules: Rules,
+    /// The rules, as given (resolved for the clock's tick).
+    set: RuleSet,
+    /// Each rule's parameters, in the same order.
+    rules: Box<[Rules]>,
+    /// The smallest limit: no request of a larger cost is ever admitted.
+    limit: u64,
     clients: Mutex<HashMap<K, Arc<Mutex<Client>>>>,
     /// When sweeps run, and the bounds they enforce.
     schedule: SweepSchedule,
@@ -233,16 +238,56 @@ impl<K, C: Clock> MutexLimiter<K, C> {
         bounds: Bounds,
     ) -> Result<Self, ConfigError> {
         let config = config.resolve(policy, clock.tick())?;
+        Self::with_rules(
+            RuleSet::from(Rule::from_parts(policy, config)),
+            clock,
+            bounds,
+        )
+    }
+
+    /// A limiter applying every rule of `rules` to each client (the
+    /// contract's "Several limits on one client"), reading `clock`, and
+    /// bounding its memory by `bounds`: a request is admitted iff every
+    /// rule admits it, and a refused one changes no rule.
+    ///
+    /// # Errors
+    ///
+    /// What a rule's [`Config::resolve`] refuses for the clock's tick, or
+    /// [`Bounds::validate`].
+    ///
+    /// ```
+    /// use floodgate::{Bounds, ManualClock, MutexLimiter, RateLimiter};
+    ///
+    /// let limiter: MutexLimiter<u64, _> = MutexLimiter::with_rules(
+    ///     "gcra:2/1s,fixed-window:3/1m".parse()?,
+    ///     ManualClock::new(0),
+    ///     Bounds::new(),
+    /// )?;
+    /// assert!(limiter.check_at(&7, 0).allowed());
+    /// assert!(limiter.check_at(&7, 0).allowed());
+    /// assert!(!limiter.check_at(&7, 0).allowed()); // the burst: the quota keeps its third
+    /// assert_eq!(limiter.check_at(&7, 1_000_000_000).remaining(), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_rules(rules: RuleSet, clock: C, bounds: Bounds) -> Result<Self, ConfigError> {
+        let set = rules.in_ticks_of(clock.tick())?;
         let bounds = bounds.validate()?;
         Ok(Self {
-            config,
+            limit: set.strictest().config().limit(),
+            rules: set
+                .iter()
+                .map(|rule| {
+                    let config = rule.config();
+                    Rules {
+                        policy: rule.policy(),
+                        limit: config.limit(),
+                        window: config.window(),
+                        interval: config.interval(),
+                    }
+                })
+                .collect(),
+            set,
             tick: clock.tick(),
-            rules: Rules {
-                policy,
-                limit: config.limit(),
-                window: config.window(),
-                interval: config.interval(),
-            },
             clients: Mutex::new(HashMap::new()),
             schedule: SweepSchedule::new(bounds),
             shared: OnceLock::new(),
@@ -453,7 +498,7 @@ where
     }
 
     fn check_n_at(&self, key: &Q, now: u64, cost: u64) -> Decision {
-        let limit = self.rules.limit;
+        let limit = self.limit;
         let decision = self
             .decide_for(
                 key,
@@ -471,7 +516,7 @@ where
                         _ if cost == 0 => Decision::admit(untracked_remaining),
                         _ if cost > limit => Decision::reject(untracked_remaining, NEVER),
                         Overflow::Admit => Decision::admit(limit - cost),
-                        _ => Decision::reject(0, self.rules.idle_within()),
+                        _ => Decision::reject(0, self.idle_within()),
                     }
                 },
                 || {
@@ -496,7 +541,7 @@ where
             now,
             |client| client.remaining(&self.rules, now),
             |rule| match rule {
-                Overflow::Admit => self.rules.limit,
+                Overflow::Admit => self.limit,
                 _ => 0,
             },
             // A question, not a decision: not counted.
@@ -509,11 +554,39 @@ where
     }
 
     fn policy(&self) -> PolicyKind {
-        self.rules.policy
+        self.set.strictest().policy()
     }
 
     fn config(&self) -> Config {
-        self.config
+        self.set.strictest().config()
+    }
+
+    fn rules(&self) -> RuleSet {
+        self.set.clone()
+    }
+
+    fn check_ruled_n_at(&self, key: &Q, now: u64, cost: u64) -> crate::RuledDecision<'_> {
+        let decision = self.check_n_at(key, now, cost);
+        let each = match (self.rules.len(), lock(&self.clients).get(key).cloned()) {
+            (2.., Some(client)) => unless_retired(&client, |client| {
+                client.each(&self.set, &self.rules, now, cost, &decision)
+            })
+            .unwrap_or_default()
+            .in_ticks(self.tick),
+            _ => crate::RuleAnswers::default(),
+        };
+        crate::RuledDecision {
+            decision,
+            tier: None,
+            policy: self.set.strictest().policy(),
+            config: self.set.strictest().config(),
+            refused_unknown_tier: false,
+            each,
+        }
+    }
+
+    fn check_ruled_at(&self, key: &Q, now: u64) -> crate::RuledDecision<'_> {
+        self.check_ruled_n_at(key, now, 1)
     }
 
     fn tracked_clients(&self) -> usize {
@@ -553,9 +626,7 @@ where
 impl<K, C> fmt::Debug for MutexLimiter<K, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MutexLimiter")
-            .field("policy", &self.rules.policy)
-            .field("limit", &self.rules.limit)
-            .field("window", &self.rules.window)
+            .field("rules", &self.set.to_string())
             .field("bounds", &self.schedule.bounds())
             .field("clients", &self.tracked_clients())
             .finish_non_exhaustive()
@@ -594,6 +665,14 @@ fn saturate(value: u128) -> u64 {
     u64::try_from(value).unwrap_or(u64::MAX)
 }
 
+impl<K, C> MutexLimiter<K, C> {
+    /// How long after its last call any client is idle, at most: the
+    /// longest of its rules' (`Rules::idle_within`).
+    fn idle_within(&self) -> u64 {
+        self.rules.iter().map(Rules::idle_within).max().unwrap_or(0)
+    }
+}
+
 /// The policy and its parameters, fixed at construction.
 #[derive(Clone, Copy, Debug)]
 struct Rules {
@@ -621,17 +700,132 @@ impl Rules {
     }
 }
 
-/// One client: when it was created, and its policy's state.
+/// One client: each rule's part of it.
 #[derive(Clone, Debug)]
 struct Client {
-    origin: u64,
-    state: State,
+    parts: Vec<Part>,
     /// Set (under this client's lock) by the sweep that removed it from the
     /// map; a call that locks it afterwards must look its key up again.
     retired: bool,
 }
 
 impl Client {
+    /// A client created at `origin`, a part for each rule.
+    fn new(origin: u64, rules: &[Rules]) -> Self {
+        Self {
+            parts: rules.iter().map(|rules| Part::new(origin, rules)).collect(),
+            retired: false,
+        }
+    }
+
+    /// Decides one request of cost `cost` at `now` (absolute): with one
+    /// rule, that rule's answer; with several, the contract's "Several
+    /// limits on one client": every rule decides a copy of its part, and
+    /// the copies are kept only if every rule admitted.
+    fn check(&mut self, rules: &[Rules], now: u64, cost: u64) -> Decision {
+        if let [part] = &mut self.parts[..] {
+            return part.check(&rules[0], now, cost);
+        }
+        let remaining = self.remaining(rules, now);
+        if cost == 0 {
+            return Decision::admit(remaining);
+        }
+        if let Some(by) = rules.iter().position(|r| cost > r.limit) {
+            return Decision::reject(remaining, NEVER).by_rule(by);
+        }
+        let mut after = self.parts.clone();
+        let decisions: Vec<Decision> = after
+            .iter_mut()
+            .zip(rules)
+            .map(|(part, rules)| part.check(rules, now, cost))
+            .collect();
+        if decisions.iter().all(|d| d.allowed) {
+            self.parts = after;
+            return Decision {
+                remaining: decisions.iter().map(|d| d.remaining).min().unwrap_or(0),
+                delay: decisions.iter().map(|d| d.delay).max().unwrap_or(0),
+                ..Decision::admit(0)
+            };
+        }
+        // Refused: nothing kept. The longest wait, by the first rule that
+        // waits it; `remaining` as each rule would answer it now.
+        let wait = decisions
+            .iter()
+            .filter(|d| !d.allowed)
+            .map(|d| d.retry_after)
+            .max()
+            .unwrap_or(NEVER);
+        let by = decisions
+            .iter()
+            .position(|d| !d.allowed && d.retry_after == wait)
+            .unwrap_or(0);
+        Decision::reject(remaining, wait).by_rule(by)
+    }
+
+    /// `remaining` at `now` (absolute): the smallest of the rules'.
+    fn remaining(&self, rules: &[Rules], now: u64) -> u64 {
+        self.parts
+            .iter()
+            .zip(rules)
+            .map(|(part, rules)| part.remaining(rules, now))
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// Whether a sweep at `now` may forget this client: every rule's part
+    /// is idle.
+    fn idle_at(&self, rules: &[Rules], now: u64) -> bool {
+        self.parts
+            .iter()
+            .zip(rules)
+            .all(|(part, rules)| part.idle_at(rules, now))
+    }
+
+    /// Each rule's own answer to a request decided `decided`
+    /// (`RuledDecision::each`), from the parts as they are now.
+    fn each(
+        &self,
+        set: &RuleSet,
+        rules: &[Rules],
+        now: u64,
+        cost: u64,
+        decided: &Decision,
+    ) -> crate::RuleAnswers {
+        let mut answers = crate::RuleAnswers::default();
+        for ((part, rules), rule) in self.parts.iter().zip(rules).zip(set.iter()) {
+            let remaining = part.remaining(rules, now);
+            let decision = if cost == 0 {
+                Decision::admit(remaining)
+            } else if cost > rules.limit {
+                Decision::reject(remaining, NEVER)
+            } else if decided.allowed {
+                Decision::admit(remaining)
+            } else {
+                let own = part.clone().check(rules, now, cost);
+                if own.allowed {
+                    Decision { remaining, ..own }
+                } else {
+                    own
+                }
+            };
+            answers.push(crate::RuleAnswer {
+                rule: *rule,
+                decision,
+            });
+        }
+        answers
+    }
+}
+
+/// One rule's part of a client: when it was created, and its policy's
+/// state.
+#[derive(Clone, Debug)]
+struct Part {
+    origin: u64,
+    state: State,
+}
+
+impl Part {
     /// A client created at `origin`. A schedule (`gcra`, `leaky-bucket`)
     /// counts from tick 0 and starts at `TAT = origin`, as the lock-free
     /// engine's does (it keeps no origin for them): the origin decides
@@ -643,11 +837,7 @@ impl Client {
             PolicyKind::Gcra | PolicyKind::LeakyBucket => (0, State::Tat(u128::from(origin))),
             _ => (origin, State::new(rules)),
         };
-        Self {
-            origin,
-            state,
-            retired: false,
-        }
+        Self { origin, state }
     }
 
     /// Decides one request of cost `cost` at `now` (absolute, not since the

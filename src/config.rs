@@ -170,6 +170,11 @@ pub enum ConfigError {
         /// The capacity that was given.
         capacity: usize,
     },
+    /// A limiter given no rule, or more than [`MAX_RULES`](crate::MAX_RULES).
+    RuleCount {
+        /// How many were given.
+        count: usize,
+    },
     /// Bounds that can only refuse everyone: a cap of 0 clients that
     /// rejects the ones without room ([`Bounds::validate`](crate::Bounds::validate)).
     RefusesEveryone,
@@ -243,6 +248,11 @@ impl fmt::Display for ConfigError {
                 "offenders({capacity}) is out of range: the summary of the clients refused \
                  most holds between 1 and 2^31 of them (1,024 names a client with 1 % of \
                  the rejections)"
+            ),
+            ConfigError::RuleCount { count } => write!(
+                f,
+                "{count} rules: a limiter applies between 1 and {} rules to each client",
+                crate::MAX_RULES
             ),
             ConfigError::RefusesEveryone => f.write_str(
                 "max_clients(0) with the overflow rule `reject` refuses every client: \

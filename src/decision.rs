@@ -45,6 +45,10 @@ pub struct Decision {
     pub(crate) delay: u64,
     /// The length of the ticks above: the limiter's clock's.
     pub(crate) tick: Tick,
+    /// For a rejection, which of the limiter's rules refused (its index;
+    /// the one with the longest wait when several did). Beside `allowed`
+    /// in the struct's padding: the decision is no larger for it.
+    pub(crate) refused_by: u8,
 }
 
 /// The `retry_after` of a request that can never be admitted, in the
@@ -62,6 +66,7 @@ impl Decision {
             retry_after: 0,
             delay: 0,
             tick: Tick::NANOSECOND,
+            refused_by: 0,
         }
     }
 
@@ -76,7 +81,16 @@ impl Decision {
             retry_after,
             delay: 0,
             tick: Tick::NANOSECOND,
+            refused_by: 0,
         }
+    }
+
+    /// The decision, refused by rule `index` (a limiter with several
+    /// rules; at most [`MAX_RULES`](crate::MAX_RULES), so it fits a byte).
+    #[inline]
+    pub(crate) const fn by_rule(mut self, index: usize) -> Self {
+        self.refused_by = index as u8;
+        self
     }
 
     /// The decision with its times in ticks of `tick`.
@@ -195,12 +209,99 @@ impl Decision {
         self.delay
     }
 
+    /// For a rejection, the index of the rule that refused it, in the
+    /// limiter's rules ([`RateLimiter::rules`](crate::RateLimiter::rules)):
+    /// the one whose wait is the longest when several refused, so the one
+    /// that [`retry_after`](Self::retry_after) comes from. Always 0 for a
+    /// limiter with one rule; `None` for an admission.
+    ///
+    /// ```
+    /// use floodgate::{Builder, ManualClock, PolicyKind, RateLimiter};
+    /// use std::time::Duration;
+    ///
+    /// // 2 a second, and 3 a minute.
+    /// let limiter = Builder::new(PolicyKind::Gcra, 2, Duration::from_secs(1))
+    ///     .and(PolicyKind::FixedWindow, 3, Duration::from_secs(60))
+    ///     .clock(ManualClock::new(0))
+    ///     .build::<str>()?;
+    /// assert!(limiter.check_at("app", 0).allowed());
+    /// assert!(limiter.check_at("app", 0).allowed());
+    /// assert_eq!(limiter.check_at("app", 0).refused_by(), Some(0)); // the burst
+    /// assert!(limiter.check_at("app", 1_000_000_000).allowed());
+    /// let quota = limiter.check_at("app", 2_000_000_000);
+    /// assert_eq!(quota.refused_by(), Some(1)); // the minute's quota
+    /// assert_eq!(quota.retry_after(), Some(Duration::from_secs(58)));
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
+    #[inline]
+    pub const fn refused_by(&self) -> Option<usize> {
+        if self.allowed {
+            None
+        } else {
+            Some(self.refused_by as usize)
+        }
+    }
+
     /// The length of the limiter's clock's tick, which the `_ticks`
     /// accessors count in: a nanosecond in memory, a microsecond on Redis,
     /// a millisecond in `floodgate replay`.
     #[inline]
     pub const fn tick(&self) -> Tick {
         self.tick
+    }
+}
+
+/// One rule's own answer to a request that a limiter with several rules
+/// decided ([`RuledDecision::each`](crate::RuledDecision::each)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RuleAnswer {
+    /// The rule.
+    pub rule: crate::Rule,
+    /// What this rule says, in the limiter's ticks: `allowed` whether it
+    /// would admit the request on its own; `remaining` its own
+    /// `remaining` after the decision (after the request, when the
+    /// limiter admitted it); for a rule that refuses, its own
+    /// `retry_after`.
+    pub decision: Decision,
+}
+
+/// Each rule's own answer, in the limiter's order: empty for a limiter
+/// with one rule, whose answer is the decision itself. Held inline (at
+/// most [`MAX_RULES`](crate::MAX_RULES)): no allocation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RuleAnswers {
+    answers: [Option<RuleAnswer>; crate::MAX_RULES],
+    len: u8,
+}
+
+impl RuleAnswers {
+    /// Adds the next rule's answer.
+    pub(crate) fn push(&mut self, answer: RuleAnswer) {
+        self.answers[usize::from(self.len)] = Some(answer);
+        self.len += 1;
+    }
+
+    /// The answers with their times in ticks of `tick`.
+    pub(crate) fn in_ticks(mut self, tick: Tick) -> Self {
+        for answer in self.answers.iter_mut().flatten() {
+            answer.decision = answer.decision.in_ticks(tick);
+        }
+        self
+    }
+
+    /// The answers, in the order of the limiter's rules.
+    pub fn iter(&self) -> impl Iterator<Item = &RuleAnswer> + '_ {
+        self.answers[..usize::from(self.len)].iter().flatten()
+    }
+
+    /// How many rules answered.
+    pub fn len(&self) -> usize {
+        usize::from(self.len)
+    }
+
+    /// Whether there are none (a limiter with one rule).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 }
 

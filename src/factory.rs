@@ -7,11 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::policy::{
-    FixedWindow, Gcra, LeakyBucket, SlidingWindow, SlidingWindowCounter, TokenBucket,
+    Compound, FixedWindow, Gcra, LeakyBucket, Pair, SlidingWindow, SlidingWindowCounter,
+    TokenBucket,
 };
 use crate::{
     Bounds, Clock, Config, ConfigError, Limiter, MutexLimiter, PolicyKind, QuantaClock,
-    RateLimiter, Rule,
+    RateLimiter, Rule, RuleSet,
 };
 
 /// A limiter, step by step: the rule (a policy, a limit and a window as a
@@ -40,6 +41,8 @@ use crate::{
 pub struct Builder<C = QuantaClock> {
     policy: PolicyKind,
     config: Result<Config, ConfigError>,
+    /// Rules after the first ([`and`](Builder::and)), each as given.
+    more: Vec<(PolicyKind, Result<Config, ConfigError>)>,
     bounds: Bounds,
     engine: Engine,
     clock: C,
@@ -53,6 +56,7 @@ impl Builder<QuantaClock> {
         Self {
             policy,
             config: Config::per(limit, window),
+            more: Vec::new(),
             bounds: Bounds::new(),
             engine: Engine::LockFree,
             clock: QuantaClock::new(),
@@ -66,6 +70,7 @@ impl Builder<QuantaClock> {
         Self {
             policy: rule.policy(),
             config: Ok(rule.config()),
+            more: Vec::new(),
             bounds: Bounds::new(),
             engine: Engine::LockFree,
             clock: QuantaClock::new(),
@@ -73,9 +78,52 @@ impl Builder<QuantaClock> {
             offenders: None,
         }
     }
+
+    /// Every rule of `rules` (`"gcra:10/1s,fixed-window:10000/1d"`, see
+    /// [`RuleSet`]), applied to each client at once.
+    pub fn from_rules(rules: &RuleSet) -> Self {
+        let mut builder = Self::from_rule(rules[0]);
+        builder.more = rules[1..]
+            .iter()
+            .map(|rule| (rule.policy(), Ok(rule.config())))
+            .collect();
+        builder
+    }
 }
 
 impl<C: Clock + 'static> Builder<C> {
+    /// Another rule, applied to every client together with the others
+    /// (the contract's "Several limits on one client"): a request is
+    /// admitted only if every rule admits it, and then every rule counts
+    /// it; a request any rule refuses counts in none, so a burst refused
+    /// by the per-second rule never drains a daily quota. At most
+    /// [`MAX_RULES`](crate::MAX_RULES) rules (`build` refuses more,
+    /// [`ConfigError::RuleCount`]).
+    ///
+    /// ```
+    /// use floodgate::{Builder, ManualClock, PolicyKind, RateLimiter};
+    /// use std::time::Duration;
+    ///
+    /// const DAY: Duration = Duration::from_secs(86_400);
+    /// let api = Builder::new(PolicyKind::Gcra, 10, Duration::from_secs(1))
+    ///     .and(PolicyKind::FixedWindow, 10_000, DAY)
+    ///     .clock(ManualClock::new(0))
+    ///     .build::<str>()?;
+    /// for _ in 0..10 {
+    ///     assert!(api.check_at("alice", 0).allowed());
+    /// }
+    /// let burst = api.check_at("alice", 0); // the eleventh in one second
+    /// assert_eq!(burst.refused_by(), Some(0));
+    /// assert_eq!(api.rules()[1].policy(), PolicyKind::FixedWindow);
+    /// // The refused request spent nothing of the day's quota:
+    /// assert_eq!(api.check_at("alice", 100_000_000).remaining(), 0); // gcra: none left yet
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
+    pub fn and(mut self, policy: PolicyKind, limit: u64, window: Duration) -> Self {
+        self.more.push((policy, Config::per(limit, window)));
+        self
+    }
+
     /// Idle eviction, a cap on tracked clients and the overflow rule
     /// ([`crate::bounds`]); none by default.
     pub fn bounds(mut self, bounds: Bounds) -> Self {
@@ -118,6 +166,7 @@ impl<C: Clock + 'static> Builder<C> {
         Builder {
             policy: self.policy,
             config: self.config,
+            more: self.more,
             bounds: self.bounds,
             engine: self.engine,
             clock,
@@ -139,16 +188,30 @@ impl<C: Clock + 'static> Builder<C> {
         Q: ?Sized + Hash + Eq + ToOwned + 'static,
         Q::Owned: Hash + Eq + Clone + Send + Sync + 'static,
     {
-        assemble(
-            self.policy,
-            self.config?,
+        let extras = Extras {
+            counting: self.counting,
+            offenders: self.offenders,
+        };
+        if self.more.is_empty() {
+            return assemble(
+                self.policy,
+                self.config?,
+                self.engine,
+                self.clock,
+                self.bounds,
+                extras,
+            );
+        }
+        let rules = std::iter::once((self.policy, self.config))
+            .chain(self.more)
+            .map(|(policy, config)| Rule::new(policy, config?))
+            .collect::<Result<Vec<_>, _>>()?;
+        assemble_rules(
+            RuleSet::new(rules)?,
             self.engine,
             self.clock,
             self.bounds,
-            Extras {
-                counting: self.counting,
-                offenders: self.offenders,
-            },
+            extras,
         )
     }
 }
@@ -328,6 +391,103 @@ where
     assemble(policy, config, engine, clock, bounds, Extras::default())
 }
 
+/// The lock-free engine on `policy`, with what a builder adds.
+fn lock_free<Q, P, C>(
+    policy: P,
+    clock: C,
+    bounds: Bounds,
+    extras: Extras,
+) -> Result<Arc<dyn RateLimiter<Q>>, ConfigError>
+where
+    Q: ?Sized + Hash + Eq + ToOwned + 'static,
+    Q::Owned: Hash + Eq + Clone + Send + Sync + 'static,
+    P: crate::policy::Policy,
+    C: Clock + 'static,
+{
+    let limiter =
+        Limiter::<Q::Owned, P, C>::with_bounds(policy, clock, bounds)?.counting(extras.counting);
+    Ok(Arc::new(match extras.offenders {
+        Some(capacity) => limiter.offenders(capacity),
+        None => limiter,
+    }))
+}
+
+/// A limiter applying every rule of `rules` to each client, on `engine`
+/// (one rule: as [`build_bounded`]). On the lock-free engine two one-word
+/// rules (`gcra`, `token-bucket`, `leaky-bucket`) share one 16-byte word
+/// ([`Pair`](crate::policy::Pair)); any others, a snapshot swapped by
+/// pointer ([`Compound`](crate::policy::Compound)).
+///
+/// # Errors
+///
+/// As [`build`], for each rule.
+///
+/// ```
+/// use floodgate::{build_rules, Bounds, Engine, ManualClock, RateLimiter};
+///
+/// let limiter = build_rules::<str, _>(
+///     &"sliding-window:3/1s,fixed-window:5/1h".parse()?,
+///     Engine::LockFree,
+///     ManualClock::new(0),
+///     Bounds::new(),
+/// )?;
+/// assert_eq!(limiter.check_at("app", 0).remaining(), 2);
+/// assert_eq!(limiter.rules().to_string(), "sliding-window:3/1s,fixed-window:5/1h");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn build_rules<Q, C>(
+    rules: &RuleSet,
+    engine: Engine,
+    clock: C,
+    bounds: Bounds,
+) -> Result<Arc<dyn RateLimiter<Q>>, ConfigError>
+where
+    Q: ?Sized + Hash + Eq + ToOwned + 'static,
+    Q::Owned: Hash + Eq + Clone + Send + Sync + 'static,
+    C: Clock + 'static,
+{
+    assemble_rules(rules.clone(), engine, clock, bounds, Extras::default())
+}
+
+/// [`build_rules`], with what a builder adds.
+fn assemble_rules<Q, C>(
+    rules: RuleSet,
+    engine: Engine,
+    clock: C,
+    bounds: Bounds,
+    extras: Extras,
+) -> Result<Arc<dyn RateLimiter<Q>>, ConfigError>
+where
+    Q: ?Sized + Hash + Eq + ToOwned + 'static,
+    Q::Owned: Hash + Eq + Clone + Send + Sync + 'static,
+    C: Clock + 'static,
+{
+    if let [rule] = rules.rules() {
+        return assemble(rule.policy(), rule.config(), engine, clock, bounds, extras);
+    }
+    let rules = rules.in_ticks_of(clock.tick())?;
+    let bounds = bounds.validate()?;
+    if let Some(capacity) = extras.offenders {
+        if !(1..=crate::offenders::MAX_CAPACITY).contains(&capacity) {
+            return Err(ConfigError::OffendersOutOfRange { capacity });
+        }
+    }
+    match engine {
+        Engine::Mutex => {
+            let limiter = MutexLimiter::<Q::Owned, C>::with_rules(rules, clock, bounds)?
+                .counting(extras.counting);
+            Ok(Arc::new(match extras.offenders {
+                Some(capacity) => limiter.offenders(capacity),
+                None => limiter,
+            }))
+        }
+        Engine::LockFree if Pair::fits(&rules) => {
+            lock_free(Pair::from_rules(&rules)?, clock, bounds, extras)
+        }
+        Engine::LockFree => lock_free(Compound::from_rules(&rules)?, clock, bounds, extras),
+    }
+}
+
 /// What a [`Builder`] adds to a limiter beyond its rule, clock and bounds.
 #[derive(Clone, Copy, Default)]
 struct Extras {
@@ -361,12 +521,7 @@ where
         P: crate::policy::Policy,
         C: Clock + 'static,
     {
-        let limiter = Limiter::<Q::Owned, P, C>::with_bounds(P::new(config)?, clock, bounds)?
-            .counting(extras.counting);
-        Ok(Arc::new(match extras.offenders {
-            Some(capacity) => limiter.offenders(capacity),
-            None => limiter,
-        }))
+        lock_free(P::new(config)?, clock, bounds, extras)
     }
     // Resolved here for the clock's tick; `Limiter::with_bounds` then finds
     // nothing left to convert.

@@ -165,10 +165,10 @@ pub use clock::{Clock, CoarseClock, CoarseClockError, ManualClock, QuantaClock, 
 pub use config::{
     Config, ConfigError, PolicyKind, UnknownPolicy, MAX_LIMIT, MAX_LOG_LIMIT, MAX_SCHEDULE_WINDOW,
 };
-pub use decision::Decision;
-pub use factory::{build, build_bounded, build_with, Builder, Engine, UnknownEngine};
+pub use decision::{Decision, RuleAnswer, RuleAnswers};
+pub use factory::{build, build_bounded, build_rules, build_with, Builder, Engine, UnknownEngine};
 pub use limiter::{InsufficientCapacity, Limiter, RateLimiter, RuledDecision};
-pub use rule::{Rule, RuleError, RuleProblem};
+pub use rule::{Rule, RuleError, RuleProblem, RuleSet, MAX_RULES};
 pub use stats::Stats;
 
 /// The README's examples, compiled and run as doctests (its HTTP examples

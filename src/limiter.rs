@@ -12,7 +12,8 @@ use crate::stats::Counters;
 use crate::store::{Arrival, Client, InlineStore, Lifecycle};
 use crate::sync::OnceLock;
 use crate::{
-    Bounds, Clock, Config, ConfigError, Decision, Overflow, PolicyKind, QuantaClock, Tick,
+    Bounds, Clock, Config, ConfigError, Decision, Overflow, PolicyKind, QuantaClock, Rule,
+    RuleAnswers, RuleSet, Tick,
 };
 
 /// Every method of [`RateLimiter`], forwarded to the pointee (`**self`), so
@@ -42,6 +43,9 @@ macro_rules! forward_rate_limiter {
         }
         fn config(&self) -> Config {
             (**self).config()
+        }
+        fn rules(&self) -> RuleSet {
+            (**self).rules()
         }
         fn stats(&self) -> Option<crate::Stats> {
             (**self).stats()
@@ -205,11 +209,21 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
     /// The limiter's clock, in ticks.
     fn now(&self) -> u64;
 
-    /// The policy this limiter applies.
+    /// The policy this limiter applies. For several rules, the one with
+    /// the smallest limit ([`rules`](Self::rules) has them all).
     fn policy(&self) -> PolicyKind;
 
-    /// The limit and window this limiter applies.
+    /// The limit and window this limiter applies. For several rules, the
+    /// rule with the smallest limit's ([`RuleSet::strictest`]), as
+    /// [`policy`](Self::policy): no request costing more is admitted.
     fn config(&self) -> Config;
+
+    /// The rules this limiter applies to every client, in order: one, or
+    /// several (the contract's "Several limits on one client"). A
+    /// decision's [`refused_by`](Decision::refused_by) indexes them.
+    fn rules(&self) -> RuleSet {
+        RuleSet::from(Rule::from_parts(self.policy(), self.config()))
+    }
 
     /// How many clients have state right now.
     fn tracked_clients(&self) -> usize;
@@ -302,6 +316,7 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
             policy: self.policy(),
             config: self.config(),
             refused_unknown_tier: false,
+            each: RuleAnswers::default(),
         }
     }
 
@@ -314,6 +329,7 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
             policy: self.policy(),
             config: self.config(),
             refused_unknown_tier: false,
+            each: RuleAnswers::default(),
         }
     }
 }
@@ -338,6 +354,10 @@ pub struct RuledDecision<'a> {
     ///
     /// [`reject_unknown_tiers`]: crate::tiers::Tiers::reject_unknown_tiers
     pub refused_unknown_tier: bool,
+    /// For a limiter with several rules, each rule's own answer, in the
+    /// order of [`RateLimiter::rules`] (one `RateLimit` header item each);
+    /// empty for one rule.
+    pub each: RuleAnswers,
 }
 
 /// A boxed limiter (what [`Builder::build`](crate::Builder::build) gives)
@@ -580,9 +600,13 @@ where
     /// ```
     pub fn with_bounds(policy: P, clock: C, bounds: Bounds) -> Result<Self, ConfigError> {
         let bounds = bounds.validate()?;
-        let config = policy.config();
-        let policy = if config.span().is_some() && clock.tick() != Tick::NANOSECOND {
-            P::new(config.resolve(P::KIND, clock.tick())?)?
+        let policy = if policy
+            .rule_set()
+            .iter()
+            .any(|r| r.config().span().is_some())
+            && clock.tick() != Tick::NANOSECOND
+        {
+            policy.in_ticks_of(clock.tick())?
         } else {
             policy
         };
@@ -778,6 +802,33 @@ where
                 // Moved or removed under this call: look again once that
                 // step is done.
                 Err(Retired) => self.clients.settle(),
+            }
+        }
+    }
+
+    /// Each rule's own answer to a request of `key` of cost `cost` at
+    /// `now` that was `decided`: for several rules, read from the client's
+    /// state right after the decision (so, like `remaining`, it may count
+    /// later admissions of other threads); empty for one rule, or for a
+    /// client that has no state (the overflow rule answered it, or it was
+    /// removed meanwhile).
+    pub fn each_at<Q>(&self, key: &Q, now: u64, cost: u64, decided: &Decision) -> RuleAnswers
+    where
+        Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
+        K: Borrow<Q>,
+    {
+        if !P::SEVERAL {
+            return RuleAnswers::default();
+        }
+        // Progress: as `peek_at`'s.
+        loop {
+            let answers = self.clients.peek(key, |client| {
+                self.policy.each(&client.state, now, cost, decided)
+            });
+            match answers {
+                None => return RuleAnswers::default(),
+                Some(Ok(answers)) => return answers.in_ticks(self.tick),
+                Some(Err(Retired)) => self.clients.settle(),
             }
         }
     }
@@ -1057,11 +1108,31 @@ where
     }
 
     fn policy(&self) -> PolicyKind {
-        P::KIND
+        self.policy.kind()
     }
 
     fn config(&self) -> Config {
         self.policy.config()
+    }
+
+    fn rules(&self) -> RuleSet {
+        self.policy.rule_set()
+    }
+
+    fn check_ruled_n_at(&self, key: &Q, now: u64, cost: u64) -> RuledDecision<'_> {
+        let decision = Limiter::check_n_at(self, key, now, cost);
+        RuledDecision {
+            decision,
+            tier: None,
+            policy: self.policy.kind(),
+            config: self.policy.config(),
+            refused_unknown_tier: false,
+            each: self.each_at(key, now, cost, &decision),
+        }
+    }
+
+    fn check_ruled_at(&self, key: &Q, now: u64) -> RuledDecision<'_> {
+        self.check_ruled_n_at(key, now, 1)
     }
 
     fn tracked_clients(&self) -> usize {

@@ -56,6 +56,11 @@ impl Rule {
         Ok(Self { policy, config })
     }
 
+    /// `policy` with `config`, already checked for it.
+    pub(crate) const fn from_parts(policy: PolicyKind, config: Config) -> Self {
+        Self { policy, config }
+    }
+
     /// The policy.
     pub const fn policy(&self) -> PolicyKind {
         self.policy
@@ -125,6 +130,13 @@ pub enum RuleProblem {
     },
     /// The numbers are well formed but the policy refuses them.
     Config(ConfigError),
+    /// Several rules with nothing between two commas, or none at all.
+    NoRule,
+    /// More rules than a limiter applies ([`MAX_RULES`]).
+    TooManyRules {
+        /// How many were given.
+        count: usize,
+    },
 }
 
 impl fmt::Display for RuleError {
@@ -159,6 +171,13 @@ impl fmt::Display for RuleError {
                 "unknown unit {unit:?} (the units are ns, us, ms, s, m, h, d and ticks)"
             ),
             RuleProblem::Config(error) => write!(f, "{error}"),
+            RuleProblem::NoRule => f.write_str(
+                "expected POLICY:LIMIT/WINDOW, e.g. gcra:100/1s (no rule here; several \
+                 rules are joined by commas)",
+            ),
+            RuleProblem::TooManyRules { count } => {
+                write!(f, "{count} rules: a limiter applies at most {MAX_RULES}")
+            }
         }
     }
 }
@@ -306,6 +325,175 @@ pub(crate) fn write_duration(f: &mut fmt::Formatter<'_>, span: Duration) -> fmt:
     write!(f, "{}{unit}", nanos / per)
 }
 
+/// The most rules one limiter applies to every client: enough for any
+/// ladder of limits (a second, a minute, an hour, a day, a month…), and
+/// few enough that a decision's per-rule answers fit on the stack.
+pub const MAX_RULES: usize = 8;
+
+/// Several rules applied to every client at once (the contract's "Several
+/// limits on one client"), for instance a burst limit and a daily quota:
+/// a request is admitted only if every rule admits it, and then every rule
+/// counts it; a request any rule refuses counts in none. One rule is the
+/// case of one.
+///
+/// Its text is the rules joined by commas, spaces after a comma allowed;
+/// printing gives each rule's own text back, joined by `,`. With the cargo
+/// feature `serde`, a `RuleSet` is serialized as that text.
+///
+/// ```
+/// use floodgate::{PolicyKind, RuleSet};
+///
+/// let rules: RuleSet = "gcra:10/1s, fixed-window:10000/1d".parse()?;
+/// assert_eq!(rules.len(), 2);
+/// assert_eq!(rules[1].policy(), PolicyKind::FixedWindow);
+/// assert_eq!(rules.to_string(), "gcra:10/1s,fixed-window:10000/1d");
+///
+/// // An error names the rule that is wrong, and where in it.
+/// let error = "gcra:10/1s,fixed-window:10000/1dd".parse::<RuleSet>().unwrap_err();
+/// assert_eq!(
+///     error.to_string(),
+///     "invalid rule \"fixed-window:10000/1dd\" at byte 20: unknown unit \"dd\" \
+///      (the units are ns, us, ms, s, m, h, d and ticks)"
+/// );
+/// # Ok::<(), floodgate::RuleError>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RuleSet {
+    rules: Vec<Rule>,
+}
+
+impl RuleSet {
+    /// The rules, in order.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::RuleCount`] for none, or for more than [`MAX_RULES`].
+    pub fn new(rules: impl IntoIterator<Item = Rule>) -> Result<Self, ConfigError> {
+        let rules: Vec<Rule> = rules.into_iter().collect();
+        if rules.is_empty() || rules.len() > MAX_RULES {
+            return Err(ConfigError::RuleCount { count: rules.len() });
+        }
+        Ok(Self { rules })
+    }
+
+    /// The rules, in order: a decision's
+    /// [`refused_by`](crate::Decision::refused_by) indexes them.
+    pub fn rules(&self) -> &[Rule] {
+        &self.rules
+    }
+
+    /// The rules in ticks of `tick` (see [`Config::resolve`]).
+    ///
+    /// # Errors
+    ///
+    /// What [`Config::resolve`] refuses, for the first rule it refuses.
+    pub fn in_ticks_of(&self, tick: Tick) -> Result<Self, ConfigError> {
+        Ok(Self {
+            rules: self
+                .rules
+                .iter()
+                .map(|rule| rule.in_ticks_of(tick))
+                .collect::<Result<_, _>>()?,
+        })
+    }
+
+    /// The rule with the smallest limit (the first of them): what
+    /// [`RateLimiter::policy`](crate::RateLimiter::policy) and
+    /// [`config`](crate::RateLimiter::config) answer for several rules,
+    /// since no request of a larger cost is ever admitted.
+    pub fn strictest(&self) -> Rule {
+        let mut strictest = self.rules[0];
+        for rule in &self.rules[1..] {
+            if rule.config.limit() < strictest.config.limit() {
+                strictest = *rule;
+            }
+        }
+        strictest
+    }
+}
+
+impl std::ops::Deref for RuleSet {
+    type Target = [Rule];
+
+    fn deref(&self) -> &[Rule] {
+        &self.rules
+    }
+}
+
+impl From<Rule> for RuleSet {
+    fn from(rule: Rule) -> Self {
+        Self { rules: vec![rule] }
+    }
+}
+
+impl<'a> IntoIterator for &'a RuleSet {
+    type Item = &'a Rule;
+    type IntoIter = std::slice::Iter<'a, Rule>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.rules.iter()
+    }
+}
+
+impl fmt::Display for RuleSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, rule) in self.rules.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{rule}")?;
+        }
+        Ok(())
+    }
+}
+
+impl FromStr for RuleSet {
+    type Err = RuleError;
+
+    /// The rules joined by commas. An error's `text` is the rule that is
+    /// wrong and its `at` a byte offset in it, so that the message names
+    /// that rule; for too many rules, the whole text.
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let mut rules = Vec::new();
+        for part in text.split(',') {
+            let part = part.trim();
+            if part.is_empty() {
+                return Err(RuleError {
+                    text: text.to_owned(),
+                    at: 0,
+                    problem: RuleProblem::NoRule,
+                });
+            }
+            rules.push(part.parse::<Rule>()?);
+        }
+        if rules.len() > MAX_RULES {
+            return Err(RuleError {
+                text: text.to_owned(),
+                at: 0,
+                problem: RuleProblem::TooManyRules { count: rules.len() },
+            });
+        }
+        Ok(Self { rules })
+    }
+}
+
+#[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+impl serde::Serialize for RuleSet {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+#[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+impl<'de> serde::Deserialize<'de> for RuleSet {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 #[cfg(feature = "serde")]
 #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 impl serde::Serialize for Rule {
@@ -379,9 +567,59 @@ mod tests {
     }
 }
 
+#[cfg(test)]
+mod rule_set_tests {
+    use super::*;
+
+    #[test]
+    fn several_rules_round_trip_and_errors_name_the_bad_one() {
+        let rules: RuleSet = "gcra:10/1s,  sliding-window:5/1m,fixed-window:100/1d"
+            .parse()
+            .unwrap();
+        assert_eq!(rules.len(), 3);
+        assert_eq!(
+            rules.to_string(),
+            "gcra:10/1s,sliding-window:5/1m,fixed-window:100/1d"
+        );
+        assert_eq!(rules.strictest().policy(), PolicyKind::SlidingWindow);
+        let one: RuleSet = "gcra:10/1s".parse().unwrap();
+        assert_eq!(one, RuleSet::from("gcra:10/1s".parse::<Rule>().unwrap()));
+        let error = "gcra:10/1s,gcra:0/1s".parse::<RuleSet>().unwrap_err();
+        assert_eq!((error.text.as_str(), error.at), ("gcra:0/1s", 5));
+        let empty = "gcra:10/1s,,gcra:1/1s".parse::<RuleSet>().unwrap_err();
+        assert_eq!(empty.problem, RuleProblem::NoRule);
+        assert_eq!(
+            "".parse::<RuleSet>().unwrap_err().problem,
+            RuleProblem::NoRule
+        );
+        let nine = vec!["gcra:1/1s"; 9].join(",");
+        assert_eq!(
+            nine.parse::<RuleSet>().unwrap_err().problem,
+            RuleProblem::TooManyRules { count: 9 }
+        );
+        assert_eq!(
+            RuleSet::new([]).unwrap_err(),
+            ConfigError::RuleCount { count: 0 }
+        );
+    }
+}
+
 #[cfg(all(test, feature = "serde"))]
 mod serde_tests {
     use super::*;
+
+    #[test]
+    fn several_rules_are_their_text_in_a_config_file() {
+        let tiers: Vec<RuleSet> =
+            serde_json::from_str(r#"["gcra:10/1s, fixed-window:10000/1d", "gcra:5/1s"]"#).unwrap();
+        assert_eq!(tiers[0].len(), 2);
+        assert_eq!(
+            serde_json::to_string(&tiers).unwrap(),
+            r#"["gcra:10/1s,fixed-window:10000/1d","gcra:5/1s"]"#
+        );
+        let error = serde_json::from_str::<RuleSet>(r#""gcra:1/1s,gcra:1""#).unwrap_err();
+        assert!(error.to_string().contains("\"gcra:1\""), "{error}");
+    }
 
     #[test]
     fn a_rule_is_its_text_in_a_config_file() {

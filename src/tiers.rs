@@ -74,11 +74,8 @@ use std::hash::Hash;
 use std::sync::{Arc, OnceLock};
 
 use crate::decision::NEVER;
-use crate::policy::{
-    FixedWindow, FixedWindowState, Gcra, GcraState, LeakyBucket, Policy, Retired, SlidingWindow,
-    SlidingWindowCounter, SlidingWindowCounterState, SlidingWindowState, Spent, TokenBucket,
-    TokenBucketState,
-};
+use crate::policy::any::{AnyPolicy, AnyState};
+use crate::policy::{Retired, Spent};
 use crate::stats::{Counters, Stats};
 use crate::store::{Arrival, Client, KeyedStore};
 use crate::sync::{AtomicU64, Ordering, SwapCell};
@@ -909,6 +906,7 @@ where
             // An unknown name is refused exactly when the registry rejects
             // unknown tiers (else the default tier answered).
             refused_unknown_tier: tiered.unknown.is_some() && self.reject_unknown,
+            each: crate::RuleAnswers::default(),
         }
     }
 }
@@ -1215,82 +1213,13 @@ struct Generation {
     overflow: OnceLock<(u64, AnyState)>,
 }
 
-/// The six policies, chosen at run time.
-enum AnyPolicy {
-    SlidingWindow(SlidingWindow),
-    TokenBucket(TokenBucket),
-    FixedWindow(FixedWindow),
-    SlidingWindowCounter(SlidingWindowCounter),
-    Gcra(Gcra),
-    LeakyBucket(LeakyBucket),
-}
-
-/// Their states (`gcra` and `leaky-bucket` share one).
-enum AnyState {
-    SlidingWindow(SlidingWindowState),
-    TokenBucket(TokenBucketState),
-    FixedWindow(FixedWindowState),
-    SlidingWindowCounter(SlidingWindowCounterState),
-    Schedule(GcraState),
-}
-
-/// Runs `$body` with the policy and the state of the same kind. A state is
-/// only ever made by its own generation's policy, so the kinds match.
-macro_rules! with_pair {
-    ($policy:expr, $state:expr, |$p:ident, $s:ident| $body:expr) => {
-        match ($policy, $state) {
-            (AnyPolicy::SlidingWindow($p), AnyState::SlidingWindow($s)) => $body,
-            (AnyPolicy::TokenBucket($p), AnyState::TokenBucket($s)) => $body,
-            (AnyPolicy::FixedWindow($p), AnyState::FixedWindow($s)) => $body,
-            (AnyPolicy::SlidingWindowCounter($p), AnyState::SlidingWindowCounter($s)) => $body,
-            (AnyPolicy::Gcra($p), AnyState::Schedule($s)) => $body,
-            (AnyPolicy::LeakyBucket($p), AnyState::Schedule($s)) => $body,
-            _ => unreachable!("a state is made by its own generation's policy"),
-        }
-    };
-}
-
-/// Runs `$body` with the policy, whatever its kind.
-macro_rules! with_policy {
-    ($policy:expr, |$p:ident| $body:expr) => {
-        match $policy {
-            AnyPolicy::SlidingWindow($p) => $body,
-            AnyPolicy::TokenBucket($p) => $body,
-            AnyPolicy::FixedWindow($p) => $body,
-            AnyPolicy::SlidingWindowCounter($p) => $body,
-            AnyPolicy::Gcra($p) => $body,
-            AnyPolicy::LeakyBucket($p) => $body,
-        }
-    };
-}
-
 impl Generation {
     fn new(spec: TierSpec) -> Self {
-        // `Rule::in_ticks_of` ran `check_for`, which is all `Policy::new`
-        // checks.
-        let config = spec.config();
-        let invalid = "validated by TierSpec::new";
-        let policy = match spec.policy() {
-            PolicyKind::SlidingWindow => {
-                AnyPolicy::SlidingWindow(SlidingWindow::new(config).expect(invalid))
-            }
-            PolicyKind::TokenBucket => {
-                AnyPolicy::TokenBucket(TokenBucket::new(config).expect(invalid))
-            }
-            PolicyKind::FixedWindow => {
-                AnyPolicy::FixedWindow(FixedWindow::new(config).expect(invalid))
-            }
-            PolicyKind::SlidingWindowCounter => {
-                AnyPolicy::SlidingWindowCounter(SlidingWindowCounter::new(config).expect(invalid))
-            }
-            PolicyKind::Gcra => AnyPolicy::Gcra(Gcra::new(config).expect(invalid)),
-            PolicyKind::LeakyBucket => {
-                AnyPolicy::LeakyBucket(LeakyBucket::new(config).expect(invalid))
-            }
-        };
         Self {
             spec,
-            policy,
+            // `Rule::in_ticks_of` ran `check_for`, which is all a policy's
+            // `new` checks.
+            policy: AnyPolicy::new(spec).expect("validated by TierSpec::new"),
             overflow: OnceLock::new(),
         }
     }
@@ -1300,45 +1229,36 @@ impl Generation {
     }
 
     fn spent_state(&self, spent: u64, now: u64) -> AnyState {
-        match &self.policy {
-            AnyPolicy::SlidingWindow(p) => AnyState::SlidingWindow(p.spent_state(spent, now)),
-            AnyPolicy::TokenBucket(p) => AnyState::TokenBucket(p.spent_state(spent, now)),
-            AnyPolicy::FixedWindow(p) => AnyState::FixedWindow(p.spent_state(spent, now)),
-            AnyPolicy::SlidingWindowCounter(p) => {
-                AnyState::SlidingWindowCounter(p.spent_state(spent, now))
-            }
-            AnyPolicy::Gcra(p) => AnyState::Schedule(p.spent_state(spent, now)),
-            AnyPolicy::LeakyBucket(p) => AnyState::Schedule(p.spent_state(spent, now)),
-        }
+        self.policy.spent_state(spent, now)
     }
 
     #[inline]
     fn check_n(&self, state: &AnyState, now: u64, cost: u64) -> Result<Decision, Retired> {
-        with_pair!(&self.policy, state, |p, s| p.check_n(s, now, cost))
+        self.policy.check_n(state, now, cost)
     }
 
     #[inline]
     fn remaining(&self, state: &AnyState, now: u64) -> Result<u64, Retired> {
-        with_pair!(&self.policy, state, |p, s| p.remaining(s, now))
+        self.policy.remaining(state, now)
     }
 
     fn retire_if_idle(&self, state: &AnyState, now: u64) -> bool {
-        with_pair!(&self.policy, state, |p, s| p.retire_if_idle(s, now))
+        self.policy.retire_if_idle(state, now)
     }
 
     fn retire_spent(&self, state: &AnyState, now: u64) -> Spent {
-        with_pair!(&self.policy, state, |p, s| p.retire_spent(s, now))
+        self.policy.retire_spent(state, now)
     }
 
     fn is_retired(&self, state: &AnyState) -> bool {
-        with_pair!(&self.policy, state, |p, s| p.is_retired(s))
+        self.policy.is_retired(state)
     }
 
     fn forgets_after(&self) -> u64 {
-        with_policy!(&self.policy, |p| p.forgets_after())
+        self.policy.forgets_after()
     }
 
     fn measured_from_earlier(&self, decision: Decision, lag: u64) -> Decision {
-        with_policy!(&self.policy, |p| p.measured_from_earlier(decision, lag))
+        self.policy.measured_from_earlier(decision, lag)
     }
 }

@@ -183,6 +183,7 @@ mod tests {
             policy,
             config,
             refused_unknown_tier: false,
+            each: crate::RuleAnswers::default(),
         }
     }
 

@@ -54,6 +54,7 @@ mod redis {
                 policy: self.policy(),
                 config: self.config(),
                 refused_unknown_tier: false,
+                each: crate::RuleAnswers::default(),
             }
         }
     }

@@ -207,6 +207,18 @@ impl Gcra {
         })
     }
 
+    /// The schedule in a word of its own.
+    pub(super) fn duplicate_state(state: &GcraState) -> GcraState {
+        GcraState {
+            tat: AtomicU64::new(AtomicU64::unmarked(state.tat.load_word())),
+        }
+    }
+
+    /// The schedule's word, from a state no other thread can reach.
+    pub(super) fn word(state: GcraState) -> u64 {
+        state.tat.into_word()
+    }
+
     pub(super) fn is_retired_state(state: &GcraState) -> bool {
         AtomicU64::is_retired(state.tat.load_word())
     }
@@ -266,6 +278,10 @@ impl Policy for Gcra {
 
     fn is_retired(&self, state: &GcraState) -> bool {
         Self::is_retired_state(state)
+    }
+
+    fn duplicate(&self, state: &GcraState) -> GcraState {
+        Self::duplicate_state(state)
     }
 
     fn relocate(&self, state: &GcraState) -> Option<GcraState> {

@@ -13,6 +13,13 @@ pub struct LeakyBucket {
     schedule: Gcra,
 }
 
+impl LeakyBucket {
+    /// The schedule it shapes by (`gcra`'s, with the wait answered).
+    pub(super) fn schedule(&self) -> &Gcra {
+        &self.schedule
+    }
+}
+
 impl sealed::Sealed for LeakyBucket {}
 
 impl Policy for LeakyBucket {
@@ -69,6 +76,10 @@ impl Policy for LeakyBucket {
 
     fn is_retired(&self, state: &GcraState) -> bool {
         Gcra::is_retired_state(state)
+    }
+
+    fn duplicate(&self, state: &GcraState) -> GcraState {
+        Gcra::duplicate_state(state)
     }
 
     fn relocate(&self, state: &GcraState) -> Option<GcraState> {

@@ -5,6 +5,11 @@
 //! the step atomic (a CAS loop on the state word); nothing here reads a clock
 //! or knows about other clients. Times are ticks since the client's origin.
 
+pub(crate) mod any;
+// A client's rules' snapshot behind one pointer, freed by epoch: every
+// `unsafe` block there says why it is sound.
+#[allow(unsafe_code)]
+mod compound;
 mod fixed_window;
 mod gcra;
 mod leaky_bucket;
@@ -21,7 +26,8 @@ pub use token_bucket::{TokenBucket, TokenBucketState};
 
 pub use crate::cell::Retired;
 use crate::decision::NEVER;
-use crate::{Config, ConfigError, Decision, PolicyKind};
+use crate::{Config, ConfigError, Decision, PolicyKind, Rule, RuleSet, Tick};
+pub use compound::{Compound, CompoundState, Pair, PairState};
 
 mod sealed {
     pub trait Sealed {}
@@ -88,6 +94,10 @@ pub trait Policy: sealed::Sealed + Send + Sync + Sized + 'static {
 
     /// Which of the six this is.
     const KIND: PolicyKind;
+
+    /// Whether it applies several rules ([`Pair`], [`Compound`]).
+    #[doc(hidden)]
+    const SEVERAL: bool = false;
 
     /// Validates `config` for this policy.
     ///
@@ -194,6 +204,60 @@ pub trait Policy: sealed::Sealed + Send + Sync + Sized + 'static {
 
     /// Whether the state was retired.
     fn is_retired(&self, state: &Self::State) -> bool;
+
+    /// A state that answers every call as `state` does now, in a word of
+    /// its own: a step on a copy no other thread can reach
+    /// (`check_unshared`) leaves `state` as it was. Several rules keep
+    /// their states in a snapshot no one changes, and step on copies
+    /// ([`Compound`]).
+    #[doc(hidden)]
+    fn duplicate(&self, state: &Self::State) -> Self::State;
+
+    /// Which policy a limiter built on this one reports
+    /// ([`RateLimiter::policy`](crate::RateLimiter::policy)): `KIND`, or
+    /// for several rules the strictest one's ([`RuleSet::strictest`]).
+    #[doc(hidden)]
+    fn kind(&self) -> PolicyKind {
+        Self::KIND
+    }
+
+    /// The rules it applies: its own, or several ([`Compound`]).
+    #[doc(hidden)]
+    fn rule_set(&self) -> RuleSet {
+        RuleSet::from(Rule::from_parts(self.kind(), self.config()))
+    }
+
+    /// The policy made again for a clock of `tick`, from the durations its
+    /// rules were given in ([`Config::resolve`]).
+    ///
+    /// # Errors
+    ///
+    /// What [`Config::resolve`] refuses.
+    #[doc(hidden)]
+    fn in_ticks_of(&self, tick: Tick) -> Result<Self, ConfigError> {
+        Self::new(self.config().resolve(Self::KIND, tick)?)
+    }
+
+    /// Each rule's own answer for a request of cost `cost` at `now` that
+    /// was decided `decided`, read from the state as it is now: for a
+    /// limiter with several rules, what a response's headers say of each
+    /// ([`RuledDecision::each`](crate::RuledDecision::each)). Empty for one
+    /// rule, whose answer is `decided` itself.
+    ///
+    /// # Errors
+    ///
+    /// [`Retired`] if the state was retired.
+    #[doc(hidden)]
+    fn each(
+        &self,
+        state: &Self::State,
+        now: u64,
+        cost: u64,
+        decided: &Decision,
+    ) -> Result<crate::RuleAnswers, Retired> {
+        let _ = (state, now, cost, decided);
+        Ok(crate::RuleAnswers::default())
+    }
 
     /// Freezes `state` with its retirement mark and answers a state that
     /// continues it exactly: the keyed store moving a client into a larger

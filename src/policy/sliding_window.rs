@@ -559,6 +559,22 @@ impl Policy for SlidingWindow {
         state.snapshot().is_err()
     }
 
+    /// A ring of its own with the same slots: O(L). The slots are copied
+    /// as they are (sequence numbers and all), so the copy holds the same
+    /// entries and answers as the original did when it was read; it is
+    /// only ever taken of a ring no thread changes (a snapshot of several
+    /// rules, [`Compound`](super::Compound)).
+    fn duplicate(&self, state: &SlidingWindowState) -> SlidingWindowState {
+        SlidingWindowState {
+            committed: AtomicU64::new(state.committed.load(Ordering::Acquire)),
+            ring: state
+                .ring
+                .iter()
+                .map(|slot| AtomicU128::new(slot.load(Ordering::Acquire)))
+                .collect(),
+        }
+    }
+
     /// The ring is not frozen but shared: the old table's entry and the
     /// new one's hold the same ring, so a check through either is a check
     /// on the one state. Only the `committed` hint is per entry: the old

@@ -261,6 +261,12 @@ impl Policy for SlidingWindowCounter {
         AtomicU128::is_retired(state.word.load_word())
     }
 
+    fn duplicate(&self, state: &SlidingWindowCounterState) -> SlidingWindowCounterState {
+        SlidingWindowCounterState {
+            word: AtomicU128::new(AtomicU128::unmarked(state.word.load_word())),
+        }
+    }
+
     fn relocate(&self, state: &SlidingWindowCounterState) -> Option<SlidingWindowCounterState> {
         let (word, retired_now) = cell::retire(&state.word);
         retired_now.then(|| SlidingWindowCounterState {

@@ -59,7 +59,7 @@ impl TokenBucket {
 
     /// Tokens in the bucket at `now`.
     #[inline]
-    fn tokens(&self, full_at: u64, now: u64) -> u64 {
+    pub(super) fn tokens(&self, full_at: u64, now: u64) -> u64 {
         self.config
             .limit()
             .saturating_sub(self.lacking(full_at, now))
@@ -67,7 +67,7 @@ impl TokenBucket {
 
     /// The pure step for a cost `1 <= cost <= L`.
     #[inline]
-    fn step(&self, full_at: u64, now: u64, cost: u64) -> Step<u64> {
+    pub(super) fn step(&self, full_at: u64, now: u64, cost: u64) -> Step<u64> {
         let limit = self.config.limit();
         // (L − n)·I <= L·I <= W: no overflow.
         let room = (limit - cost) * self.interval;
@@ -112,6 +112,13 @@ impl TokenBucket {
                 next: None,
             }
         }
+    }
+}
+
+impl TokenBucketState {
+    /// The word, from a state no other thread can reach.
+    pub(super) fn word(self) -> u64 {
+        self.full_at.into_word()
     }
 }
 
@@ -212,6 +219,12 @@ impl Policy for TokenBucket {
 
     fn is_retired(&self, state: &TokenBucketState) -> bool {
         AtomicU64::is_retired(state.full_at.load_word())
+    }
+
+    fn duplicate(&self, state: &TokenBucketState) -> TokenBucketState {
+        TokenBucketState {
+            full_at: AtomicU64::new(AtomicU64::unmarked(state.full_at.load_word())),
+        }
     }
 
     fn relocate(&self, state: &TokenBucketState) -> Option<TokenBucketState> {

@@ -188,6 +188,7 @@ impl Rejections {
             retry_after: left,
             delay: 0,
             tick: crate::Tick::NANOSECOND,
+            refused_by: 0,
         })
     }
 
@@ -362,6 +363,7 @@ mod tests {
             retry_after,
             delay: 0,
             tick: crate::Tick::NANOSECOND,
+            refused_by: 0,
         }
     }
 

@@ -196,5 +196,6 @@ pub(super) fn decision(
         delay: field(delay)?,
         // Made the limiter's own by `Core::decision`.
         tick: crate::Tick::NANOSECOND,
+        refused_by: 0,
     })
 }

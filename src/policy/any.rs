@@ -1,0 +1,206 @@
+//! The six policies chosen at run time, and their states: what a tier's
+//! rule and each rule of several ([`Compound`](super::Compound)) hold.
+
+use super::{
+    FixedWindow, FixedWindowState, Gcra, GcraState, LeakyBucket, Policy, Retired, SlidingWindow,
+    SlidingWindowCounter, SlidingWindowCounterState, SlidingWindowState, Spent, TokenBucket,
+    TokenBucketState,
+};
+use crate::{ConfigError, Decision, PolicyKind, Rule};
+
+/// One of the six policies.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum AnyPolicy {
+    SlidingWindow(SlidingWindow),
+    TokenBucket(TokenBucket),
+    FixedWindow(FixedWindow),
+    SlidingWindowCounter(SlidingWindowCounter),
+    Gcra(Gcra),
+    LeakyBucket(LeakyBucket),
+}
+
+/// Their states (`gcra` and `leaky-bucket` share one).
+#[derive(Debug)]
+pub(crate) enum AnyState {
+    SlidingWindow(SlidingWindowState),
+    TokenBucket(TokenBucketState),
+    FixedWindow(FixedWindowState),
+    SlidingWindowCounter(SlidingWindowCounterState),
+    Schedule(GcraState),
+}
+
+/// Runs `$body` with the policy and the state of the same kind, and wraps
+/// a state it answers back in its kind with `$wrap`. A state is only ever
+/// made by its own policy, so the kinds match.
+macro_rules! with_pair {
+    ($policy:expr, $state:expr, |$p:ident, $s:ident| $body:expr) => {
+        match ($policy, $state) {
+            (AnyPolicy::SlidingWindow($p), AnyState::SlidingWindow($s)) => $body,
+            (AnyPolicy::TokenBucket($p), AnyState::TokenBucket($s)) => $body,
+            (AnyPolicy::FixedWindow($p), AnyState::FixedWindow($s)) => $body,
+            (AnyPolicy::SlidingWindowCounter($p), AnyState::SlidingWindowCounter($s)) => $body,
+            (AnyPolicy::Gcra($p), AnyState::Schedule($s)) => $body,
+            (AnyPolicy::LeakyBucket($p), AnyState::Schedule($s)) => $body,
+            _ => unreachable!("a state is made by its own policy"),
+        }
+    };
+}
+
+/// Runs `$body` with the policy, whatever its kind.
+macro_rules! with_policy {
+    ($policy:expr, |$p:ident| $body:expr) => {
+        match $policy {
+            AnyPolicy::SlidingWindow($p) => $body,
+            AnyPolicy::TokenBucket($p) => $body,
+            AnyPolicy::FixedWindow($p) => $body,
+            AnyPolicy::SlidingWindowCounter($p) => $body,
+            AnyPolicy::Gcra($p) => $body,
+            AnyPolicy::LeakyBucket($p) => $body,
+        }
+    };
+}
+
+/// Runs `$make` with the policy, and puts the state it makes in its kind.
+macro_rules! making {
+    ($policy:expr, |$p:ident| $make:expr) => {
+        match $policy {
+            AnyPolicy::SlidingWindow($p) => AnyState::SlidingWindow($make),
+            AnyPolicy::TokenBucket($p) => AnyState::TokenBucket($make),
+            AnyPolicy::FixedWindow($p) => AnyState::FixedWindow($make),
+            AnyPolicy::SlidingWindowCounter($p) => AnyState::SlidingWindowCounter($make),
+            AnyPolicy::Gcra($p) => AnyState::Schedule($make),
+            AnyPolicy::LeakyBucket($p) => AnyState::Schedule($make),
+        }
+    };
+}
+
+impl AnyPolicy {
+    /// The policy of `rule`.
+    ///
+    /// # Errors
+    ///
+    /// What the policy's `new` refuses (nothing, for a checked [`Rule`]).
+    pub(crate) fn new(rule: Rule) -> Result<Self, ConfigError> {
+        let config = rule.config();
+        Ok(match rule.policy() {
+            PolicyKind::SlidingWindow => Self::SlidingWindow(SlidingWindow::new(config)?),
+            PolicyKind::TokenBucket => Self::TokenBucket(TokenBucket::new(config)?),
+            PolicyKind::FixedWindow => Self::FixedWindow(FixedWindow::new(config)?),
+            PolicyKind::SlidingWindowCounter => {
+                Self::SlidingWindowCounter(SlidingWindowCounter::new(config)?)
+            }
+            PolicyKind::Gcra => Self::Gcra(Gcra::new(config)?),
+            PolicyKind::LeakyBucket => Self::LeakyBucket(LeakyBucket::new(config)?),
+        })
+    }
+
+    /// Whether its states count time from the client's origin (the
+    /// windows' grid and the log), rather than from tick 0 (the drip
+    /// policies, whose state begins at the origin).
+    pub(crate) fn keeps_origin(&self) -> bool {
+        matches!(
+            self,
+            Self::SlidingWindow(_) | Self::FixedWindow(_) | Self::SlidingWindowCounter(_)
+        )
+    }
+
+    pub(crate) fn begin(&self, origin: u64) -> AnyState {
+        making!(self, |p| p.begin(origin))
+    }
+
+    pub(crate) fn spent_state(&self, spent: u64, now: u64) -> AnyState {
+        making!(self, |p| p.spent_state(spent, now))
+    }
+
+    #[inline]
+    pub(crate) fn check_n(
+        &self,
+        state: &AnyState,
+        now: u64,
+        cost: u64,
+    ) -> Result<Decision, Retired> {
+        with_pair!(self, state, |p, s| p.check_n(s, now, cost))
+    }
+
+    /// `check_within` on a state no other thread can reach.
+    #[inline]
+    pub(crate) fn check_unshared(
+        &self,
+        state: AnyState,
+        now: u64,
+        cost: u64,
+    ) -> (AnyState, Decision) {
+        match (self, state) {
+            (Self::SlidingWindow(p), AnyState::SlidingWindow(s)) => {
+                let (s, d) = p.check_unshared(s, now, cost);
+                (AnyState::SlidingWindow(s), d)
+            }
+            (Self::TokenBucket(p), AnyState::TokenBucket(s)) => {
+                let (s, d) = p.check_unshared(s, now, cost);
+                (AnyState::TokenBucket(s), d)
+            }
+            (Self::FixedWindow(p), AnyState::FixedWindow(s)) => {
+                let (s, d) = p.check_unshared(s, now, cost);
+                (AnyState::FixedWindow(s), d)
+            }
+            (Self::SlidingWindowCounter(p), AnyState::SlidingWindowCounter(s)) => {
+                let (s, d) = p.check_unshared(s, now, cost);
+                (AnyState::SlidingWindowCounter(s), d)
+            }
+            (Self::Gcra(p), AnyState::Schedule(s)) => {
+                let (s, d) = p.check_unshared(s, now, cost);
+                (AnyState::Schedule(s), d)
+            }
+            (Self::LeakyBucket(p), AnyState::Schedule(s)) => {
+                let (s, d) = p.check_unshared(s, now, cost);
+                (AnyState::Schedule(s), d)
+            }
+            _ => unreachable!("a state is made by its own policy"),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn remaining(&self, state: &AnyState, now: u64) -> Result<u64, Retired> {
+        with_pair!(self, state, |p, s| p.remaining(s, now))
+    }
+
+    pub(crate) fn retire_if_idle(&self, state: &AnyState, now: u64) -> bool {
+        with_pair!(self, state, |p, s| p.retire_if_idle(s, now))
+    }
+
+    pub(crate) fn retire_spent(&self, state: &AnyState, now: u64) -> Spent {
+        with_pair!(self, state, |p, s| p.retire_spent(s, now))
+    }
+
+    pub(crate) fn is_retired(&self, state: &AnyState) -> bool {
+        with_pair!(self, state, |p, s| p.is_retired(s))
+    }
+
+    pub(crate) fn duplicate(&self, state: &AnyState) -> AnyState {
+        match (self, state) {
+            (Self::SlidingWindow(p), AnyState::SlidingWindow(s)) => {
+                AnyState::SlidingWindow(p.duplicate(s))
+            }
+            (Self::TokenBucket(p), AnyState::TokenBucket(s)) => {
+                AnyState::TokenBucket(p.duplicate(s))
+            }
+            (Self::FixedWindow(p), AnyState::FixedWindow(s)) => {
+                AnyState::FixedWindow(p.duplicate(s))
+            }
+            (Self::SlidingWindowCounter(p), AnyState::SlidingWindowCounter(s)) => {
+                AnyState::SlidingWindowCounter(p.duplicate(s))
+            }
+            (Self::Gcra(p), AnyState::Schedule(s)) => AnyState::Schedule(p.duplicate(s)),
+            (Self::LeakyBucket(p), AnyState::Schedule(s)) => AnyState::Schedule(p.duplicate(s)),
+            _ => unreachable!("a state is made by its own policy"),
+        }
+    }
+
+    pub(crate) fn forgets_after(&self) -> u64 {
+        with_policy!(self, |p| p.forgets_after())
+    }
+
+    pub(crate) fn measured_from_earlier(&self, decision: Decision, lag: u64) -> Decision {
+        with_policy!(self, |p| p.measured_from_earlier(decision, lag))
+    }
+}

@@ -1,0 +1,322 @@
+//! Several limits on one client (the contract's section of that name): on
+//! random traces of 2–3 rules of every policy mix, with costs, bounds and
+//! time going backwards, both engines answer alike; on traces whose times
+//! never decrease, every answer is the contract's, computed from each rule
+//! alone; and racing threads spend every rule together or none.
+
+mod support;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+
+use floodgate::policy::{Compound, Pair};
+use floodgate::{
+    build_rules, build_with, Bounds, Builder, Config, Decision, Engine, Limiter, ManualClock,
+    Overflow, PolicyKind, RateLimiter, Rule, RuleSet,
+};
+use proptest::prelude::*;
+use proptest::sample::select;
+use support::{run, Answer, Call, Op};
+
+/// A rule in ticks: small limits, so that traces reach them.
+fn rule() -> impl Strategy<Value = Rule> {
+    (select(PolicyKind::ALL.to_vec()), 1..=6u64, 1..=40u64).prop_map(|(policy, limit, window)| {
+        let window = if policy.drips() {
+            window.max(limit)
+        } else {
+            window
+        };
+        Rule::new(policy, Config::per_ticks(limit, window).unwrap()).unwrap()
+    })
+}
+
+fn rules() -> impl Strategy<Value = RuleSet> {
+    prop::collection::vec(rule(), 2..=3).prop_map(|rules| RuleSet::new(rules).unwrap())
+}
+
+/// Costs the contract singles out: 0, within every limit, above some.
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => Just(Op::Allow),
+        3 => prop_oneof![Just(0u64), 1..=3u64, 4..=8u64, Just(u64::MAX)].prop_map(Op::AllowN),
+        1 => Just(Op::Remaining),
+    ]
+}
+
+/// A trace of up to three clients; `back` lets time step back as well.
+fn trace(back: bool) -> impl Strategy<Value = Vec<Call>> {
+    let delta = if back { -30i64..=40 } else { 0i64..=40 };
+    prop::collection::vec(
+        (
+            0..3u64,
+            op(),
+            prop_oneof![3 => Just(0i64), 2 => delta],
+            prop_oneof![3 => Just(1usize), 1 => 2..=8usize],
+        ),
+        1..40,
+    )
+    .prop_map(|steps| {
+        let mut at: u64 = 1_000;
+        let mut trace = Vec::new();
+        for (client, op, delta, repeat) in steps {
+            at = at.saturating_add_signed(delta);
+            trace.extend((0..repeat).map(|_| Call { op, client, at }));
+        }
+        trace
+    })
+}
+
+fn bounds() -> impl Strategy<Value = Bounds> {
+    prop_oneof![
+        2 => Just(Bounds::new()),
+        1 => Just(Bounds::new().evict_idle()),
+        2 => (1..=2usize, select(vec![Overflow::Reject, Overflow::Admit, Overflow::Shared]))
+            .prop_map(|(cap, overflow)| Bounds::new().evict_idle().max_clients(cap).on_overflow(overflow)),
+    ]
+}
+
+fn built(rules: &RuleSet, engine: Engine, bounds: Bounds) -> Arc<dyn RateLimiter<u64>> {
+    build_rules::<u64, _>(rules, engine, ManualClock::new(0), bounds)
+        .unwrap_or_else(|e| panic!("{rules}: {e}"))
+}
+
+/// The general design on any rules, two one-word ones included (which the
+/// factory gives a [`Pair`]).
+fn compound(rules: &RuleSet, bounds: Bounds) -> Limiter<u64, Compound, ManualClock> {
+    Limiter::with_bounds(
+        Compound::from_rules(rules).unwrap(),
+        ManualClock::new(0),
+        bounds,
+    )
+    .unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Both engines answer every call alike, which rule refused included,
+    /// under every bound, on traces whose times never decrease per client
+    /// (the contract's exact setting, as `tests/differential.rs`).
+    #[test]
+    fn engines_agree_on_several_rules(
+        rules in rules(),
+        bounds in bounds(),
+        trace in trace(false),
+    ) {
+        let mutex = run(&*built(&rules, Engine::Mutex, bounds), &trace);
+        let lock_free = run(&*built(&rules, Engine::LockFree, bounds), &trace);
+        for (i, call) in trace.iter().enumerate() {
+            prop_assert_eq!(lock_free[i], mutex[i], "{} {:?}: call {} {:?} (lock-free, mutex)", rules, bounds, i, call);
+        }
+    }
+
+    /// Both lock-free designs answer alike on any rules they both take,
+    /// time going backwards included: the 16-byte pair and the snapshot
+    /// run each rule's own step.
+    #[test]
+    fn both_lock_free_designs_agree(
+        rules in rules(),
+        bounds in bounds(),
+        trace in trace(true),
+    ) {
+        let lock_free = run(&*built(&rules, Engine::LockFree, bounds), &trace);
+        let general = run(&compound(&rules, bounds), &trace);
+        for (i, call) in trace.iter().enumerate() {
+            prop_assert_eq!(general[i], lock_free[i], "{} {:?}: call {} {:?} (compound, factory's)", rules, bounds, i, call);
+        }
+    }
+
+    /// Every answer is the contract's, computed from each rule alone: a
+    /// fresh one-rule limiter per rule, replayed with the admissions the
+    /// several rules made, answers what that rule would say.
+    #[test]
+    fn several_rules_answer_as_the_contract_says(rules in rules(), trace in trace(false)) {
+        for engine in support::ENGINES {
+            let limiter = built(&rules, engine, Bounds::new());
+            // Per client: its origin, and the admissions made so far.
+            let mut history: Vec<(u64, Vec<(u64, u64)>)> = Vec::new();
+            let mut clients: Vec<u64> = Vec::new();
+            for (i, call) in trace.iter().enumerate() {
+                let index = clients.iter().position(|&c| c == call.client).unwrap_or_else(|| {
+                    clients.push(call.client);
+                    history.push((call.at, Vec::new()));
+                    clients.len() - 1
+                });
+                let (origin, admitted) = &history[index];
+                let alone: Vec<Arc<dyn RateLimiter<u64>>> = rules
+                    .iter()
+                    .map(|rule| {
+                        let one = build_with::<u64, _>(rule.policy(), rule.config(), engine, ManualClock::new(0)).unwrap();
+                        one.remaining_at(&0, *origin);
+                        for &(at, cost) in admitted {
+                            assert!(one.check_n_at(&0, at, cost).allowed());
+                        }
+                        one
+                    })
+                    .collect();
+                let before: Vec<u64> = alone.iter().map(|one| one.remaining_at(&0, call.at)).collect();
+                let cost = match call.op {
+                    Op::Remaining => {
+                        let got = support::call(&*limiter, *call);
+                        prop_assert_eq!(got, Answer::Remaining(*before.iter().min().unwrap()), "{} on {}: call {} {:?}", rules, engine, i, call);
+                        continue;
+                    }
+                    Op::AllowN(cost) => cost,
+                    Op::Allow => 1,
+                };
+                let own: Vec<Decision> = alone.iter().map(|one| one.check_n_at(&0, call.at, cost)).collect();
+                let got = limiter.check_n_at(&call.client, call.at, cost);
+                let context = format!("{rules} on {engine}: call {i} {call:?}: {got:?} from {own:?}");
+                prop_assert_eq!(got.allowed(), own.iter().all(Decision::allowed), "{}", context);
+                if got.allowed() {
+                    prop_assert_eq!(got.remaining(), own.iter().map(Decision::remaining).min().unwrap(), "{}", context);
+                    prop_assert_eq!(got.delay_ticks(), own.iter().map(Decision::delay_ticks).max().unwrap(), "{}", context);
+                    prop_assert_eq!(got.refused_by(), None, "{}", context);
+                    if cost > 0 {
+                        history[index].1.push((call.at, cost));
+                    }
+                } else {
+                    let wait = |d: &Decision| d.retry_after_ticks().unwrap_or(u64::MAX);
+                    let longest = own.iter().filter(|d| !d.allowed()).map(wait).max().unwrap();
+                    prop_assert_eq!(got.remaining(), *before.iter().min().unwrap(), "{}", context);
+                    prop_assert_eq!(wait(&got), longest, "{}", context);
+                    prop_assert_eq!(got.delay_ticks(), 0, "{}", context);
+                    let by = own.iter().position(|d| !d.allowed() && wait(d) == longest);
+                    prop_assert_eq!(got.refused_by(), by, "{}", context);
+                }
+            }
+        }
+    }
+}
+/// A refused request spends nothing of any rule: a burst refused by the
+/// per-second rule leaves the day's quota whole, on both engines.
+#[test]
+fn a_refused_burst_does_not_drain_the_quota() {
+    let rules: RuleSet = "gcra:10/1s,fixed-window:1000/1d".parse().unwrap();
+    for engine in support::ENGINES {
+        let limiter = built(&rules, engine, Bounds::new());
+        let mut admitted = 0;
+        for _ in 0..100 {
+            admitted += u64::from(limiter.check_at(&1, 0).allowed());
+        }
+        assert_eq!(admitted, 10, "{engine}");
+        let ruled = limiter.check_ruled_at(&1, 0);
+        assert_eq!(ruled.decision.refused_by(), Some(0), "{engine}");
+        let each: Vec<_> = ruled.each.iter().collect();
+        assert_eq!(each.len(), 2, "{engine}");
+        assert!(!each[0].decision.allowed());
+        assert_eq!(each[0].decision.retry_after_ticks(), Some(100_000_000));
+        assert!(
+            each[1].decision.allowed(),
+            "{engine}: the quota would admit"
+        );
+        assert_eq!(
+            each[1].decision.remaining(),
+            990,
+            "{engine}: only the ten count"
+        );
+    }
+}
+
+/// Many threads at one frozen instant on one client: exactly the
+/// strictest rule's limit is admitted, and every rule spent exactly that
+/// (no thread saw one rule spent and another not), on every design.
+#[test]
+fn racing_threads_spend_every_rule_together() {
+    for text in [
+        "gcra:10/1s,token-bucket:7/1m",
+        "gcra:10/1s,fixed-window:7/1m",
+        "sliding-window:10/1s,fixed-window:7/1m,leaky-bucket:9/1s",
+    ] {
+        let rules: RuleSet = text.parse().unwrap();
+        for engine in support::ENGINES {
+            let limiter = built(&rules, engine, Bounds::new());
+            let admitted = AtomicU64::new(0);
+            let start = Barrier::new(4);
+            std::thread::scope(|s| {
+                for _ in 0..4 {
+                    s.spawn(|| {
+                        start.wait();
+                        for _ in 0..1_000 {
+                            if limiter.check_at(&9, 5).allowed() {
+                                admitted.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    });
+                }
+            });
+            assert_eq!(admitted.load(Ordering::Relaxed), 7, "{text} on {engine}");
+            let ruled = limiter.check_ruled_n_at(&9, 5, 0);
+            let spent: Vec<u64> = ruled
+                .each
+                .iter()
+                .map(|a| a.rule.config().limit() - a.decision.remaining())
+                .collect();
+            assert!(
+                spent.iter().all(|&s| s == 7),
+                "{text} on {engine}: {spent:?}"
+            );
+        }
+    }
+}
+
+/// On the real clock, racing threads never get more than the strictest
+/// reading of the rules allows in the time they ran: each rule's burst
+/// plus what it refills in the elapsed time.
+#[test]
+fn racing_on_the_real_clock_never_exceeds_any_rule() {
+    let limiter = Builder::new(PolicyKind::Gcra, 50, Duration::from_millis(10))
+        .and(PolicyKind::TokenBucket, 200, Duration::from_secs(1))
+        .build::<u64>()
+        .unwrap();
+    let admitted = AtomicU64::new(0);
+    let start = limiter.now();
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                for _ in 0..50_000 {
+                    if limiter.check(&3).allowed() {
+                        admitted.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    });
+    let elapsed = limiter.now() - start;
+    let admitted = admitted.load(Ordering::Relaxed);
+    // gcra: 50 at once, then one per 200 µs; token-bucket: 200, then one
+    // per 5 ms. The first decision came after `start`.
+    let gcra = 50 + elapsed / 200_000;
+    let bucket = 200 + elapsed / 5_000_000;
+    assert!(admitted <= gcra.min(bucket), "{admitted} in {elapsed} ns");
+    assert!(admitted >= 50, "the burst is admitted: {admitted}");
+}
+
+/// Two one-word rules take the 16-byte word; the others, the snapshot.
+#[test]
+fn the_design_follows_the_rules() {
+    assert!(Pair::fits(&"gcra:1/1s,leaky-bucket:5/1m".parse().unwrap()));
+    assert!(Pair::fits(
+        &"token-bucket:1/1s,token-bucket:5/1m".parse().unwrap()
+    ));
+    assert!(!Pair::fits(&"gcra:1/1s,fixed-window:5/1m".parse().unwrap()));
+    assert!(!Pair::fits(
+        &"gcra:1/1s,gcra:2/1s,gcra:5/1m".parse().unwrap()
+    ));
+    let limiter = Builder::from_rules(&"gcra:10/1s,fixed-window:3/1m".parse().unwrap())
+        .clock(ManualClock::new(0))
+        .build::<str>()
+        .unwrap();
+    assert_eq!(limiter.policy(), PolicyKind::FixedWindow, "the strictest");
+    assert_eq!(limiter.config().limit(), 3);
+    assert_eq!(limiter.rules().to_string(), "gcra:10/1s,fixed-window:3/1m");
+    let too_many = Builder::new(PolicyKind::Gcra, 1, Duration::from_secs(1));
+    let too_many = (0..8).fold(too_many, |b, _| {
+        b.and(PolicyKind::Gcra, 1, Duration::from_secs(1))
+    });
+    assert_eq!(
+        too_many.build::<str>().err(),
+        Some(floodgate::ConfigError::RuleCount { count: 9 })
+    );
+}
