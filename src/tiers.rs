@@ -81,10 +81,12 @@ use crate::store::{Arrival, Client, KeyedStore};
 use crate::sync::{AtomicU64, Ordering, SwapCell};
 use crate::{
     Bounds, Clock, Config, ConfigError, Decision, Overflow, PolicyKind, QuantaClock, RateLimiter,
-    Rule, RuledDecision, Tick,
+    Rule, RuleSet, RuledDecision, Tick,
 };
 
-/// One tier's rule: a policy and its limits (the same as a [`Rule`]).
+/// One tier's rule: a policy and its limits (the same as a [`Rule`]). A
+/// tier may apply several rules to each client (a [`RuleSet`]): every
+/// method that takes a tier's rule takes either.
 pub type TierSpec = Rule;
 
 /// A tier's name as a resolver gives it: borrowed from the resolver, or
@@ -363,8 +365,8 @@ where
 {
     /// A registry whose tier `default_tier` applies `spec`, on the default
     /// clock (nanoseconds). Add tiers with [`with_tier`](Self::with_tier).
-    pub fn new(default_tier: &str, spec: TierSpec, resolver: R) -> Self {
-        Self::empty(default_tier, resolver, QuantaClock::new()).with_default(spec)
+    pub fn new(default_tier: &str, spec: impl Into<RuleSet>, resolver: R) -> Self {
+        Self::empty(default_tier, resolver, QuantaClock::new()).with_default(spec.into())
     }
 }
 
@@ -379,7 +381,7 @@ where
     /// A [`ConfigError`] if `spec` does not fit the clock's tick.
     pub fn with_clock(
         default_tier: &str,
-        spec: TierSpec,
+        spec: impl Into<RuleSet>,
         resolver: R,
         clock: C,
     ) -> Result<Self, ConfigError>
@@ -387,7 +389,7 @@ where
         C: Clock,
     {
         let tick = clock.tick();
-        Ok(Self::empty(default_tier, resolver, clock).with_default(spec.in_ticks_of(tick)?))
+        Ok(Self::empty(default_tier, resolver, clock).with_default(spec.into().in_ticks_of(tick)?))
     }
 
     fn empty(default_tier: &str, resolver: R, clock: C) -> Self
@@ -409,7 +411,7 @@ where
         }
     }
 
-    fn with_default(mut self, spec: TierSpec) -> Self {
+    fn with_default(mut self, spec: RuleSet) -> Self {
         self.tiers.insert(
             self.default_tier.clone(),
             Tier::new(spec, self.bounds, self.counting),
@@ -422,8 +424,8 @@ where
     /// # Errors
     ///
     /// A [`ConfigError`] if `spec` does not fit the clock's tick.
-    pub fn with_tier(mut self, name: &str, spec: TierSpec) -> Result<Self, ConfigError> {
-        let spec = spec.in_ticks_of(self.tick)?;
+    pub fn with_tier(mut self, name: &str, spec: impl Into<RuleSet>) -> Result<Self, ConfigError> {
+        let spec = spec.into().in_ticks_of(self.tick)?;
         self.tiers
             .insert(name.to_owned(), Tier::new(spec, self.bounds, self.counting));
         Ok(self)
@@ -441,7 +443,7 @@ where
     pub fn with_bounds(mut self, bounds: Bounds) -> Result<Self, ConfigError> {
         self.bounds = bounds.validate()?;
         for tier in self.tiers.values_mut() {
-            *tier = Tier::new(tier.spec(), bounds, self.counting);
+            *tier = Tier::new(tier.rules(), bounds, self.counting);
         }
         Ok(self)
     }
@@ -454,7 +456,7 @@ where
     pub fn counting(mut self, on: bool) -> Self {
         self.counting = on;
         for tier in self.tiers.values_mut() {
-            *tier = Tier::new(tier.spec(), self.bounds, on);
+            *tier = Tier::new(tier.rules(), self.bounds, on);
         }
         self
     }
@@ -523,23 +525,25 @@ where
     ///
     /// [`TierError::Unknown`] if there is no such tier;
     /// [`TierError::Config`] if `spec` does not fit the clock's tick.
-    pub fn reload(&self, name: &str, spec: TierSpec) -> Result<(), TierError> {
+    pub fn reload(&self, name: &str, spec: impl Into<RuleSet>) -> Result<(), TierError> {
         let tier = self.tiers.get(name).ok_or_else(|| self.unknown(name))?;
-        let spec = spec.in_ticks_of(self.tick)?;
+        let spec = spec.into().in_ticks_of(self.tick)?;
         // Reloads of one tier may race; two that both see an old rule both
         // store, and the later store wins, as if they had run in turn.
-        let before = tier.spec();
+        let before = tier.rules();
         if before != spec {
-            tier.current.store(Arc::new(Generation::new(spec)));
             tracing::info!(
                 tier = name,
                 "floodgate: tier {name:?} reloaded: {before} to {spec}"
             );
+            tier.current.store(Arc::new(Generation::new(spec)));
         }
         Ok(())
     }
 
-    /// Tier `name`'s rule now.
+    /// Tier `name`'s rule now: for several rules, the one with the
+    /// smallest limit ([`RuleSet::strictest`]; [`rules`](Self::rules) has
+    /// them all).
     ///
     /// # Errors
     ///
@@ -548,6 +552,18 @@ where
         self.tiers
             .get(name)
             .map(Tier::spec)
+            .ok_or_else(|| self.unknown(name))
+    }
+
+    /// Tier `name`'s rules now.
+    ///
+    /// # Errors
+    ///
+    /// [`UnknownTier`] if there is no such tier.
+    pub fn rules(&self, name: &str) -> Result<RuleSet, UnknownTier> {
+        self.tiers
+            .get(name)
+            .map(Tier::rules)
             .ok_or_else(|| self.unknown(name))
     }
 
@@ -673,7 +689,7 @@ where
                     })
                 },
                 |generation, rule| {
-                    let limit = generation.spec.config().limit();
+                    let limit = generation.strictest.config().limit();
                     let remaining = if rule == Overflow::Admit { limit } else { 0 };
                     if cost == 0 {
                         Decision::admit(remaining)
@@ -786,7 +802,7 @@ impl<K, R, C> fmt::Debug for Tiers<K, R, C> {
                 "tiers",
                 &tiers
                     .iter()
-                    .map(|(name, tier)| (name, tier.spec().to_string()))
+                    .map(|(name, tier)| (name, tier.rules().to_string()))
                     .collect::<Vec<_>>(),
             )
             .finish_non_exhaustive()
@@ -844,7 +860,7 @@ where
                 generation.remaining(state, now.saturating_sub(origin))
             },
             |generation, rule| match rule {
-                Overflow::Admit => generation.spec.config().limit(),
+                Overflow::Admit => generation.strictest.config().limit(),
                 _ => 0,
             },
             false,
@@ -961,8 +977,13 @@ struct Tier<K> {
 }
 
 impl<K> Tier<K> {
-    fn spec(&self) -> TierSpec {
-        self.current.load().spec
+    /// Its rule (for several, the strictest: [`RuleSet::strictest`]).
+    fn spec(&self) -> Rule {
+        self.current.load().strictest
+    }
+
+    fn rules(&self) -> RuleSet {
+        self.current.load().spec.clone()
     }
 }
 
@@ -999,7 +1020,7 @@ impl<K> Tier<K>
 where
     K: Hash + Eq + Clone + 'static,
 {
-    fn new(spec: TierSpec, bounds: Bounds, counting: bool) -> Self {
+    fn new(spec: RuleSet, bounds: Bounds, counting: bool) -> Self {
         Self {
             current: SwapCell::from_pointee(Generation::new(spec)),
             clients: KeyedStore::new(bounds),
@@ -1130,25 +1151,30 @@ where
         // is carried), then read the latest time a check presented: Relaxed
         // is enough, as the retiring CAS acquired every admission before
         // it, and each of those raised `latest` before its own CAS.
+        //
+        // Several rules carry over rule by rule: the new rule at each
+        // position keeps what the old one there had spent (a rule beyond
+        // the old ones, what the old last one had).
         let state = &client.state.state;
-        let first = old.retire_spent(state, now.saturating_sub(client.origin));
+        let first = old.policy.retire_spent_each(state, now.saturating_sub(client.origin));
         let latest = client
             .state
             .latest
             .load(Ordering::Relaxed)
             .saturating_sub(client.origin);
-        let spent = if latest > first.at {
+        let spent = if first.iter().any(|spent| latest > spent.at) {
             // Already retired: this only judges the frozen state again.
-            old.retire_spent(state, latest)
+            old.policy.retire_spent_each(state, latest)
         } else {
             first
         };
+        let at = spent.iter().map(|spent| spent.at).max().unwrap_or(0);
         let successor = Arc::new(Client {
             origin: client.origin,
             state: TierState::new(
                 Arc::clone(&generation),
-                generation.spent_state(spent.count, spent.at),
-                client.origin + spent.at,
+                generation.policy.spent_state_each(&spent),
+                client.origin + at,
             ),
         });
         self.clients.replace(key, &client, successor);
@@ -1206,7 +1232,9 @@ fn retire_if_idle(client: &Client<TierState>, now: u64) -> bool {
 
 /// One rule of a tier, as it was between two reloads.
 struct Generation {
-    spec: TierSpec,
+    spec: RuleSet,
+    /// The rule with the smallest limit: the tier's `config` and `policy`.
+    strictest: Rule,
     policy: AnyPolicy,
     /// The state newcomers share under [`Overflow::Shared`], with its
     /// origin: created by the first of them.
@@ -1214,12 +1242,13 @@ struct Generation {
 }
 
 impl Generation {
-    fn new(spec: TierSpec) -> Self {
+    fn new(spec: RuleSet) -> Self {
         Self {
-            spec,
+            strictest: spec.strictest(),
             // `Rule::in_ticks_of` ran `check_for`, which is all a policy's
             // `new` checks.
-            policy: AnyPolicy::new(spec).expect("validated by TierSpec::new"),
+            policy: AnyPolicy::from_rules(&spec).expect("validated by Rule::new"),
+            spec,
             overflow: OnceLock::new(),
         }
     }

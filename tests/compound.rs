@@ -320,3 +320,39 @@ fn the_design_follows_the_rules() {
         Some(floodgate::ConfigError::RuleCount { count: 9 })
     );
 }
+
+/// A tier's rule may be several: a tier answers as a limiter with the same
+/// rules does, and a reload that changes one of them keeps what each rule
+/// had spent (rule by rule, by position).
+#[test]
+fn a_tier_applies_several_rules_and_a_reload_keeps_each_spend() {
+    use floodgate::tiers::Tiers;
+    let rules: RuleSet = "gcra:5/100ticks,fixed-window:8/1000ticks".parse().unwrap();
+    let tiers = Tiers::with_clock("only", rules.clone(), |_: &u64| "only", ManualClock::new(0))
+        .unwrap();
+    assert_eq!(tiers.rules("only").unwrap(), rules);
+    let limiter = built(&rules, Engine::LockFree, Bounds::new());
+    for at in [0, 0, 0, 0, 0, 0, 500, 500, 500, 500] {
+        assert_eq!(tiers.check_at(&1, at), limiter.check_at(&1, at), "at {at}");
+    }
+    // At 500 the burst rule has two left and the quota none (5 + 3 = 8).
+    assert_eq!(tiers.check_at(&1, 500).refused_by(), Some(1));
+    tiers
+        .reload(
+            "only",
+            "gcra:5/100ticks,fixed-window:10/1000ticks"
+                .parse::<RuleSet>()
+                .unwrap(),
+        )
+        .unwrap();
+    // The quota kept its 8 of now 10; the burst rule its 3 of 5.
+    assert_eq!(tiers.remaining_at(&1, 500), 2);
+    assert!(tiers.check_at(&1, 500).allowed());
+    assert!(tiers.check_at(&1, 500).allowed());
+    let refused = tiers.check_at(&1, 500);
+    assert!(!refused.allowed());
+    // Both have none left now; the burst rule's wait (20 ticks) is shorter
+    // than the quota's (500), so the quota refused it.
+    assert_eq!(refused.refused_by(), Some(1));
+    assert_eq!(refused.retry_after_ticks(), Some(500));
+}

@@ -85,6 +85,9 @@ mod redis;
 #[path = "bench_tail.rs"]
 mod tail;
 
+#[path = "bench_rules.rs"]
+mod several;
+
 /// The default limit. Small because a `sliding-window` client keeps
 /// its last `L` admission times (16 bytes each) and the Zipf grid tracks
 /// 100,000 clients.
@@ -1232,6 +1235,21 @@ pub fn run(args: Args) -> ExitCode {
         }
     }
     add_ratios(&mut rows);
+    // The several-rules rows, beside the main ones: the hot and uniform
+    // streams on the bench's gcra quota.
+    let several = (keys.contains(&Keys::Hot) || keys.contains(&Keys::Uniform))
+        && policies.contains(&PolicyKind::Gcra)
+        && args.clocks.contains(&ClockKind::Quanta);
+    let several = several.then(|| {
+        several::rows(
+            config,
+            &args.threads,
+            rounds,
+            slice,
+            &mut capacities,
+            cores,
+        )
+    });
     let tail_started = Instant::now();
     let tail = args
         .tail
@@ -1258,6 +1276,9 @@ pub fn run(args: Args) -> ExitCode {
         if !rows.is_empty() {
             print!("{}", table(&rows));
             print!("{}", targets(&rows, cores));
+        }
+        if let Some(several) = &several {
+            print!("{}", several::table(several));
         }
         if let Some((rows, floor)) = &tail {
             print!("{}", tail::table(rows, *floor));

@@ -137,6 +137,11 @@ pub struct Input {
     pub window: u64,
     /// The calls, in order.
     pub calls: Vec<Call>,
+    /// More rules applied to every client with the first (the contract's
+    /// "Several limits on one client"): a policy, limit and window each,
+    /// possibly ones the policy refuses. Only in inputs without time going
+    /// back whose first byte has bit 6 set.
+    pub more: Vec<(PolicyKind, u64, u64)>,
 }
 
 impl Input {
@@ -149,6 +154,22 @@ impl Input {
         // The policy is `first mod 6` either way; 128..=255 covers all six.
         let weighted = !backwards && first >= 128;
         let policy = PolicyKind::ALL[usize::from(first) % PolicyKind::ALL.len()];
+        let more = if !backwards && first & 64 != 0 {
+            (0..1 + bytes.u8() % 2)
+                .map(|_| {
+                    let policy = PolicyKind::ALL[usize::from(bytes.u8()) % PolicyKind::ALL.len()];
+                    let limit = 1 + u64::from(bytes.u8() % 16);
+                    let window = match bytes.u8() % 3 {
+                        0 => 1 + u64::from(bytes.u8()),
+                        1 => limit.saturating_mul(1 + u64::from(bytes.u8())),
+                        _ => bytes.u64().max(1),
+                    };
+                    (policy, limit, window)
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         let limit = match bytes.u8() % 4 {
             0 | 1 => 1 + u64::from(bytes.u8() % 8),
             2 => 1 + u64::from(bytes.u16() % 256),
@@ -247,6 +268,7 @@ impl Input {
             limit,
             window,
             calls,
+            more,
         }
     }
 }
@@ -299,6 +321,9 @@ pub fn counts_from_zero(policy: PolicyKind) -> bool {
 /// On any disagreement, with the input and the call that showed it.
 pub fn check_differential(data: &[u8]) {
     let input = Input::decode(data, false);
+    if !input.more.is_empty() {
+        return check_differential_rules(&input);
+    }
     let Ok(config) = Config::per_ticks(input.limit, input.window) else {
         return; // the inputs' ranges are checked before any engine is involved
     };
@@ -338,6 +363,46 @@ pub fn check_differential(data: &[u8]) {
         mutex.tracked_clients(),
         "{input:?}"
     );
+}
+
+/// [`check_differential`] for several rules on one client: both engines
+/// refuse the same rule sets and, call by call, answer alike (which rule
+/// refused included) while every rule of the client stays within
+/// [`within_horizon`] (measured from 0 for a drip rule, from the client's
+/// origin for a window rule, as one rule alone).
+fn check_differential_rules(input: &Input) {
+    let rules: Result<Vec<floodgate::Rule>, _> = std::iter::once((input.policy, input.limit, input.window))
+        .chain(input.more.iter().copied())
+        .map(|(policy, limit, window)| {
+            Config::per_ticks(limit, window).and_then(|config| floodgate::Rule::new(policy, config))
+        })
+        .collect();
+    let Ok(rules) = rules.and_then(floodgate::RuleSet::new) else {
+        return; // a rule refused before any engine is involved
+    };
+    let build = |engine| {
+        floodgate::build_rules::<u64, _>(&rules, engine, ManualClock::new(0), floodgate::Bounds::new())
+            .unwrap_or_else(|e| panic!("{rules}: {e}"))
+    };
+    let (lock_free, mutex) = (build(Engine::LockFree), build(Engine::Mutex));
+    let mut origins: [Option<u64>; 4] = [None; 4];
+    let mut inside = [true; 4];
+    for (k, &c) in input.calls.iter().enumerate() {
+        let (a, b) = (call(&*lock_free, c), call(&*mutex, c));
+        let origin = *origins[c.client as usize].get_or_insert(c.now);
+        let client = c.client as usize;
+        inside[client] &= rules.iter().all(|rule| {
+            let from = if counts_from_zero(rule.policy()) { 0 } else { origin };
+            within_horizon(c.now.saturating_sub(from), rule.config().window())
+        });
+        if inside[client] {
+            assert_eq!(
+                a, b,
+                "call {k} {c:?} of {rules} ({input:?}): lockfree (left) and mutex (right) disagree"
+            );
+        }
+    }
+    assert_eq!(lock_free.tracked_clients(), mutex.tracked_clients(), "{rules}");
 }
 
 /// What the check knows of `client` after its tier carried it over at `at`

@@ -2,14 +2,14 @@
 //! rule and each rule of several ([`Compound`](super::Compound)) hold.
 
 use super::{
-    FixedWindow, FixedWindowState, Gcra, GcraState, LeakyBucket, Policy, Retired, SlidingWindow,
+    Compound, CompoundState, FixedWindow, FixedWindowState, Gcra, GcraState, LeakyBucket, Policy, Retired, SlidingWindow,
     SlidingWindowCounter, SlidingWindowCounterState, SlidingWindowState, Spent, TokenBucket,
     TokenBucketState,
 };
-use crate::{ConfigError, Decision, PolicyKind, Rule};
+use crate::{ConfigError, Decision, PolicyKind, Rule, RuleSet};
 
 /// One of the six policies.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) enum AnyPolicy {
     SlidingWindow(SlidingWindow),
     TokenBucket(TokenBucket),
@@ -17,6 +17,9 @@ pub(crate) enum AnyPolicy {
     SlidingWindowCounter(SlidingWindowCounter),
     Gcra(Gcra),
     LeakyBucket(LeakyBucket),
+    /// Several rules (a tier's rule may be several): never one of a
+    /// [`Compound`]'s own rules.
+    Several(Compound),
 }
 
 /// Their states (`gcra` and `leaky-bucket` share one).
@@ -27,6 +30,7 @@ pub(crate) enum AnyState {
     FixedWindow(FixedWindowState),
     SlidingWindowCounter(SlidingWindowCounterState),
     Schedule(GcraState),
+    Several(CompoundState),
 }
 
 /// Runs `$body` with the policy and the state of the same kind, and wraps
@@ -41,6 +45,7 @@ macro_rules! with_pair {
             (AnyPolicy::SlidingWindowCounter($p), AnyState::SlidingWindowCounter($s)) => $body,
             (AnyPolicy::Gcra($p), AnyState::Schedule($s)) => $body,
             (AnyPolicy::LeakyBucket($p), AnyState::Schedule($s)) => $body,
+            (AnyPolicy::Several($p), AnyState::Several($s)) => $body,
             _ => unreachable!("a state is made by its own policy"),
         }
     };
@@ -56,6 +61,7 @@ macro_rules! with_policy {
             AnyPolicy::SlidingWindowCounter($p) => $body,
             AnyPolicy::Gcra($p) => $body,
             AnyPolicy::LeakyBucket($p) => $body,
+            AnyPolicy::Several($p) => $body,
         }
     };
 }
@@ -70,6 +76,7 @@ macro_rules! making {
             AnyPolicy::SlidingWindowCounter($p) => AnyState::SlidingWindowCounter($make),
             AnyPolicy::Gcra($p) => AnyState::Schedule($make),
             AnyPolicy::LeakyBucket($p) => AnyState::Schedule($make),
+            AnyPolicy::Several($p) => AnyState::Several($make),
         }
     };
 }
@@ -102,6 +109,36 @@ impl AnyPolicy {
             self,
             Self::SlidingWindow(_) | Self::FixedWindow(_) | Self::SlidingWindowCounter(_)
         )
+    }
+
+    /// The rules of `rules`: one policy, or several.
+    ///
+    /// # Errors
+    ///
+    /// What a rule's policy refuses (nothing, for checked rules).
+    pub(crate) fn from_rules(rules: &RuleSet) -> Result<Self, ConfigError> {
+        match rules.rules() {
+            [rule] => Self::new(*rule),
+            _ => Ok(Self::Several(Compound::from_rules(rules)?)),
+        }
+    }
+
+    /// What each rule had spent, retiring the state (a tier's carry-over
+    /// keeps each rule's spend: `Compound::retire_spent_each`).
+    pub(crate) fn retire_spent_each(&self, state: &AnyState, now: u64) -> Vec<Spent> {
+        match (self, state) {
+            (Self::Several(p), AnyState::Several(s)) => p.retire_spent_each(s, now),
+            _ => vec![self.retire_spent(state, now)],
+        }
+    }
+
+    /// A state whose rule `i` has spent `spent[i]` (the last one's for a
+    /// rule beyond them).
+    pub(crate) fn spent_state_each(&self, spent: &[Spent]) -> AnyState {
+        match self {
+            Self::Several(p) => AnyState::Several(p.spent_state_each(spent)),
+            _ => self.spent_state(spent[0].count, spent[0].at),
+        }
     }
 
     pub(crate) fn begin(&self, origin: u64) -> AnyState {
@@ -155,6 +192,10 @@ impl AnyPolicy {
                 let (s, d) = p.check_unshared(s, now, cost);
                 (AnyState::Schedule(s), d)
             }
+            (Self::Several(p), AnyState::Several(s)) => {
+                let (s, d) = p.check_unshared(s, now, cost);
+                (AnyState::Several(s), d)
+            }
             _ => unreachable!("a state is made by its own policy"),
         }
     }
@@ -192,6 +233,7 @@ impl AnyPolicy {
             }
             (Self::Gcra(p), AnyState::Schedule(s)) => AnyState::Schedule(p.duplicate(s)),
             (Self::LeakyBucket(p), AnyState::Schedule(s)) => AnyState::Schedule(p.duplicate(s)),
+            (Self::Several(p), AnyState::Several(s)) => AnyState::Several(p.duplicate(s)),
             _ => unreachable!("a state is made by its own policy"),
         }
     }

@@ -46,10 +46,11 @@ use crate::{
 
 /// Combines the rules' own decisions on one request (the contract):
 /// admitted iff all admit, with the smallest `remaining` and the largest
-/// `delay`; else refused, with the smallest `remaining(now)`
-/// (`remaining_now`: a rule that would admit counted the request in its
-/// decision) and the largest `retry_after`, by the first rule that waits
-/// that long.
+/// `delay`; else refused, with the smallest `remaining(now)` and the
+/// largest `retry_after`, by the first rule that waits that long. A
+/// refusing rule's decision carries its `remaining(now)`; a rule that would
+/// admit counted the request in its decision, so its `remaining(now)` comes
+/// from `remaining_now`, asked only while the smallest is above 0.
 #[inline]
 fn combine(decisions: &[Decision], remaining_now: impl Fn(usize) -> u64) -> Decision {
     if decisions.iter().all(|d| d.allowed) {
@@ -64,10 +65,17 @@ fn combine(decisions: &[Decision], remaining_now: impl Fn(usize) -> u64) -> Deci
     let mut by = 0;
     let mut retry_after = 0;
     for (i, d) in decisions.iter().enumerate() {
-        remaining = remaining.min(remaining_now(i));
-        if !d.allowed && d.retry_after > retry_after {
-            retry_after = d.retry_after;
-            by = i;
+        if !d.allowed {
+            remaining = remaining.min(d.remaining);
+            if d.retry_after > retry_after {
+                retry_after = d.retry_after;
+                by = i;
+            }
+        }
+    }
+    for (i, d) in decisions.iter().enumerate() {
+        if d.allowed && remaining > 0 {
+            remaining = remaining.min(remaining_now(i));
         }
     }
     Decision::reject(remaining, retry_after).by_rule(by)
@@ -665,22 +673,82 @@ impl Compound {
 
     /// Every rule's step on `snapshot`: the decision, and the states to
     /// publish if every rule admitted.
-    fn step(
-        &self,
-        snapshot: &Snapshot,
-        now: u64,
-        cost: u64,
-    ) -> (Decision, Option<Box<[AnyState]>>) {
-        let mut decisions = [Decision::default(); MAX_RULES];
-        let mut next = Vec::with_capacity(self.rules.len());
-        for (i, decision) in decisions.iter_mut().enumerate().take(self.rules.len()) {
-            let (state, decided) = self.rule_step(i, snapshot, now, cost);
-            *decision = decided;
-            next.push(state);
+    ///
+    /// A rule admits a request of cost `n` iff `n` single requests at
+    /// `now` would all be admitted (the contract's "Weighted requests"),
+    /// that is iff its `remaining(now) >= n`: so each rule is first read
+    /// in place, and only the rules whose step is needed are stepped on a
+    /// copy (all of them for an admission, whose new states are published;
+    /// the refusing ones for a refusal, for their waits). A refusal copies
+    /// nothing of a rule that would admit (a `sliding-window` ring is the
+    /// copy that costs).
+    fn step(&self, snapshot: &Snapshot, now: u64, cost: u64) -> (Decision, Option<Box<[AnyState]>>) {
+        let k = self.rules.len();
+        let mut remaining = [0u64; MAX_RULES];
+        for (i, left) in remaining.iter_mut().enumerate().take(k) {
+            *left = self.rule_remaining(i, snapshot, now);
         }
-        let decisions = &decisions[..self.rules.len()];
-        let decision = combine(decisions, |i| self.rule_remaining(i, snapshot, now));
-        (decision, decision.allowed.then(|| next.into_boxed_slice()))
+        let remaining = &remaining[..k];
+        let mut decisions = [Decision::default(); MAX_RULES];
+        if remaining.iter().all(|&left| left >= cost) {
+            let mut next = Vec::with_capacity(k);
+            for (i, decision) in decisions.iter_mut().enumerate().take(k) {
+                let (state, decided) = self.rule_step(i, snapshot, now, cost);
+                *decision = decided;
+                next.push(state);
+            }
+            let decision = combine(&decisions[..k], |_| 0);
+            debug_assert!(decision.allowed, "every rule had room: {decisions:?}");
+            return (decision, decision.allowed.then(|| next.into_boxed_slice()));
+        }
+        for (i, decision) in decisions.iter_mut().enumerate().take(k) {
+            *decision = if remaining[i] >= cost {
+                Decision::admit(remaining[i])
+            } else {
+                Decision {
+                    remaining: remaining[i],
+                    ..self.rule_step(i, snapshot, now, cost).1
+                }
+            };
+        }
+        (combine(&decisions[..k], |i| remaining[i]), None)
+    }
+}
+
+impl Compound {
+    /// Retires the state and answers what each rule had spent, each judged
+    /// as its own `retire_spent` judges (a tier's carry-over keeps every
+    /// rule's spend, not only the strictest one's).
+    pub(crate) fn retire_spent_each(&self, state: &CompoundState, now: u64) -> Vec<Spent> {
+        state.retire();
+        let pin = reclaim::pin();
+        let (_, snapshot) = state.load(&pin);
+        self.rules
+            .iter()
+            .enumerate()
+            .map(|(i, rule)| {
+                let (at, _) = Self::judged(rule, snapshot.origin, now);
+                rule.retire_spent(&rule.duplicate(&snapshot.states[i]), at)
+            })
+            .collect()
+    }
+
+    /// A state (times counted from tick 0, as a tier counts from each
+    /// client's origin) whose rule `i` has spent `spent[i]`, or the last
+    /// spend given for a rule beyond them.
+    pub(crate) fn spent_state_each(&self, spent: &[Spent]) -> CompoundState {
+        CompoundState::new(Snapshot {
+            origin: 0,
+            states: self
+                .rules
+                .iter()
+                .enumerate()
+                .map(|(i, rule)| {
+                    let spent = spent[i.min(spent.len() - 1)];
+                    rule.spent_state(spent.count, spent.at)
+                })
+                .collect(),
+        })
     }
 }
 
@@ -849,14 +917,7 @@ impl Policy for Compound {
     }
 
     fn spent_state(&self, spent: u64, now: u64) -> CompoundState {
-        CompoundState::new(Snapshot {
-            origin: 0,
-            states: self
-                .rules
-                .iter()
-                .map(|rule| rule.spent_state(spent, now))
-                .collect(),
-        })
+        self.spent_state_each(&[Spent { count: spent, at: now }])
     }
 
     fn is_retired(&self, state: &CompoundState) -> bool {

@@ -1,0 +1,182 @@
+//! Several rules on one client (`policy::Pair`, one 16-byte CAS over two
+//! one-word rules; `policy::Compound`, a snapshot swapped by pointer),
+//! raced under loom: the step racing itself, a reader of every rule, the
+//! table's rebuild, a sweep and `forget`. Every model checks that each
+//! rule spent exactly what the others did (no thread sees one rule spent
+//! and another not) and that admissions are exact.
+#![cfg(floodgate_loom)]
+
+use floodgate::policy::{Compound, Pair, Policy};
+use floodgate::{Bounds, Limiter, ManualClock, RateLimiter, RuleSet};
+use loom::sync::Arc;
+use loom::thread;
+
+/// `gcra` 2 per 20 ticks and a second rule of 3: two admissions at one
+/// instant, then the first rule refuses.
+const PAIR: &str = "gcra:2/20ticks,token-bucket:3/30ticks";
+const COMPOUND: &str = "gcra:2/20ticks,fixed-window:3/10ticks";
+
+fn limiter<P: Policy>(
+    make: fn(&RuleSet) -> P,
+    rules: &str,
+    bounds: Bounds,
+) -> Arc<Limiter<u64, P, ManualClock>> {
+    let rules: RuleSet = rules.parse().expect("valid rules");
+    Arc::new(Limiter::with_bounds(make(&rules), ManualClock::new(0), bounds).unwrap())
+}
+
+fn pair(rules: &RuleSet) -> Pair {
+    Pair::from_rules(rules).unwrap()
+}
+
+fn compound(rules: &RuleSet) -> Compound {
+    Compound::from_rules(rules).unwrap()
+}
+
+/// What each rule of `key` has spent at `now`, read in one look.
+fn spent<P: Policy>(limiter: &Limiter<u64, P, ManualClock>, key: u64, now: u64) -> Vec<u64> {
+    limiter
+        .check_ruled_n_at(&key, now, 0)
+        .each
+        .iter()
+        .map(|answer| answer.rule.config().limit() - answer.decision.remaining())
+        .collect()
+}
+
+/// Two threads check client 1 at one instant while a third reads every
+/// rule: exactly two are admitted (the first rule's limit), every look
+/// finds both rules spent alike, and afterwards each rule spent two.
+fn the_step_races_itself<P: Policy>(make: fn(&RuleSet) -> P, rules: &'static str) {
+    floodgate_loom_tests::model(move || {
+        let limiter = limiter(make, rules, Bounds::new());
+        assert!(limiter.check_at(&1, 5).allowed());
+        let checker = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || limiter.check_at(&1, 5))
+        };
+        let reader = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || spent(&limiter, 1, 5))
+        };
+        let mine = limiter.check_at(&1, 5);
+        let other = checker.join().unwrap();
+        let seen = reader.join().unwrap();
+        assert_eq!(
+            usize::from(mine.allowed()) + usize::from(other.allowed()),
+            1,
+            "{mine:?} {other:?}"
+        );
+        assert!(seen[0] == seen[1], "one rule spent without the other: {seen:?}");
+        assert!(seen[0] == 1 || seen[0] == 2, "{seen:?}");
+        assert_eq!(spent(&limiter, 1, 5), vec![2, 2]);
+        let refused = if mine.allowed() { other } else { mine };
+        assert_eq!(refused.refused_by(), Some(0), "the burst refused it");
+    });
+}
+
+#[test]
+fn the_pair_step_races_itself() {
+    the_step_races_itself(pair, PAIR);
+}
+
+#[test]
+fn the_compound_step_races_itself() {
+    the_step_races_itself(compound, COMPOUND);
+}
+
+/// Client 1 has spent one and fills the table; a check of it races the
+/// insert of client 2, which moves client 1 into a larger table: the
+/// check lands before the freeze (and moves with it) or after, never on
+/// both and never on neither.
+fn a_rebuild_races_a_check<P: Policy>(make: fn(&RuleSet) -> P, rules: &'static str) {
+    floodgate_loom_tests::model(move || {
+        let limiter = limiter(make, rules, Bounds::new());
+        assert!(limiter.check_at(&1, 0).allowed());
+        let inserter = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || limiter.check_at(&2, 0))
+        };
+        let checked = limiter.check_at(&1, 0);
+        assert!(inserter.join().unwrap().allowed());
+        assert!(checked.allowed(), "the second of two");
+        assert_eq!(spent(&limiter, 1, 0), vec![2, 2], "the admission moved");
+        assert_eq!(spent(&limiter, 2, 0), vec![1, 1]);
+        assert!(!limiter.check_at(&1, 0).allowed());
+        assert_eq!(limiter.tracked_clients(), 2);
+    });
+}
+
+#[test]
+fn a_rebuild_races_a_pair_check() {
+    a_rebuild_races_a_check(pair, PAIR);
+}
+
+#[test]
+fn a_rebuild_races_a_compound_check() {
+    a_rebuild_races_a_check(compound, COMPOUND);
+}
+
+/// A sweep at 1,000, when client 1 (admitted at 0) is idle by every rule,
+/// races a check of client 1: the check lands on the old state (which is
+/// then not idle and stays) or on a state made after the sweep took the
+/// old one; either way client 1 ends with one admission in each rule.
+fn a_sweep_races_a_check<P: Policy>(make: fn(&RuleSet) -> P, rules: &'static str) {
+    floodgate_loom_tests::model(move || {
+        let limiter = limiter(make, rules, Bounds::new());
+        assert!(limiter.check_at(&1, 0).allowed());
+        let sweeper = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || limiter.sweep_at(1_000))
+        };
+        let checked = limiter.check_at(&1, 1_000);
+        let removed = sweeper.join().unwrap();
+        assert!(checked.allowed());
+        assert!(removed <= 1);
+        assert_eq!(spent(&limiter, 1, 1_000), vec![1, 1]);
+        assert_eq!(limiter.tracked_clients(), 1);
+    });
+}
+
+#[test]
+fn a_sweep_races_a_pair_check() {
+    a_sweep_races_a_check(pair, PAIR);
+}
+
+#[test]
+fn a_sweep_races_a_compound_check() {
+    a_sweep_races_a_check(compound, COMPOUND);
+}
+
+/// `forget` races a check of client 1 (which spent one): the check is
+/// decided on the old state (then forgotten with it) or on a new one,
+/// never on both, and a new one has spent the check's admission in every
+/// rule.
+fn forget_races_a_check<P: Policy>(make: fn(&RuleSet) -> P, rules: &'static str) {
+    floodgate_loom_tests::model(move || {
+        let limiter = limiter(make, rules, Bounds::new());
+        assert!(limiter.check_at(&1, 0).allowed());
+        let forgetter = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || limiter.forget(&1))
+        };
+        let checked = limiter.check_at(&1, 0);
+        assert!(forgetter.join().unwrap(), "client 1 had state");
+        assert!(checked.allowed());
+        match limiter.peek_at(&1, 0) {
+            // Decided on the old state, which went with `forget`.
+            None => {}
+            // Decided on a new state, made after `forget`.
+            Some(_) => assert_eq!(spent(&limiter, 1, 0), vec![1, 1]),
+        }
+    });
+}
+
+#[test]
+fn forget_races_a_pair_check() {
+    forget_races_a_check(pair, PAIR);
+}
+
+#[test]
+fn forget_races_a_compound_check() {
+    forget_races_a_check(compound, COMPOUND);
+}
