@@ -85,8 +85,10 @@ use crate::{
 };
 
 /// One tier's rule: a policy and its limits (the same as a [`Rule`]). A
-/// tier may apply several rules to each client (a [`RuleSet`]): every
-/// method that takes a tier's rule takes either.
+/// tier may apply several rules to each client: the `_rules` methods
+/// ([`with_tier_rules`](Tiers::with_tier_rules),
+/// [`reload_rules`](Tiers::reload_rules),
+/// [`with_clock_rules`](Tiers::with_clock_rules)) take a [`RuleSet`].
 pub type TierSpec = Rule;
 
 /// A tier's name as a resolver gives it: borrowed from the resolver, or
@@ -365,7 +367,7 @@ where
 {
     /// A registry whose tier `default_tier` applies `spec`, on the default
     /// clock (nanoseconds). Add tiers with [`with_tier`](Self::with_tier).
-    pub fn new(default_tier: &str, spec: impl Into<RuleSet>, resolver: R) -> Self {
+    pub fn new(default_tier: &str, spec: TierSpec, resolver: R) -> Self {
         Self::empty(default_tier, resolver, QuantaClock::new()).with_default(spec.into())
     }
 }
@@ -381,7 +383,42 @@ where
     /// A [`ConfigError`] if `spec` does not fit the clock's tick.
     pub fn with_clock(
         default_tier: &str,
-        spec: impl Into<RuleSet>,
+        spec: TierSpec,
+        resolver: R,
+        clock: C,
+    ) -> Result<Self, ConfigError>
+    where
+        C: Clock,
+    {
+        Self::with_clock_rules(default_tier, spec.into(), resolver, clock)
+    }
+
+    /// As [`with_clock`](Tiers::with_clock), the default tier applying
+    /// every rule of `rules` to each client (the contract's "Several limits
+    /// on one client").
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] if a rule does not fit the clock's tick.
+    ///
+    /// ```
+    /// use floodgate::tiers::Tiers;
+    /// use floodgate::{ManualClock, RateLimiter};
+    ///
+    /// let tiers = Tiers::with_clock_rules(
+    ///     "free",
+    ///     "gcra:2/1s,fixed-window:3/1h".parse()?,
+    ///     |_: &str| "free",
+    ///     ManualClock::new(0),
+    /// )?
+    /// .with_tier_rules("pro", "gcra:20/1s,fixed-window:3000/1h".parse()?)?;
+    /// assert_eq!(tiers.rules("free")?.len(), 2);
+    /// assert!(tiers.check_at("alice", 0).allowed());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_clock_rules(
+        default_tier: &str,
+        rules: RuleSet,
         resolver: R,
         clock: C,
     ) -> Result<Self, ConfigError>
@@ -389,7 +426,7 @@ where
         C: Clock,
     {
         let tick = clock.tick();
-        Ok(Self::empty(default_tier, resolver, clock).with_default(spec.into().in_ticks_of(tick)?))
+        Ok(Self::empty(default_tier, resolver, clock).with_default(rules.in_ticks_of(tick)?))
     }
 
     fn empty(default_tier: &str, resolver: R, clock: C) -> Self
@@ -424,8 +461,18 @@ where
     /// # Errors
     ///
     /// A [`ConfigError`] if `spec` does not fit the clock's tick.
-    pub fn with_tier(mut self, name: &str, spec: impl Into<RuleSet>) -> Result<Self, ConfigError> {
-        let spec = spec.into().in_ticks_of(self.tick)?;
+    pub fn with_tier(self, name: &str, spec: TierSpec) -> Result<Self, ConfigError> {
+        self.with_tier_rules(name, spec.into())
+    }
+
+    /// Adds tier `name` applying every rule of `rules` to each client (or
+    /// replaces its rules, if it has no clients yet).
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] if a rule does not fit the clock's tick.
+    pub fn with_tier_rules(mut self, name: &str, rules: RuleSet) -> Result<Self, ConfigError> {
+        let spec = rules.in_ticks_of(self.tick)?;
         self.tiers
             .insert(name.to_owned(), Tier::new(spec, self.bounds, self.counting));
         Ok(self)
@@ -525,9 +572,22 @@ where
     ///
     /// [`TierError::Unknown`] if there is no such tier;
     /// [`TierError::Config`] if `spec` does not fit the clock's tick.
-    pub fn reload(&self, name: &str, spec: impl Into<RuleSet>) -> Result<(), TierError> {
+    pub fn reload(&self, name: &str, spec: TierSpec) -> Result<(), TierError> {
+        self.reload_rules(name, spec.into())
+    }
+
+    /// [`reload`](Self::reload) with several rules. Each client carries
+    /// over rule by rule: the new rule at each position keeps what the old
+    /// rule there had spent (a rule beyond the old ones, what the old last
+    /// one had), so a reload that changes one rule of several keeps what
+    /// every rule had spent.
+    ///
+    /// # Errors
+    ///
+    /// As [`reload`](Self::reload).
+    pub fn reload_rules(&self, name: &str, rules: RuleSet) -> Result<(), TierError> {
         let tier = self.tiers.get(name).ok_or_else(|| self.unknown(name))?;
-        let spec = spec.into().in_ticks_of(self.tick)?;
+        let spec = rules.in_ticks_of(self.tick)?;
         // Reloads of one tier may race; two that both see an old rule both
         // store, and the later store wins, as if they had run in turn.
         let before = tier.rules();

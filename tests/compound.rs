@@ -328,8 +328,9 @@ fn the_design_follows_the_rules() {
 fn a_tier_applies_several_rules_and_a_reload_keeps_each_spend() {
     use floodgate::tiers::Tiers;
     let rules: RuleSet = "gcra:5/100ticks,fixed-window:8/1000ticks".parse().unwrap();
-    let tiers = Tiers::with_clock("only", rules.clone(), |_: &u64| "only", ManualClock::new(0))
-        .unwrap();
+    let tiers =
+        Tiers::with_clock_rules("only", rules.clone(), |_: &u64| "only", ManualClock::new(0))
+            .unwrap();
     assert_eq!(tiers.rules("only").unwrap(), rules);
     let limiter = built(&rules, Engine::LockFree, Bounds::new());
     for at in [0, 0, 0, 0, 0, 0, 500, 500, 500, 500] {
@@ -338,7 +339,7 @@ fn a_tier_applies_several_rules_and_a_reload_keeps_each_spend() {
     // At 500 the burst rule has two left and the quota none (5 + 3 = 8).
     assert_eq!(tiers.check_at(&1, 500).refused_by(), Some(1));
     tiers
-        .reload(
+        .reload_rules(
             "only",
             "gcra:5/100ticks,fixed-window:10/1000ticks"
                 .parse::<RuleSet>()

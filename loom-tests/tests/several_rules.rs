@@ -1,7 +1,8 @@
 //! Several rules on one client (`policy::Pair`, one 16-byte CAS over two
 //! one-word rules; `policy::Compound`, a snapshot swapped by pointer),
 //! raced under loom: the step racing itself, a reader of every rule, the
-//! table's rebuild, a sweep and `forget`. Every model checks that each
+//! table's rebuild, a sweep and `forget`; each with a `sliding-window` rule
+//! too, whose log's ring the snapshots share and helpers write. Every model checks that each
 //! rule spent exactly what the others did (no thread sees one rule spent
 //! and another not) and that admissions are exact.
 #![cfg(floodgate_loom)]
@@ -15,6 +16,9 @@ use loom::thread;
 /// instant, then the first rule refuses.
 const PAIR: &str = "gcra:2/20ticks,token-bucket:3/30ticks";
 const COMPOUND: &str = "gcra:2/20ticks,fixed-window:3/10ticks";
+/// A log among the rules: its view over a ring every snapshot shares,
+/// whose latest entry a helper writes after the snapshot's CAS.
+const LOG: &str = "sliding-window:2/10ticks,gcra:3/30ticks";
 
 fn limiter<P: Policy>(
     make: fn(&RuleSet) -> P,
@@ -107,6 +111,11 @@ fn a_rebuild_races_a_check<P: Policy>(make: fn(&RuleSet) -> P, rules: &'static s
 }
 
 #[test]
+fn the_step_with_a_log_races_itself() {
+    the_step_races_itself(compound, LOG);
+}
+
+#[test]
 fn a_rebuild_races_a_pair_check() {
     a_rebuild_races_a_check(pair, PAIR);
 }
@@ -135,6 +144,11 @@ fn a_sweep_races_a_check<P: Policy>(make: fn(&RuleSet) -> P, rules: &'static str
         assert_eq!(spent(&limiter, 1, 1_000), vec![1, 1]);
         assert_eq!(limiter.tracked_clients(), 1);
     });
+}
+
+#[test]
+fn a_rebuild_races_a_check_with_a_log() {
+    a_rebuild_races_a_check(compound, LOG);
 }
 
 #[test]
@@ -172,6 +186,11 @@ fn forget_races_a_check<P: Policy>(make: fn(&RuleSet) -> P, rules: &'static str)
 }
 
 #[test]
+fn a_sweep_races_a_check_with_a_log() {
+    a_sweep_races_a_check(compound, LOG);
+}
+
+#[test]
 fn forget_races_a_pair_check() {
     forget_races_a_check(pair, PAIR);
 }
@@ -179,4 +198,9 @@ fn forget_races_a_pair_check() {
 #[test]
 fn forget_races_a_compound_check() {
     forget_races_a_check(compound, COMPOUND);
+}
+
+#[test]
+fn forget_races_a_check_with_a_log() {
+    forget_races_a_check(compound, LOG);
 }

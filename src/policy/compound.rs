@@ -35,6 +35,7 @@
 //! either design (`Origin = ()`).
 
 use super::any::{AnyPolicy, AnyState};
+use super::sliding_window::{LogView, Moved};
 use super::{sealed, Gcra, LeakyBucket, Policy, Retired, Spent, TokenBucket};
 use crate::cell::{self, schedule_time, transition, AtomicWord, Step};
 use crate::decision::NEVER;
@@ -460,7 +461,17 @@ pub struct CompoundState {
 struct Snapshot {
     /// The client's origin: window rules count from it.
     origin: u64,
-    states: Box<[AnyState]>,
+    states: Box<[RuleState]>,
+}
+
+/// One rule's state in a snapshot: its policy's own state, stepped on a
+/// copy; or, for `sliding-window`, a view of the log over a ring every
+/// snapshot of the client shares, whose step copies nothing
+/// ([`LogView`]).
+#[derive(Debug)]
+enum RuleState {
+    Own(AnyState),
+    Log(LogView),
 }
 
 const MARK: usize = 1;
@@ -494,8 +505,8 @@ mod reclaim {
     /// A snapshot no longer reachable from its state.
     struct Garbage(*mut Snapshot);
 
-    // SAFETY: a `Snapshot` is `Send` (plain words and atomics), and the
-    // pointer is the collector's alone once retired.
+    // SAFETY: a `Snapshot` is `Send` (plain words, atomics and `Arc`s of
+    // atomics), and the pointer is the collector's alone once retired.
     unsafe impl Send for Garbage {}
 
     impl Garbage {
@@ -637,69 +648,101 @@ impl Compound {
         }
     }
 
-    /// Rule `i`'s `remaining` at `now`.
-    fn rule_remaining(&self, i: usize, snapshot: &Snapshot, now: u64) -> u64 {
+    /// Rule `rule`'s state for a client created at `origin`, or one that
+    /// has spent `spent` (`Some`) in a tier's times.
+    fn rule_state(rule: &AnyPolicy, origin: u64, spent: Option<Spent>) -> RuleState {
+        match (rule, spent) {
+            (AnyPolicy::SlidingWindow(log), None) => RuleState::Log(log.view_begin()),
+            (AnyPolicy::SlidingWindow(log), Some(spent)) => {
+                RuleState::Log(log.view_spent(spent.count, spent.at))
+            }
+            (_, None) => RuleState::Own(rule.begin(origin)),
+            (_, Some(spent)) => RuleState::Own(rule.spent_state(spent.count, spent.at)),
+        }
+    }
+
+    /// Rule `i`'s `remaining` at `now`; `Moved` if the snapshot is stale.
+    fn rule_remaining(&self, i: usize, snapshot: &Snapshot, now: u64) -> Result<u64, Moved> {
         let rule = &self.rules[i];
         let (at, _) = Self::judged(rule, snapshot.origin, now);
-        rule.remaining(&snapshot.states[i], at)
-            .expect("a snapshot's states are never retired")
+        match (rule, &snapshot.states[i]) {
+            (AnyPolicy::SlidingWindow(log), RuleState::Log(view)) => log.view_remaining(view, at),
+            (_, RuleState::Own(state)) => Ok(rule
+                .remaining(state, at)
+                .expect("a snapshot's states are never retired")),
+            _ => unreachable!("a rule's state is made by the rule"),
+        }
     }
 
-    fn remaining_of(&self, snapshot: &Snapshot, now: u64) -> u64 {
-        (0..self.rules.len())
-            .map(|i| self.rule_remaining(i, snapshot, now))
-            .min()
-            .unwrap_or(0)
+    fn remaining_of(&self, snapshot: &Snapshot, now: u64) -> Result<u64, Moved> {
+        let mut least = u64::MAX;
+        for i in 0..self.rules.len() {
+            least = least.min(self.rule_remaining(i, snapshot, now)?);
+        }
+        Ok(least)
     }
 
-    /// Rule `i`'s own decision on a copy of its state, for
-    /// `1 <= cost <= L`, and the state after it.
+    /// Rule `i`'s own decision, for `1 <= cost <= L`, and its state after
+    /// it (on a copy of its own state; a log's view copies nothing).
     fn rule_step(
         &self,
         i: usize,
         snapshot: &Snapshot,
         now: u64,
         cost: u64,
-    ) -> (AnyState, Decision) {
+    ) -> Result<(Option<RuleState>, Decision), Moved> {
         let rule = &self.rules[i];
         let (at, lag) = Self::judged(rule, snapshot.origin, now);
-        let (state, decision) = rule.check_unshared(rule.duplicate(&snapshot.states[i]), at, cost);
+        let (state, decision) = match (rule, &snapshot.states[i]) {
+            (AnyPolicy::SlidingWindow(log), RuleState::Log(view)) => {
+                let (decision, next) = log.view_check(view, at, cost)?;
+                (next.map(RuleState::Log), decision)
+            }
+            (_, RuleState::Own(state)) => {
+                let (state, decision) = rule.check_unshared(rule.duplicate(state), at, cost);
+                (Some(RuleState::Own(state)), decision)
+            }
+            _ => unreachable!("a rule's state is made by the rule"),
+        };
         if lag == 0 {
-            (state, decision)
+            Ok((state, decision))
         } else {
-            (state, rule.measured_from_earlier(decision, lag))
+            Ok((state, rule.measured_from_earlier(decision, lag)))
         }
     }
 
     /// Every rule's step on `snapshot`: the decision, and the states to
-    /// publish if every rule admitted.
+    /// publish if every rule admitted; `Moved` if the snapshot is stale.
     ///
     /// A rule admits a request of cost `n` iff `n` single requests at
     /// `now` would all be admitted (the contract's "Weighted requests"),
     /// that is iff its `remaining(now) >= n`: so each rule is first read
-    /// in place, and only the rules whose step is needed are stepped on a
-    /// copy (all of them for an admission, whose new states are published;
-    /// the refusing ones for a refusal, for their waits). A refusal copies
-    /// nothing of a rule that would admit (a `sliding-window` ring is the
-    /// copy that costs).
-    fn step(&self, snapshot: &Snapshot, now: u64, cost: u64) -> (Decision, Option<Box<[AnyState]>>) {
+    /// in place, and only the rules whose step is needed are stepped (all
+    /// of them for an admission, whose new states are published; the
+    /// refusing ones for a refusal, for their waits).
+    fn step(
+        &self,
+        snapshot: &Snapshot,
+        now: u64,
+        cost: u64,
+    ) -> Result<(Decision, Option<Box<[RuleState]>>), Moved> {
         let k = self.rules.len();
         let mut remaining = [0u64; MAX_RULES];
         for (i, left) in remaining.iter_mut().enumerate().take(k) {
-            *left = self.rule_remaining(i, snapshot, now);
+            *left = self.rule_remaining(i, snapshot, now)?;
         }
         let remaining = &remaining[..k];
         let mut decisions = [Decision::default(); MAX_RULES];
         if remaining.iter().all(|&left| left >= cost) {
             let mut next = Vec::with_capacity(k);
             for (i, decision) in decisions.iter_mut().enumerate().take(k) {
-                let (state, decided) = self.rule_step(i, snapshot, now, cost);
+                let (state, decided) = self.rule_step(i, snapshot, now, cost)?;
                 *decision = decided;
-                next.push(state);
+                next.extend(state);
             }
             let decision = combine(&decisions[..k], |_| 0);
-            debug_assert!(decision.allowed, "every rule had room: {decisions:?}");
-            return (decision, decision.allowed.then(|| next.into_boxed_slice()));
+            debug_assert!(decision.allowed && next.len() == k, "{decisions:?}");
+            return Ok((decision, decision.allowed.then(|| next.into_boxed_slice())));
         }
         for (i, decision) in decisions.iter_mut().enumerate().take(k) {
             *decision = if remaining[i] >= cost {
@@ -707,15 +750,34 @@ impl Compound {
             } else {
                 Decision {
                     remaining: remaining[i],
-                    ..self.rule_step(i, snapshot, now, cost).1
+                    ..self.rule_step(i, snapshot, now, cost)?.1
                 }
             };
         }
-        (combine(&decisions[..k], |i| remaining[i]), None)
+        Ok((combine(&decisions[..k], |i| remaining[i]), None))
     }
-}
 
-impl Compound {
+    /// Runs `read` on the current snapshot until it answers: a stale
+    /// snapshot (`Moved`) is followed by a newer one. Progress: `Moved`
+    /// means another thread's CAS published a newer snapshot (or marked the
+    /// state) since the load, and the next pass reads that one.
+    fn read_current<T>(
+        &self,
+        state: &CompoundState,
+        read: impl Fn(&Snapshot) -> Result<T, Moved>,
+    ) -> Result<T, Retired> {
+        let pin = reclaim::pin();
+        loop {
+            let (ptr, snapshot) = state.load(&pin);
+            if is_marked(ptr) {
+                return Err(Retired);
+            }
+            if let Ok(answer) = read(snapshot) {
+                return Ok(answer);
+            }
+        }
+    }
+
     /// Retires the state and answers what each rule had spent, each judged
     /// as its own `retire_spent` judges (a tier's carry-over keeps every
     /// rule's spend, not only the strictest one's).
@@ -723,14 +785,20 @@ impl Compound {
         state.retire();
         let pin = reclaim::pin();
         let (_, snapshot) = state.load(&pin);
-        self.rules
-            .iter()
-            .enumerate()
-            .map(|(i, rule)| {
-                let (at, _) = Self::judged(rule, snapshot.origin, now);
-                rule.retire_spent(&rule.duplicate(&snapshot.states[i]), at)
-            })
+        (0..self.rules.len())
+            .map(|i| self.spent_of(i, snapshot, now))
             .collect()
+    }
+
+    /// Rule `i`'s spend in a retired snapshot.
+    fn spent_of(&self, i: usize, snapshot: &Snapshot, now: u64) -> Spent {
+        let rule = &self.rules[i];
+        let (at, _) = Self::judged(rule, snapshot.origin, now);
+        match (rule, &snapshot.states[i]) {
+            (AnyPolicy::SlidingWindow(log), RuleState::Log(view)) => log.view_spent_at(view, at),
+            (_, RuleState::Own(state)) => rule.retire_spent(&rule.duplicate(state), at),
+            _ => unreachable!("a rule's state is made by the rule"),
+        }
     }
 
     /// A state (times counted from tick 0, as a tier counts from each
@@ -743,12 +811,28 @@ impl Compound {
                 .rules
                 .iter()
                 .enumerate()
-                .map(|(i, rule)| {
-                    let spent = spent[i.min(spent.len() - 1)];
-                    rule.spent_state(spent.count, spent.at)
-                })
+                .map(|(i, rule)| Self::rule_state(rule, 0, Some(spent[i.min(spent.len() - 1)])))
                 .collect(),
         })
+    }
+
+    /// A snapshot that goes on from `snapshot`: each rule's own state
+    /// copied, each log's view sharing its ring (`deep` copies the ring
+    /// too, for a state that must not share it).
+    fn continued(&self, snapshot: &Snapshot, deep: bool) -> Snapshot {
+        Snapshot {
+            origin: snapshot.origin,
+            states: self
+                .rules
+                .iter()
+                .zip(snapshot.states.iter())
+                .map(|(rule, state)| match state {
+                    RuleState::Own(state) => RuleState::Own(rule.duplicate(state)),
+                    RuleState::Log(view) if deep => RuleState::Log(view.deep_copy()),
+                    RuleState::Log(view) => RuleState::Log(view.clone()),
+                })
+                .collect(),
+        }
     }
 }
 
@@ -781,7 +865,11 @@ impl Policy for Compound {
     fn begin(&self, origin: u64) -> CompoundState {
         CompoundState::new(Snapshot {
             origin,
-            states: self.rules.iter().map(|rule| rule.begin(origin)).collect(),
+            states: self
+                .rules
+                .iter()
+                .map(|rule| Self::rule_state(rule, origin, None))
+                .collect(),
         })
     }
 
@@ -799,20 +887,19 @@ impl Policy for Compound {
     ///
     /// Progress: a pass repeats only when its CAS failed, which a strong
     /// CAS does only when another thread published a snapshot (or marked
-    /// the state) since this pass's load: lock-free, never a wait.
-    fn check_within(
-        &self,
-        state: &CompoundState,
-        now: u64,
-        cost: u64,
-    ) -> Result<Decision, Retired> {
+    /// the state) since this pass's load, or when a log's ring showed the
+    /// snapshot stale, which also takes another thread's published
+    /// snapshot (`LogView`): lock-free, never a wait.
+    fn check_within(&self, state: &CompoundState, now: u64, cost: u64) -> Result<Decision, Retired> {
         let pin = reclaim::pin();
-        let (mut ptr, mut snapshot) = state.load(&pin);
         loop {
+            let (ptr, snapshot) = state.load(&pin);
             if is_marked(ptr) {
                 return Err(Retired);
             }
-            let (decision, next) = self.step(snapshot, now, cost);
+            let Ok((decision, next)) = self.step(snapshot, now, cost) else {
+                continue;
+            };
             let Some(states) = next else {
                 return Ok(decision);
             };
@@ -822,36 +909,29 @@ impl Policy for Compound {
             }));
             // AcqRel: Release publishes the new snapshot's contents to the
             // next loader; Acquire on failure for the retry's reads.
-            match state
+            if state
                 .current
                 .compare_exchange(ptr, new, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
             {
-                Ok(_) => {
-                    // SAFETY: from `Box::into_raw`, unlinked by this CAS.
-                    unsafe { pin.retire(ptr) };
-                    return Ok(decision);
-                }
-                Err(_) => {
-                    // SAFETY: never published: this thread's alone.
-                    drop(unsafe { Box::from_raw(new) });
-                    (ptr, snapshot) = state.load(&pin);
-                }
+                // SAFETY: from `Box::into_raw`, unlinked by this CAS.
+                unsafe { pin.retire(ptr) };
+                return Ok(decision);
             }
+            // SAFETY: never published: this thread's alone.
+            drop(unsafe { Box::from_raw(new) });
         }
     }
 
-    fn check_unshared(
-        &self,
-        state: CompoundState,
-        now: u64,
-        cost: u64,
-    ) -> (CompoundState, Decision) {
+    fn check_unshared(&self, state: CompoundState, now: u64, cost: u64) -> (CompoundState, Decision) {
         let ptr = state.current.load(Ordering::Relaxed);
         debug_assert!(!is_marked(ptr), "a new state is never retired");
         // SAFETY: the state is this call's alone (no other thread can
         // reach it yet), so is its snapshot.
         let snapshot = unsafe { &mut *ptr };
-        let (decision, next) = self.step(snapshot, now, cost);
+        let (decision, next) = self
+            .step(snapshot, now, cost)
+            .expect("no other thread moves a new state's log");
         if let Some(states) = next {
             snapshot.states = states;
         }
@@ -859,12 +939,7 @@ impl Policy for Compound {
     }
 
     fn remaining(&self, state: &CompoundState, now: u64) -> Result<u64, Retired> {
-        let pin = reclaim::pin();
-        let (ptr, snapshot) = state.load(&pin);
-        if is_marked(ptr) {
-            return Err(Retired);
-        }
-        Ok(self.remaining_of(snapshot, now))
+        self.read_current(state, |snapshot| self.remaining_of(snapshot, now))
     }
 
     /// Idle when every rule is, each judged as it is alone (a window rule
@@ -872,10 +947,10 @@ impl Policy for Compound {
     /// was judged, so an admission since then keeps it.
     fn retire_if_idle(&self, state: &CompoundState, now: u64) -> bool {
         let pin = reclaim::pin();
-        let (mut ptr, mut snapshot) = state.load(&pin);
         // Progress: the CAS fails only when another thread published a
         // snapshot since the load; the next pass judges that one.
         loop {
+            let (ptr, snapshot) = state.load(&pin);
             if is_marked(ptr) {
                 return false;
             }
@@ -888,19 +963,21 @@ impl Policy for Compound {
                 } else {
                     now
                 };
-                rule.retire_if_idle(&rule.duplicate(&snapshot.states[i]), at)
+                match (rule, &snapshot.states[i]) {
+                    (AnyPolicy::SlidingWindow(log), RuleState::Log(view)) => log.view_idle(view, at),
+                    (_, RuleState::Own(state)) => rule.retire_if_idle(&rule.duplicate(state), at),
+                    _ => unreachable!("a rule's state is made by the rule"),
+                }
             });
             if !idle {
                 return false;
             }
-            match state.current.compare_exchange(
-                ptr,
-                marked(ptr),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => return true,
-                Err(_) => (ptr, snapshot) = state.load(&pin),
+            if state
+                .current
+                .compare_exchange(ptr, marked(ptr), Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                return true;
             }
         }
     }
@@ -910,10 +987,7 @@ impl Policy for Compound {
         state.retire();
         let pin = reclaim::pin();
         let (_, snapshot) = state.load(&pin);
-        let i = self.strictest;
-        let rule = &self.rules[i];
-        let (at, _) = Self::judged(rule, snapshot.origin, now);
-        rule.retire_spent(&rule.duplicate(&snapshot.states[i]), at)
+        self.spent_of(self.strictest, snapshot, now)
     }
 
     fn spent_state(&self, spent: u64, now: u64) -> CompoundState {
@@ -924,25 +998,22 @@ impl Policy for Compound {
         is_marked(state.current.load(Ordering::Acquire))
     }
 
+    /// The state frozen, and continued in a new one whose logs share their
+    /// rings: a call that raced with the freeze looks the client up again
+    /// and goes on through the new state, on the same ring.
     fn relocate(&self, state: &CompoundState) -> Option<CompoundState> {
         if !state.retire() {
             return None;
         }
-        Some(self.duplicate(state))
+        let pin = reclaim::pin();
+        let (_, snapshot) = state.load(&pin);
+        Some(CompoundState::new(self.continued(snapshot, false)))
     }
 
     fn duplicate(&self, state: &CompoundState) -> CompoundState {
         let pin = reclaim::pin();
         let (_, snapshot) = state.load(&pin);
-        CompoundState::new(Snapshot {
-            origin: snapshot.origin,
-            states: self
-                .rules
-                .iter()
-                .zip(snapshot.states.iter())
-                .map(|(rule, state)| rule.duplicate(state))
-                .collect(),
-        })
+        CompoundState::new(self.continued(snapshot, true))
     }
 
     fn forgets_after(&self) -> u64 {
@@ -983,23 +1054,23 @@ impl Policy for Compound {
         cost: u64,
         decided: &Decision,
     ) -> Result<RuleAnswers, Retired> {
-        let pin = reclaim::pin();
-        let (ptr, snapshot) = state.load(&pin);
-        if is_marked(ptr) {
-            return Err(Retired);
-        }
-        let mut answers = RuleAnswers::default();
-        for i in 0..self.rules.len() {
-            let limit = self.set[i].config().limit();
-            let stepped = (!decided.allowed && cost >= 1 && cost <= limit)
-                .then(|| self.rule_step(i, snapshot, now, cost).1);
-            answers.push(own_answer(
-                self.set[i],
-                cost,
-                stepped,
-                self.rule_remaining(i, snapshot, now),
-            ));
-        }
-        Ok(answers)
+        self.read_current(state, |snapshot| {
+            let mut answers = RuleAnswers::default();
+            for i in 0..self.rules.len() {
+                let limit = self.set[i].config().limit();
+                let stepped = if !decided.allowed && cost >= 1 && cost <= limit {
+                    Some(self.rule_step(i, snapshot, now, cost)?.1)
+                } else {
+                    None
+                };
+                answers.push(own_answer(
+                    self.set[i],
+                    cost,
+                    stepped,
+                    self.rule_remaining(i, snapshot, now)?,
+                ));
+            }
+            Ok(answers)
+        })
     }
 }

@@ -13,7 +13,7 @@ mod compound;
 mod fixed_window;
 mod gcra;
 mod leaky_bucket;
-mod sliding_window;
+pub(crate) mod sliding_window;
 mod sliding_window_counter;
 mod token_bucket;
 

@@ -87,7 +87,8 @@ struct Snapshot {
 }
 
 /// A slot was overwritten while being read: the state moved on; start again.
-struct Moved;
+#[derive(Debug)]
+pub(crate) struct Moved;
 
 /// What the slot at a hint says of the frontier (`frontier_at`).
 enum Frontier {
@@ -406,6 +407,203 @@ impl SlidingWindow {
     /// the latest one is `<= now − W` (times rise along the ring).
     fn idle(&self, snapshot: &Snapshot, now: u64) -> bool {
         snapshot.n == 0 || self.expired(snapshot.latest.time, now)
+    }
+}
+
+/// A `sliding-window` rule among several ([`Compound`](super::Compound)):
+/// the log as of one snapshot of the client's rules, over a ring that every
+/// snapshot of the client shares, so that a decision copies nothing.
+///
+/// A snapshot holds `n`, the entries committed as of it, and the latest of
+/// them, entry `n − 1`, which it *publishes*: the compound's pointer CAS
+/// that installs the snapshot is the entry's commit, and the ring is only
+/// written afterwards, by whoever reads the snapshot first (`help`: one
+/// CAS of slot `(n − 1) mod L` from entry `n − 1 − L` to entry `n − 1`, or
+/// nothing if it holds entry `n − 1` already). A snapshot of `n + 1`
+/// entries is only ever made from one of `n` whose entry `n − 1` its maker
+/// wrote first, so while a snapshot is current every entry but its latest
+/// is in the ring, and only its latest may wait for a helper. Each entry
+/// is committed once, by one successful pointer CAS, so every helper of
+/// it writes the same word; a helper holding an older snapshot finds its
+/// slot already moved on (the sequence number says so) and its CAS, which
+/// expects the older word, fails harmlessly: a slot never holds the same
+/// word twice (module docs). A reader of an older snapshot that finds a
+/// slot overwritten answers `Moved`, and loads the compound's pointer
+/// again, which then shows a newer snapshot: another thread's CAS landed.
+#[derive(Clone, Debug)]
+pub(crate) struct LogView {
+    ring: Arc<[AtomicU128]>,
+    /// Entries committed as of this snapshot.
+    n: u64,
+    /// Entry `n − 1` (time 0, no units, if there is none).
+    latest: LogSlot,
+}
+
+impl LogView {
+    #[inline]
+    fn slot(&self, entry: u64) -> &AtomicU128 {
+        // L fits usize (at most 2^20 − 1), so the remainder does too.
+        &self.ring[(entry % self.ring.len() as u64) as usize]
+    }
+
+    /// Entry `entry` (below `n`), if its slot still holds it. Acquire
+    /// pairs with the Release of the CAS that wrote it.
+    #[inline]
+    fn read(&self, entry: u64) -> Result<LogSlot, Moved> {
+        if entry + 1 == self.n {
+            return Ok(self.latest);
+        }
+        let slot = LogSlot::unpack(self.slot(entry).load(Ordering::Acquire));
+        if slot.sequence == sequence(entry + self.ring.len() as u64) {
+            Ok(slot)
+        } else {
+            Err(Moved)
+        }
+    }
+
+    /// Writes the latest entry into its slot if no one has (type docs).
+    ///
+    /// Progress: the CAS fails only when the slot changed since the load,
+    /// which only a helper writing this same entry (then the next pass
+    /// finds it) or, for an older snapshot, the ring moving on (`Moved`)
+    /// does.
+    fn help(&self) -> Result<(), Moved> {
+        let Some(entry) = self.n.checked_sub(1) else {
+            return Ok(());
+        };
+        let len = self.ring.len() as u64;
+        let slot = self.slot(entry);
+        loop {
+            let word = slot.load(Ordering::Acquire);
+            let held = LogSlot::unpack(word).sequence;
+            if held == sequence(entry + len) {
+                return Ok(());
+            }
+            // The slot still holds entry `entry − L`, whose sequence is
+            // `entry` (a slot never written holds sequence `i`, as if entry
+            // `i − L` had been there).
+            if held != sequence(entry) {
+                return Err(Moved);
+            }
+            // AcqRel: Release publishes the entry to readers that Acquire
+            // the slot.
+            if slot
+                .compare_exchange(word, self.latest.pack(), Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                return Ok(());
+            }
+        }
+    }
+
+    /// A view with a ring of its own, holding the same entries: O(L).
+    pub(crate) fn deep_copy(&self) -> Self {
+        Self {
+            ring: self
+                .ring
+                .iter()
+                .map(|slot| AtomicU128::new(slot.load(Ordering::Acquire)))
+                .collect(),
+            ..self.clone()
+        }
+    }
+}
+
+impl SlidingWindow {
+    /// A new client's log among several rules.
+    pub(crate) fn view_begin(&self) -> LogView {
+        self.view_spent(0, 0)
+    }
+
+    /// A log with `spent` units admitted at `now` (as `spent_state`).
+    pub(crate) fn view_spent(&self, spent: u64, now: u64) -> LogView {
+        let state = self.spent_state(spent, now);
+        let n = state.committed.load(Ordering::Acquire);
+        let latest = match n.checked_sub(1) {
+            Some(last) => state.read(last).unwrap_or(LogSlot {
+                sequence: 0,
+                units: 0,
+                time: 0,
+            }),
+            None => LogSlot {
+                sequence: 0,
+                units: 0,
+                time: 0,
+            },
+        };
+        LogView {
+            ring: state.ring,
+            n,
+            latest,
+        }
+    }
+
+    /// `remaining` at `now` as of `view`.
+    pub(crate) fn view_remaining(&self, view: &LogView, now: u64) -> Result<u64, Moved> {
+        view.help()?;
+        let at = now.max(view.latest.time);
+        let used = self.units_inside(view.n, view.latest, at, &|entry| view.read(entry))?;
+        Ok(self.config.limit() - used)
+    }
+
+    /// The decision on a request of cost `1 <= cost <= L` at `now` as of
+    /// `view`, and, if admitted, the view that commits it (the caller's
+    /// snapshot CAS is the commit; the ring is written by a later `help`).
+    pub(crate) fn view_check(
+        &self,
+        view: &LogView,
+        now: u64,
+        cost: u64,
+    ) -> Result<(Decision, Option<LogView>), Moved> {
+        view.help()?;
+        let limit = self.config.limit();
+        let read = |entry| view.read(entry);
+        let at = now.max(view.latest.time);
+        let used = self.units_inside(view.n, view.latest, at, &read)?;
+        if used + cost > limit {
+            let snapshot = Snapshot {
+                n: view.n,
+                // Unused by `retry_after`.
+                oldest: view.latest,
+                latest: view.latest,
+            };
+            let retry_after = self.retry_after(&snapshot, at, now, cost, &read)?;
+            return Ok((Decision::reject(limit - used, retry_after), None));
+        }
+        let admitted = LogSlot {
+            sequence: sequence(view.n + limit),
+            // cost <= L < 2^20: the running total stays mod 2^20 (`cell`).
+            units: view.latest.units.wrapping_add(cost as u32) & LogSlot::UNITS,
+            time: at,
+        };
+        Ok((
+            Decision::admit(limit - used - cost),
+            Some(LogView {
+                ring: Arc::clone(&view.ring),
+                n: view.n + 1,
+                latest: admitted,
+            }),
+        ))
+    }
+
+    /// Idle at `now` as of `view`: no entry inside the window.
+    pub(crate) fn view_idle(&self, view: &LogView, now: u64) -> bool {
+        view.n == 0 || self.expired(view.latest.time, now)
+    }
+
+    /// What `view` had spent, judged no earlier than its newest entry (as
+    /// `retire_spent`). The view is a retired state's, whose ring no chain
+    /// of snapshots moves on; were it moved, the whole limit counts as
+    /// spent, the stricter answer.
+    pub(crate) fn view_spent_at(&self, view: &LogView, now: u64) -> Spent {
+        let at = now.max(view.latest.time);
+        let count = match view.help().and_then(|()| {
+            self.units_inside(view.n, view.latest, at, &|entry| view.read(entry))
+        }) {
+            Ok(used) => used,
+            Err(Moved) => self.config.limit(),
+        };
+        Spent { count, at }
     }
 }
 
