@@ -96,7 +96,10 @@
 //! The legacy headers hold one number each, so they describe one rule: the
 //! one that refused the request ([`Decision::refused_by`](crate::Decision::refused_by),
 //! the one `Retry-After` comes from), else the one with the fewest requests
-//! left (the first of them).
+//! left (the first of them). A decision no rule made — a client the
+//! [`Overflow`](crate::Overflow) rule answered, having no state of its own
+//! — has no answer per rule: it gets one member under the plain name, with
+//! the strictest rule's limit and window.
 //!
 //! # What is trusted
 //!
