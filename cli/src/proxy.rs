@@ -340,6 +340,17 @@ fn explained(error: &ConfigError, args: &Args) -> String {
             ConfigError::RuleCount { count } => {
                 format!("{count} --rule flags: a limiter applies at most {MAX_RULES}")
             }
+            // The refusal of --max-clients 0 names no quota: the flags'
+            // words whatever the rules.
+            ConfigError::RefusesEveryone => explain(
+                error,
+                &Written {
+                    limit: 0,
+                    window_flag: "--rule",
+                    window_text: "",
+                    tick_nanos: 1,
+                },
+            ),
             _ => format!("--rule: {error}"),
         },
     }

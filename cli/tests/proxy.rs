@@ -705,7 +705,7 @@ async fn several_rules_send_one_item_each_and_the_stricter_refuses() {
 #[test]
 fn rules_go_without_the_single_rule_flags_and_a_bad_rule_is_named() {
     let nine_rules: Vec<&str> = ["--rule", "gcra:10/1s"].repeat(9);
-    let cases: [(&[&str], &[&str]); 8] = [
+    let cases: [(&[&str], &[&str]); 9] = [
         (
             &["--rule", "gcra:10/1s", "--policy", "gcra"],
             &["--rule", "--policy"],
@@ -729,6 +729,10 @@ fn rules_go_without_the_single_rule_flags_and_a_bad_rule_is_named() {
             &["--rule gcra:10/1000ticks", "give it with a unit"],
         ),
         (&nine_rules, &["9 --rule flags", "at most 8"]),
+        (
+            &["--rule", "gcra:10/1s", "--max-clients", "0"],
+            &["error: --max-clients 0: with --overflow reject"],
+        ),
     ];
     for (args, named) in cases {
         let output = Command::new(env!("CARGO_BIN_EXE_floodgate"))
