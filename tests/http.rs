@@ -456,6 +456,86 @@ async fn tiers_name_the_policy_by_the_tier() {
     assert_eq!(free.header("ratelimit"), Some(r#""free";r=1;t=0"#));
 }
 
+#[tokio::test]
+async fn several_rules_send_one_member_each_and_the_refusing_rules_wait() {
+    for engine in [Engine::LockFree, Engine::Mutex] {
+        several_rules_on(engine).await;
+    }
+}
+
+async fn several_rules_on(engine: Engine) {
+    // 2 a second, and 3 a minute.
+    let clock = ManualClock::new(0);
+    let limiter = Builder::new(PolicyKind::Gcra, 2, Duration::from_secs(1))
+        .and(PolicyKind::FixedWindow, 3, Duration::from_secs(60))
+        .engine(engine)
+        .clock(clock.clone())
+        .build::<IpAddr>()
+        .unwrap();
+    let layer = RateLimitLayer::new(limiter, PeerIp::new())
+        .policy_name("api")
+        .legacy_headers();
+    let address = serve(app(layer)).await;
+    let policy = r#""api-1";q=2;w=1, "api-2";q=3;w=60"#;
+
+    let first = get(address, "/").await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert_eq!(first.header("ratelimit-policy"), Some(policy));
+    assert_eq!(
+        first.header("ratelimit"),
+        Some(r#""api-1";r=1;t=0, "api-2";r=2;t=0"#)
+    );
+    assert_eq!(first.header("retry-after"), None);
+    // The legacy headers: the rule with the fewest left.
+    assert_eq!(first.header("x-ratelimit-limit"), Some("2"));
+    assert_eq!(first.header("x-ratelimit-remaining"), Some("1"));
+    assert_eq!(first.header("x-ratelimit-reset"), Some("0"));
+
+    // The burst's last: its `t` is one interval, 0.5 s rounded up.
+    let second = get(address, "/").await;
+    assert_eq!(
+        second.header("ratelimit"),
+        Some(r#""api-1";r=0;t=1, "api-2";r=1;t=0"#)
+    );
+
+    // Refused by the burst: the minute's quota is not spent.
+    let burst = get(address, "/").await;
+    assert_eq!(burst.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(burst.header("retry-after"), Some("1"));
+    assert_eq!(
+        burst.header("ratelimit"),
+        Some(r#""api-1";r=0;t=1, "api-2";r=1;t=0"#)
+    );
+    assert_eq!(burst.header("x-ratelimit-limit"), Some("2"));
+
+    clock.advance(SECOND);
+    let last = get(address, "/").await;
+    assert_eq!(last.status, StatusCode::OK);
+    assert_eq!(
+        last.header("ratelimit"),
+        Some(r#""api-1";r=1;t=0, "api-2";r=0;t=60"#)
+    );
+    assert_eq!(last.header("x-ratelimit-limit"), Some("3"));
+    assert_eq!(last.header("x-ratelimit-remaining"), Some("0"));
+    assert_eq!(last.header("x-ratelimit-reset"), Some("60"));
+
+    // Refused by the minute's quota, which ends 58 s from now; the burst
+    // rule alone would admit.
+    clock.advance(SECOND);
+    let quota = get(address, "/").await;
+    assert_eq!(quota.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(quota.body, "Too Many Requests: retry after 58 s\n");
+    assert_eq!(quota.header("retry-after"), Some("58"));
+    assert_eq!(quota.header("ratelimit-policy"), Some(policy));
+    assert_eq!(
+        quota.header("ratelimit"),
+        Some(r#""api-1";r=2;t=0, "api-2";r=0;t=58"#)
+    );
+    assert_eq!(quota.header("x-ratelimit-limit"), Some("3"));
+    assert_eq!(quota.header("x-ratelimit-remaining"), Some("0"));
+    assert_eq!(quota.header("x-ratelimit-reset"), Some("58"));
+}
+
 /// A plain hyper server that puts the peer's `SocketAddr` in the
 /// extensions, as `floodgate proxy` does: no axum in the path.
 #[tokio::test]

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use clap::builder::TypedValueParser;
 use clap::error::ErrorKind;
-use floodgate::{ConfigError, Engine, Overflow, PolicyKind, MAX_LIMIT};
+use floodgate::{ConfigError, Engine, Overflow, PolicyKind, Rule, RuleError, MAX_LIMIT};
 
 /// Exit status of a usage error: clap's own.
 pub const USAGE: u8 = 2;
@@ -141,6 +141,29 @@ pub fn parse_policy(text: &str) -> Result<PolicyKind, String> {
         let names: Vec<&str> = PolicyKind::ALL.iter().map(|p| p.name()).collect();
         format!("expected one of {}", names.join(", "))
     })
+}
+
+/// Parses a rule, `POLICY:LIMIT/WINDOW` (`gcra:10/1s`), as the library
+/// reads it, its window with a unit: a count of ticks means a different
+/// window for each clock, as for `--window`. The refusal says where in
+/// the rule it is wrong; `--rule` and the rule itself come first, from
+/// [`Checked`].
+pub fn parse_rule(text: &str) -> Result<Rule, String> {
+    let rule: Rule = text.parse().map_err(|error: RuleError| {
+        let message = error.to_string();
+        let named = format!("invalid rule {:?} ", error.text);
+        match message.strip_prefix(&named) {
+            Some(rest) => rest.to_owned(),
+            None => message,
+        }
+    })?;
+    if rule.config().span().is_none() {
+        return Err(format!(
+            "a window in ticks depends on the clock: give it with a unit ({UNITS}), \
+             {DURATION_EXAMPLES}"
+        ));
+    }
+    Ok(rule)
 }
 
 /// Parses `--engine`.
@@ -392,6 +415,22 @@ mod tests {
         assert_eq!(format_duration(90_000_000_000), "90s");
         assert_eq!(format_duration(1_500_000), "1500us");
         assert_eq!(format_duration(0), "0ns");
+    }
+
+    #[test]
+    fn rules_are_the_librarys_with_a_unit() {
+        assert_eq!(
+            parse_rule("gcra:10/1s").map(|rule| rule.to_string()),
+            Ok("gcra:10/1s".to_owned())
+        );
+        assert_eq!(
+            parse_rule("gcra:10/1fortnight").unwrap_err(),
+            "at byte 9: unknown unit \"fortnight\" (the units are ns, us, ms, s, m, h, d \
+             and ticks)"
+        );
+        assert!(parse_rule("gcra:10/1000ticks")
+            .unwrap_err()
+            .starts_with("a window in ticks depends on the clock"));
     }
 
     #[test]

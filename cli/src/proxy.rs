@@ -30,11 +30,12 @@ use floodgate::http::{
     RateLimitLayer, DEFAULT_IPV6_PREFIX,
 };
 use floodgate::{
-    Bounds, Builder, Config, Decision, Overflow, PolicyKind, RateLimiter, Rule, RuledDecision,
+    Bounds, Builder, Config, ConfigError, Decision, Overflow, PolicyKind, RateLimiter, Rule,
+    RuleSet, RuledDecision, MAX_RULES,
 };
 use floodgate_cli::args::{
     explain, parse_count, parse_duration, parse_in, parse_limit, parse_overflow, parse_policy,
-    usage, Checked, Span, Written,
+    parse_rule, usage, Checked, Span, Written,
 };
 use hyper::header::HeaderName;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -59,6 +60,9 @@ const STATS_EVERY: Duration = Duration::from_secs(5);
 /// Options of `floodgate proxy`.
 #[derive(clap::Args, Debug)]
 #[command(after_help = AFTER_HELP)]
+// One of --policy (with --limit and --window) or --rule: a missing quota
+// is refused naming both.
+#[command(group = clap::ArgGroup::new("quota").args(["policy", "rule"]).required(true).multiple(false))]
 pub struct Args {
     /// The address to listen on, IP:PORT (port 0: any free port, printed).
     #[arg(long, value_name = "ADDR", value_parser = Checked(parse_listen))]
@@ -72,17 +76,30 @@ pub struct Args {
     /// The policy: token-bucket, leaky-bucket, fixed-window,
     /// sliding-window, sliding-window-counter or gcra. leaky-bucket delays
     /// requests within its tolerance instead of rejecting them.
-    #[arg(long, value_name = "NAME", value_parser = Checked(parse_policy))]
-    policy: PolicyKind,
+    #[arg(long, value_name = "NAME", value_parser = Checked(parse_policy),
+          required_unless_present = "rule")]
+    policy: Option<PolicyKind>,
 
     /// Requests admitted per window, per client.
-    #[arg(long, value_name = "L", value_parser = Checked(parse_limit))]
-    limit: u64,
+    #[arg(long, value_name = "L", value_parser = Checked(parse_limit),
+          required_unless_present = "rule")]
+    limit: Option<u64>,
 
     /// The window: a whole number and a unit, such as 1s, 500ms or 2m
     /// (units ns, us, ms, s, m, h, d).
-    #[arg(long, value_name = "DURATION", value_parser = Checked(parse_duration))]
-    window: Span,
+    #[arg(long, value_name = "DURATION", value_parser = Checked(parse_duration),
+          required_unless_present = "rule")]
+    window: Option<Span>,
+
+    /// A rule, POLICY:LIMIT/WINDOW (gcra:10/1s), instead of --policy,
+    /// --limit and --window. Repeat it for several limits on each client,
+    /// such as a burst and a daily quota: a request is admitted only if
+    /// every rule admits it, and counts in every rule then. The headers
+    /// give one item per rule, named NAME-1, NAME-2... after
+    /// --policy-name. At most 8 rules; with --backend, one.
+    #[arg(long = "rule", value_name = "POLICY:LIMIT/WINDOW", value_parser = Checked(parse_rule),
+          conflicts_with_all = ["policy", "limit", "window"])]
+    rule: Vec<Rule>,
 
     /// What a client is: its address (behind --trusted-proxy, the
     /// forwarded one), one global limit, or the value of a header (an API
@@ -102,7 +119,8 @@ pub struct Args {
     #[arg(long, value_name = "BITS", value_parser = Checked(parse_in::<u8>(0, 128)))]
     ipv6_prefix: Option<u8>,
 
-    /// The policy's name in the RateLimit and RateLimit-Policy headers.
+    /// The policy's name in the RateLimit and RateLimit-Policy headers
+    /// (with several --rule, NAME-1, NAME-2... one per rule).
     #[arg(long, value_name = "NAME", default_value = "default")]
     policy_name: String,
 
@@ -135,7 +153,8 @@ pub struct Args {
     overflow: Overflow,
 
     /// Also send X-RateLimit-Limit, X-RateLimit-Remaining and
-    /// X-RateLimit-Reset.
+    /// X-RateLimit-Reset. With several --rule they describe one: the rule
+    /// that refused the request, else the one with the fewest left.
     #[arg(long)]
     legacy_headers: bool,
 
@@ -151,9 +170,11 @@ Prints `listening on http://IP:PORT` on standard output when it is ready
 (after `metrics on http://IP:PORT/metrics` with --metrics-listen), the admitted / shaped / rejected counts on standard error every few seconds,
 and exits 0 on SIGINT or SIGTERM once the requests in flight are answered.
 
-Example:
+Examples:
   floodgate proxy --listen 127.0.0.1:8080 --upstream http://127.0.0.1:3000 \\
-                  --policy gcra --limit 100 --window 1m";
+                  --policy gcra --limit 100 --window 1m
+  floodgate proxy --listen 127.0.0.1:8080 --upstream http://127.0.0.1:3000 \\
+                  --rule gcra:10/1s --rule fixed-window:10000/1d";
 
 /// What `--key` names.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -301,21 +322,50 @@ impl AsyncLimiter<Client> for Counted {
     }
 }
 
-/// How the flags wrote the quota, for the refusals.
-fn written(args: &Args) -> Written<'_> {
-    Written {
-        limit: args.limit,
-        window_flag: "--window",
-        window_text: &args.window.text,
-        tick_nanos: 1,
+/// A refusal of the library's in the words of the flags given: those of
+/// --policy, --limit and --window, or --rule's (each of which was checked
+/// as it was parsed).
+fn explained(error: &ConfigError, args: &Args) -> String {
+    match (args.limit, &args.window) {
+        (Some(limit), Some(window)) => explain(
+            error,
+            &Written {
+                limit,
+                window_flag: "--window",
+                window_text: &window.text,
+                tick_nanos: 1,
+            },
+        ),
+        _ => match error {
+            ConfigError::RuleCount { count } => {
+                format!("{count} --rule flags: a limiter applies at most {MAX_RULES}")
+            }
+            // The refusal of --max-clients 0 names no quota: the flags'
+            // words whatever the rules.
+            ConfigError::RefusesEveryone => explain(
+                error,
+                &Written {
+                    limit: 0,
+                    window_flag: "--rule",
+                    window_text: "",
+                    tick_nanos: 1,
+                },
+            ),
+            _ => format!("--rule: {error}"),
+        },
     }
 }
 
-/// The rule the flags give.
-fn rule(args: &Args) -> Result<Rule, String> {
-    Config::per(args.limit, args.window.duration())
-        .and_then(|config| Rule::new(args.policy, config))
-        .map_err(|error| explain(&error, &written(args)))
+/// The rules the flags give: each --rule, or the one of --policy, --limit
+/// and --window (clap lets through either set, never both nor neither).
+fn rules(args: &Args) -> Result<RuleSet, String> {
+    let rules = match (args.policy, args.limit, &args.window) {
+        (Some(policy), Some(limit), Some(window)) => vec![Config::per(limit, window.duration())
+            .and_then(|config| Rule::new(policy, config))
+            .map_err(|error| explained(&error, args))?],
+        _ => args.rule.clone(),
+    };
+    RuleSet::new(rules).map_err(|error| explained(&error, args))
 }
 
 /// The bounds of the in-memory store the flags give.
@@ -327,9 +377,7 @@ fn bounds(args: &Args) -> Result<Bounds, String> {
     if let Some(max_clients) = args.max_clients {
         bounds = bounds.max_clients(max_clients);
     }
-    bounds
-        .validate()
-        .map_err(|error| explain(&error, &written(args)))
+    bounds.validate().map_err(|error| explained(&error, args))
 }
 
 /// Parses `--max-clients`: a whole number (0 tracks nobody).
@@ -367,10 +415,16 @@ pub fn run(args: Args) -> ExitCode {
             "proxy,redis",
         ));
     }
-    let rule = match rule(&args) {
-        Ok(rule) => rule,
+    let rules = match rules(&args) {
+        Ok(rules) => rules,
         Err(message) => return usage(message),
     };
+    if args.backend.is_some() && rules.len() > 1 {
+        return usage(format!(
+            "--backend keeps one rule in Redis, and {} --rule flags were given: give one",
+            rules.len()
+        ));
+    }
     let extractor = match extractor(&args) {
         Ok(extractor) => extractor,
         Err(message) => return usage(message),
@@ -389,13 +443,15 @@ pub fn run(args: Args) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(serve(args, rule, bounds, extractor))
+    runtime.block_on(serve(args, rules, bounds, extractor))
 }
 
-async fn store(args: &Args, rule: Rule, bounds: Bounds) -> Result<Store, ExitCode> {
+async fn store(args: &Args, rules: &RuleSet, bounds: Bounds) -> Result<Store, ExitCode> {
     #[cfg(feature = "redis")]
     if let Some(url) = &args.backend {
         use floodgate::redis::{AsyncRedisLimiter, RedisOptions};
+        // `run` lets through one rule only with --backend.
+        let rule = rules[0];
         let redis = AsyncRedisLimiter::new(url, rule.policy(), rule.config(), RedisOptions::new())
             .await
             .map_err(|e| usage(format!("--backend {url}: {e}")))?;
@@ -411,7 +467,7 @@ async fn store(args: &Args, rule: Rule, bounds: Bounds) -> Result<Store, ExitCod
     }
     // Counting decisions is an atomic add per check on the thread's own
     // cache line: the price of `/metrics` and nothing beside a forward.
-    Builder::from_rule(rule)
+    Builder::from_rules(rules)
         .bounds(bounds)
         .counting(true)
         // The clients refused most, for `/offenders`: fed by rejections
@@ -419,10 +475,10 @@ async fn store(args: &Args, rule: Rule, bounds: Bounds) -> Result<Store, ExitCod
         .offenders(OFFENDERS)
         .build::<Client>()
         .map(Store::Memory)
-        .map_err(|error| usage(explain(&error, &written(args))))
+        .map_err(|error| usage(explained(&error, args)))
 }
 
-async fn serve(args: Args, rule: Rule, bounds: Bounds, extractor: Extract) -> ExitCode {
+async fn serve(args: Args, rules: RuleSet, bounds: Bounds, extractor: Extract) -> ExitCode {
     // What the library says once to an operator (the cap reached, Redis
     // unreachable and back) goes to standard error, beside the totals.
     // Another subscriber already installed (a test's) is kept.
@@ -431,7 +487,7 @@ async fn serve(args: Args, rule: Rule, bounds: Bounds, extractor: Extract) -> Ex
         .with_target(false)
         .with_ansi(false)
         .try_init();
-    let store = match store(&args, rule, bounds).await {
+    let store = match store(&args, &rules, bounds).await {
         Ok(store) => store,
         Err(code) => return code,
     };
@@ -527,7 +583,7 @@ async fn serve(args: Args, rule: Rule, bounds: Bounds, extractor: Extract) -> Ex
     #[cfg(not(feature = "redis"))]
     let held = "memory";
     eprintln!(
-        "floodgate proxy: {rule} per client ({}) in {held}, to {}",
+        "floodgate proxy: {rules} per client ({}) in {held}, to {}",
         describe_key(&args),
         args.upstream
     );

@@ -646,6 +646,148 @@ fn bad_flags_are_refused_by_name_with_status_2() {
 }
 
 #[tokio::test]
+async fn several_rules_send_one_item_each_and_the_stricter_refuses() {
+    let upstream = Upstream::start().await;
+    let proxy = Proxy::start(&[
+        "--upstream",
+        &upstream.url(),
+        "--rule",
+        "gcra:5/1h",
+        "--rule",
+        "fixed-window:2/1h",
+        "--policy-name",
+        "api",
+        "--legacy-headers",
+    ]);
+    let policy = "\"api-1\";q=5;w=3600, \"api-2\";q=2;w=3600";
+    // The burst rule's `t` is 0 while it has some left; the window's, once
+    // spent, its length.
+    for (burst, quota, t) in [(4, 1, 0), (3, 0, 3600)] {
+        let (response, body) = get(&proxy.url("/"), &[]).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(body, "hello");
+        assert_eq!(header(&response, "ratelimit-policy"), policy);
+        assert_eq!(
+            header(&response, "ratelimit"),
+            format!("\"api-1\";r={burst};t=0, \"api-2\";r={quota};t={t}")
+        );
+        // The legacy headers describe the rule with the fewest left.
+        assert_eq!(header(&response, "x-ratelimit-limit"), "2");
+        assert_eq!(
+            header(&response, "x-ratelimit-remaining"),
+            quota.to_string()
+        );
+    }
+    let (response, body) = get(&proxy.url("/"), &[]).await;
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_ne!(body, "hello", "a rejection never reaches the upstream");
+    let retry: u64 = header(&response, "retry-after").parse().unwrap();
+    assert!((1..=3600).contains(&retry), "Retry-After: {retry}");
+    assert_eq!(header(&response, "ratelimit-policy"), policy);
+    // The burst rule alone would admit it: its own answer, no wait.
+    assert_eq!(
+        header(&response, "ratelimit"),
+        format!("\"api-1\";r=3;t=0, \"api-2\";r=0;t={retry}")
+    );
+    // The legacy headers describe the rule that refused.
+    assert_eq!(header(&response, "x-ratelimit-limit"), "2");
+    assert_eq!(header(&response, "x-ratelimit-remaining"), "0");
+    assert_eq!(header(&response, "x-ratelimit-reset"), retry.to_string());
+
+    let (status, counts) = proxy.stop();
+    assert!(status.success(), "{status}");
+    assert!(
+        counts.ends_with("admitted 2, shaped 0, rejected 1, upstream errors 0"),
+        "{counts}"
+    );
+}
+
+#[test]
+fn rules_go_without_the_single_rule_flags_and_a_bad_rule_is_named() {
+    let nine_rules: Vec<&str> = ["--rule", "gcra:10/1s"].repeat(9);
+    let cases: [(&[&str], &[&str]); 9] = [
+        (
+            &["--rule", "gcra:10/1s", "--policy", "gcra"],
+            &["--rule", "--policy"],
+        ),
+        (
+            &["--rule", "gcra:10/1s", "--limit", "10"],
+            &["--rule", "--limit"],
+        ),
+        (
+            &["--rule", "gcra:10/1s", "--window", "1s"],
+            &["--rule", "--window"],
+        ),
+        (
+            &["--rule", "gcra:10/1s", "--rule", "gcra:10/1fortnight"],
+            &["--rule gcra:10/1fortnight", "unknown unit \"fortnight\""],
+        ),
+        (&["--rule", "fastest:10/1s"], &["--rule fastest:10/1s"]),
+        (&["--rule", "gcra:100/10ns"], &["--rule gcra:100/10ns"]),
+        (
+            &["--rule", "gcra:10/1000ticks"],
+            &["--rule gcra:10/1000ticks", "give it with a unit"],
+        ),
+        (&nine_rules, &["9 --rule flags", "at most 8"]),
+        (
+            &["--rule", "gcra:10/1s", "--max-clients", "0"],
+            &["error: --max-clients 0: with --overflow reject"],
+        ),
+    ];
+    for (args, named) in cases {
+        let output = Command::new(env!("CARGO_BIN_EXE_floodgate"))
+            .args(["proxy", "--listen", "127.0.0.1:0"])
+            .args(["--upstream", "http://127.0.0.1:9"])
+            .args(args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        for name in named {
+            assert!(stderr.contains(name), "{args:?} names {name}: {stderr}");
+        }
+        assert!(output.stdout.is_empty(), "{args:?} never listens");
+    }
+    // Redis keeps one rule a client; refused before connecting.
+    if cfg!(feature = "redis") {
+        let output = Command::new(env!("CARGO_BIN_EXE_floodgate"))
+            .args(["proxy", "--listen", "127.0.0.1:0"])
+            .args(["--upstream", "http://127.0.0.1:9"])
+            .args(["--rule", "gcra:10/1s", "--rule", "fixed-window:100/1h"])
+            .args(["--backend", "redis://127.0.0.1:9"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains("--backend keeps one rule"), "{stderr}");
+    }
+    // Neither --rule nor the three: clap asks for either.
+    let output = Command::new(env!("CARGO_BIN_EXE_floodgate"))
+        .args(["proxy", "--listen", "127.0.0.1:0"])
+        .args(["--upstream", "http://127.0.0.1:9"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("<--policy <NAME>|--rule"), "{stderr}");
+}
+
+#[test]
+fn help_documents_rule() {
+    let output = Command::new(env!("CARGO_BIN_EXE_floodgate"))
+        .args(["proxy", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success());
+    assert!(help.contains("--rule <POLICY:LIMIT/WINDOW>"), "{help}");
+    assert!(
+        help.contains("--rule gcra:10/1s --rule fixed-window:10000/1d"),
+        "{help}"
+    );
+}
+
+#[tokio::test]
 #[ignore = "needs a Redis server: FLOODGATE_REDIS_URL and --include-ignored"]
 async fn the_redis_backend_limits_behind_the_layer() {
     let url = std::env::var("FLOODGATE_REDIS_URL")

@@ -1,13 +1,21 @@
 //! The rate-limit headers of a response: draft-ietf-httpapi-ratelimit-headers-10
 //! (`RateLimit-Policy`, `RateLimit`), `Retry-After`, and the legacy
 //! `X-RateLimit-*`.
+//!
+//! A limiter with several rules gives each list one member per rule, in
+//! the limiter's order, named after the policy name with the rule's
+//! 1-based position: `"default-1"`, `"default-2"` (a tier's name likewise),
+//! so that a client can tell the rules apart and pair each `RateLimit`
+//! item with its `RateLimit-Policy` item. The legacy headers, which hold
+//! one number each, describe one rule: the rule that refused the request,
+//! else the one with the fewest requests left (the first of them).
 
 use std::fmt::Write as _;
 use std::time::Duration;
 
 use http::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 
-use crate::{PolicyKind, RuledDecision};
+use crate::{Decision, PolicyKind, Rule, RuledDecision};
 
 static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
@@ -39,24 +47,42 @@ impl RateLimitHeaders {
     ) -> Self {
         let decision = &ruled.decision;
         let name = ruled.tier.unwrap_or(name);
-        let limit = ruled.config.limit();
-        let window = window(ruled);
-        let reset = until_more(ruled, window);
-
-        let mut policy = sf_string(name);
-        let _ = write!(policy, ";q={limit}");
-        if let Some(unit) = unit {
-            let _ = write!(policy, ";qu={}", sf_string(unit));
-        }
-        if let Some(seconds) = whole_seconds(window) {
-            let _ = write!(policy, ";w={seconds}");
-        }
-        let mut ratelimit = sf_string(name);
-        let _ = write!(ratelimit, ";r={}", decision.remaining);
-        // No reset for a request no wait admits: no time can be honoured.
-        if let Some(reset) = reset {
-            let _ = write!(ratelimit, ";t={reset}");
-        }
+        let mut policy = String::new();
+        let mut ratelimit = String::new();
+        // One rule: the decision is its own answer.
+        let only = || RuleHeader::new(Rule::from_parts(ruled.policy, ruled.config), decision);
+        let described = if ruled.each.is_empty() {
+            let one = only();
+            one.write(&mut policy, &mut ratelimit, name, unit);
+            one
+        } else {
+            let mut described: Option<RuleHeader> = None;
+            let refused_by = decision.refused_by();
+            for (index, answer) in ruled.each.iter().enumerate() {
+                if index > 0 {
+                    policy.push_str(", ");
+                    ratelimit.push_str(", ");
+                }
+                let each = RuleHeader::new(answer.rule, &answer.decision);
+                each.write(
+                    &mut policy,
+                    &mut ratelimit,
+                    &format!("{name}-{}", index + 1),
+                    unit,
+                );
+                let describes = match (refused_by, &described) {
+                    (Some(by), _) => by == index,
+                    (None, None) => true,
+                    (None, Some(fewest)) => each.remaining < fewest.remaining,
+                };
+                if describes {
+                    described = Some(each);
+                }
+            }
+            // None only for a refusal by a rule past the answers, which
+            // no engine gives: the decision and the strictest rule then.
+            described.unwrap_or_else(only)
+        };
         Self {
             policy: value(policy),
             ratelimit: value(ratelimit),
@@ -67,9 +93,9 @@ impl RateLimitHeaders {
             } else {
                 decision.retry_after_secs()
             },
-            limit,
-            remaining: decision.remaining,
-            reset,
+            limit: described.limit,
+            remaining: described.remaining,
+            reset: described.reset,
             legacy,
         }
     }
@@ -98,25 +124,67 @@ impl RateLimitHeaders {
     }
 }
 
+/// What the headers say of one rule: one member of each list, and the
+/// numbers of the legacy headers.
+#[derive(Clone, Copy, Debug)]
+struct RuleHeader {
+    limit: u64,
+    window: Duration,
+    remaining: u64,
+    /// `t`: `None` for a request that no wait admits.
+    reset: Option<u64>,
+}
+
+impl RuleHeader {
+    /// `rule`, from its own `decision`.
+    fn new(rule: Rule, decision: &Decision) -> Self {
+        let window = window(rule, decision);
+        Self {
+            limit: rule.config().limit(),
+            window,
+            remaining: decision.remaining,
+            reset: until_more(rule, decision, window),
+        }
+    }
+
+    /// Appends the rule's member of `RateLimit-Policy` to `policy` and of
+    /// `RateLimit` to `ratelimit`, both named `name`.
+    fn write(&self, policy: &mut String, ratelimit: &mut String, name: &str, unit: Option<&str>) {
+        let name = sf_string(name);
+        let _ = write!(policy, "{name};q={}", self.limit);
+        if let Some(unit) = unit {
+            let _ = write!(policy, ";qu={}", sf_string(unit));
+        }
+        if let Some(seconds) = whole_seconds(self.window) {
+            let _ = write!(policy, ";w={seconds}");
+        }
+        let _ = write!(ratelimit, "{name};r={}", self.remaining);
+        // No reset for a request no wait admits: no time can be honoured.
+        if let Some(reset) = self.reset {
+            let _ = write!(ratelimit, ";t={reset}");
+        }
+    }
+}
+
 /// The rule's window as a duration: as it was given, or its ticks times the
 /// decision's tick.
-fn window(ruled: &RuledDecision<'_>) -> Duration {
-    ruled
-        .config
+fn window(rule: Rule, decision: &Decision) -> Duration {
+    let config = rule.config();
+    config
         .span()
-        .unwrap_or_else(|| ruled.decision.tick.times(ruled.config.window()))
+        .unwrap_or_else(|| decision.tick.times(config.window()))
 }
 
 /// `t`: whole seconds, rounded up, until the client has at least one more
-/// request. A rejection: its `Retry-After`. An admission with more left: 0.
+/// request by `rule`, from its own `decision`. A
+/// rejection: its `Retry-After`. An admission with more left: 0.
 /// An admission that spent the last one: an upper bound, since a decision
 /// only says when a *rejected* request would pass: one interval `W / L`
 /// for the drip policies, the window for the log and the fixed window, the
 /// window and one tick for the counter (its current count becomes the
 /// previous window's at the next boundary, and decays from the tick after).
 /// `None` for a request that can never be admitted.
-fn until_more(ruled: &RuledDecision<'_>, window: Duration) -> Option<u64> {
-    let decision = &ruled.decision;
+fn until_more(rule: Rule, decision: &Decision, window: Duration) -> Option<u64> {
     if !decision.allowed {
         return decision.retry_after_secs();
     }
@@ -124,8 +192,8 @@ fn until_more(ruled: &RuledDecision<'_>, window: Duration) -> Option<u64> {
         return Some(0);
     }
     let tick = decision.tick;
-    let wait = match ruled.policy {
-        kind if kind.drips() => tick.times(ruled.config.interval()),
+    let wait = match rule.policy() {
+        kind if kind.drips() => tick.times(rule.config().interval()),
         PolicyKind::SlidingWindowCounter => window.saturating_add(tick.duration()),
         _ => window,
     };
@@ -174,7 +242,8 @@ fn value(text: String) -> HeaderValue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Config, Decision, Tick};
+    use crate::decision::NEVER;
+    use crate::{Config, Tick};
 
     fn ruled(decision: Decision, policy: PolicyKind, config: Config) -> RuledDecision<'static> {
         RuledDecision {
@@ -234,9 +303,106 @@ mod tests {
             ..Decision::default()
         };
         let config = Config::per(10, Duration::from_secs(60)).unwrap();
-        let t = |policy| until_more(&ruled(spent, policy, config), Duration::from_secs(60));
+        let t = |policy| {
+            until_more(
+                Rule::from_parts(policy, config),
+                &spent,
+                Duration::from_secs(60),
+            )
+        };
         assert_eq!(t(PolicyKind::Gcra), Some(6));
         assert_eq!(t(PolicyKind::FixedWindow), Some(60));
         assert_eq!(t(PolicyKind::SlidingWindowCounter), Some(61));
+    }
+
+    /// `RuledDecision` of a limiter with `rules`, each answering its
+    /// decision in turn.
+    fn several(decision: Decision, rules: &str, answers: &[Decision]) -> RuledDecision<'static> {
+        let rules: crate::RuleSet = rules.parse().unwrap();
+        let mut each = crate::RuleAnswers::default();
+        for (rule, decision) in rules.iter().zip(answers) {
+            each.push(crate::RuleAnswer {
+                rule: *rule,
+                decision: *decision,
+            });
+        }
+        let strictest = rules.strictest();
+        RuledDecision {
+            each,
+            ..ruled(decision, strictest.policy(), strictest.config())
+        }
+    }
+
+    #[test]
+    fn several_rules_give_one_member_each_named_by_position() {
+        let ruled = several(
+            Decision::admit(9),
+            "gcra:10/1s,fixed-window:10000/1d",
+            &[Decision::admit(9), Decision::admit(9_999)],
+        );
+        let headers = RateLimitHeaders::new(&ruled, "api", None, true);
+        assert_eq!(
+            headers.policy,
+            r#""api-1";q=10;w=1, "api-2";q=10000;w=86400"#
+        );
+        assert_eq!(headers.ratelimit, r#""api-1";r=9;t=0, "api-2";r=9999;t=0"#);
+        assert_eq!(headers.retry_after, None);
+        // The legacy headers: the rule with the fewest left.
+        assert_eq!((headers.limit, headers.remaining), (10, 9));
+        assert_eq!(headers.reset, Some(0));
+
+        // A tier's name is numbered the same way, and every member has the
+        // unit.
+        let tiered = RuledDecision {
+            tier: Some("pro"),
+            ..ruled
+        };
+        let headers = RateLimitHeaders::new(&tiered, "api", Some("requests"), false);
+        assert_eq!(
+            headers.policy,
+            r#""pro-1";q=10;qu="requests";w=1, "pro-2";q=10000;qu="requests";w=86400"#
+        );
+    }
+
+    #[test]
+    fn each_rule_says_its_own_wait_and_the_legacy_headers_the_refusing_rule() {
+        let second = Duration::from_secs(1).as_nanos() as u64;
+        // The daily quota refuses for an hour; the burst rule would admit.
+        let quota = Decision::reject(0, 3_600 * second);
+        let ruled = several(
+            quota.by_rule(1),
+            "gcra:10/1s,fixed-window:10000/1d",
+            &[Decision::admit(5), quota],
+        );
+        let headers = RateLimitHeaders::new(&ruled, "api", None, true);
+        assert_eq!(headers.ratelimit, r#""api-1";r=5;t=0, "api-2";r=0;t=3600"#);
+        assert_eq!(headers.retry_after, Some(3_600));
+        assert_eq!((headers.limit, headers.remaining), (10_000, 0));
+        assert_eq!(headers.reset, Some(3_600));
+
+        // An admission that spent the quota's last: each rule's `t` as one
+        // rule's would be, and the legacy headers describe the quota.
+        let ruled = several(
+            Decision::admit(0),
+            "gcra:10/1s,fixed-window:10000/1d",
+            &[Decision::admit(9), Decision::admit(0)],
+        );
+        let headers = RateLimitHeaders::new(&ruled, "api", None, true);
+        assert_eq!(headers.ratelimit, r#""api-1";r=9;t=0, "api-2";r=0;t=86400"#);
+        assert_eq!((headers.limit, headers.remaining), (10_000, 0));
+        assert_eq!(headers.reset, Some(86_400));
+
+        // A cost above the burst's limit: no wait admits it, so that rule
+        // has no `t` and there is no `Retry-After`.
+        let never = Decision::reject(3, NEVER);
+        let ruled = several(
+            never,
+            "gcra:10/1s,fixed-window:10000/1d",
+            &[never, Decision::admit(9_999)],
+        );
+        let headers = RateLimitHeaders::new(&ruled, "api", None, true);
+        assert_eq!(headers.ratelimit, r#""api-1";r=3, "api-2";r=9999;t=0"#);
+        assert_eq!(headers.retry_after, None);
+        assert_eq!((headers.limit, headers.reset), (10, None));
     }
 }

@@ -160,7 +160,9 @@ impl<L, E> RateLimitLayer<L, E> {
 
     /// The policy's name in `RateLimit-Policy` and `RateLimit` (`"default"`
     /// unless set). A decision of [`Tiers`](crate::tiers::Tiers) is named
-    /// by its tier instead, since each tier is a policy of its own. A
+    /// by its tier instead, since each tier is a policy of its own. With
+    /// several rules, each rule's member is the name and its 1-based
+    /// position (`"default-1"`, `"default-2"`), so the members differ. A
     /// character outside printable ASCII, which a structured-field string
     /// cannot hold, is sent as `?`.
     pub fn policy_name(mut self, name: impl Into<String>) -> Self {
@@ -170,7 +172,8 @@ impl<L, E> RateLimitLayer<L, E> {
 
     /// Also sends `X-RateLimit-Limit`, `X-RateLimit-Remaining` and
     /// `X-RateLimit-Reset` (seconds from now, as `RateLimit`'s `t`), for
-    /// clients that read only those.
+    /// clients that read only those. With several rules they describe the
+    /// rule that refused the request, else the one with the fewest left.
     pub fn legacy_headers(mut self) -> Self {
         self.options().legacy = true;
         self

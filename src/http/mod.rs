@@ -81,6 +81,26 @@
 //! - `X-RateLimit-Limit`, `-Remaining` and `-Reset` (as `q`, `r`, `t`) are
 //!   opt-in: [`legacy_headers`](RateLimitLayer::legacy_headers).
 //!
+//! A limiter with several rules ([`Builder::and`](crate::Builder::and))
+//! sends one member per rule in each list, in the limiter's order, each
+//! with that rule's `q`, `w`, `r` and `t` from its own answer
+//! ([`RuledDecision::each`](crate::RuledDecision::each)), named by the
+//! policy's name and the rule's 1-based position (a tier's name likewise):
+//!
+//! ```text
+//! RateLimit-Policy: "default-1";q=10;w=1, "default-2";q=10000;w=86400
+//! RateLimit: "default-1";r=0;t=1, "default-2";r=9990;t=0
+//! Retry-After: 1                      (the longest wait of the refusing rules)
+//! ```
+//!
+//! The legacy headers hold one number each, so they describe one rule: the
+//! one that refused the request ([`Decision::refused_by`](crate::Decision::refused_by),
+//! the one `Retry-After` comes from), else the one with the fewest requests
+//! left (the first of them). A decision no rule made — a client the
+//! [`Overflow`](crate::Overflow) rule answered, having no state of its own
+//! — has no answer per rule: it gets one member under the plain name, with
+//! the strictest rule's limit and window.
+//!
 //! # What is trusted
 //!
 //! The client's address is the TCP peer's ([`PeerIp`]). Forwarding
