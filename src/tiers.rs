@@ -22,7 +22,7 @@
 //!
 //! The instant `at` is the later of the call's `now`, the latest `now` any
 //! check of the client presented, and the latest time the old state itself
-//! reflects ([`Policy::retire_spent`]). On a real clock a thread's `now` can
+//! reflects ([`Policy::retire_spent`](crate::policy::Policy::retire_spent)). On a real clock a thread's `now` can
 //! be a little older than the client's latest; a carry-over at the older
 //! time would move the client back in time — a fixed window carried into
 //! the window before its own resets one window early, a schedule rebuilt
