@@ -573,6 +573,13 @@ where
     /// [`TierError::Unknown`] if there is no such tier;
     /// [`TierError::Config`] if `spec` does not fit the clock's tick.
     pub fn reload(&self, name: &str, spec: TierSpec) -> Result<(), TierError> {
+        // The rule a tier already has is answered without building a rule
+        // set: a configuration poller's reload of an unchanged rule
+        // allocates nothing.
+        let tier = self.tiers.get(name).ok_or_else(|| self.unknown(name))?;
+        if tier.current.load().spec.rules() == [spec.in_ticks_of(self.tick)?] {
+            return Ok(());
+        }
         self.reload_rules(name, spec.into())
     }
 
@@ -590,11 +597,12 @@ where
         let spec = rules.in_ticks_of(self.tick)?;
         // Reloads of one tier may race; two that both see an old rule both
         // store, and the later store wins, as if they had run in turn.
-        let before = tier.rules();
-        if before != spec {
+        let before = tier.current.load_full();
+        if before.spec != spec {
             tracing::info!(
                 tier = name,
-                "floodgate: tier {name:?} reloaded: {before} to {spec}"
+                "floodgate: tier {name:?} reloaded: {} to {spec}",
+                before.spec
             );
             tier.current.store(Arc::new(Generation::new(spec)));
         }
@@ -1216,7 +1224,9 @@ where
         // position keeps what the old one there had spent (a rule beyond
         // the old ones, what the old last one had).
         let state = &client.state.state;
-        let first = old.policy.retire_spent_each(state, now.saturating_sub(client.origin));
+        let first = old
+            .policy
+            .retire_spent_each(state, now.saturating_sub(client.origin));
         let latest = client
             .state
             .latest

@@ -265,3 +265,33 @@ fn a_new_client_allocates_and_is_counted() {
         0
     );
 }
+
+/// Two one-word rules on one client (`gcra` and a `token-bucket` quota, or
+/// `leaky-bucket`) share one 16-byte word: a known client's checks,
+/// admitted and refused, allocate nothing, through the builder's
+/// `Arc<dyn RateLimiter>` too.
+#[test]
+fn two_one_word_rules_allocate_nothing_on_a_known_client() {
+    for text in [
+        "gcra:10/1ms,token-bucket:1000/1s",
+        "leaky-bucket:10/1ms,gcra:100/1s",
+    ] {
+        let rules: floodgate::RuleSet = text.parse().unwrap();
+        let limiter = floodgate::build_rules::<u64, _>(
+            &rules,
+            floodgate::Engine::LockFree,
+            ManualClock::new(0),
+            floodgate::Bounds::new(),
+        )
+        .unwrap();
+        for key in 0..100 {
+            limiter.check_at(&key, 0);
+        }
+        let allocations = allocations_in(|| {
+            for at in 0..10_000u64 {
+                std::hint::black_box(limiter.check_at(&(at % 100), at * 1_000));
+            }
+        });
+        assert_eq!(allocations, 0, "{text}");
+    }
+}

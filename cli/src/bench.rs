@@ -1240,16 +1240,8 @@ pub fn run(args: Args) -> ExitCode {
     let several = (keys.contains(&Keys::Hot) || keys.contains(&Keys::Uniform))
         && policies.contains(&PolicyKind::Gcra)
         && args.clocks.contains(&ClockKind::Quanta);
-    let several = several.then(|| {
-        several::rows(
-            config,
-            &args.threads,
-            rounds,
-            slice,
-            &mut capacities,
-            cores,
-        )
-    });
+    let several = several
+        .then(|| several::rows(config, &args.threads, rounds, slice, &mut capacities, cores));
     let tail_started = Instant::now();
     let tail = args
         .tail

@@ -371,18 +371,25 @@ pub fn check_differential(data: &[u8]) {
 /// [`within_horizon`] (measured from 0 for a drip rule, from the client's
 /// origin for a window rule, as one rule alone).
 fn check_differential_rules(input: &Input) {
-    let rules: Result<Vec<floodgate::Rule>, _> = std::iter::once((input.policy, input.limit, input.window))
-        .chain(input.more.iter().copied())
-        .map(|(policy, limit, window)| {
-            Config::per_ticks(limit, window).and_then(|config| floodgate::Rule::new(policy, config))
-        })
-        .collect();
+    let rules: Result<Vec<floodgate::Rule>, _> =
+        std::iter::once((input.policy, input.limit, input.window))
+            .chain(input.more.iter().copied())
+            .map(|(policy, limit, window)| {
+                Config::per_ticks(limit, window)
+                    .and_then(|config| floodgate::Rule::new(policy, config))
+            })
+            .collect();
     let Ok(rules) = rules.and_then(floodgate::RuleSet::new) else {
         return; // a rule refused before any engine is involved
     };
     let build = |engine| {
-        floodgate::build_rules::<u64, _>(&rules, engine, ManualClock::new(0), floodgate::Bounds::new())
-            .unwrap_or_else(|e| panic!("{rules}: {e}"))
+        floodgate::build_rules::<u64, _>(
+            &rules,
+            engine,
+            ManualClock::new(0),
+            floodgate::Bounds::new(),
+        )
+        .unwrap_or_else(|e| panic!("{rules}: {e}"))
     };
     let (lock_free, mutex) = (build(Engine::LockFree), build(Engine::Mutex));
     let mut origins: [Option<u64>; 4] = [None; 4];
@@ -392,7 +399,11 @@ fn check_differential_rules(input: &Input) {
         let origin = *origins[c.client as usize].get_or_insert(c.now);
         let client = c.client as usize;
         inside[client] &= rules.iter().all(|rule| {
-            let from = if counts_from_zero(rule.policy()) { 0 } else { origin };
+            let from = if counts_from_zero(rule.policy()) {
+                0
+            } else {
+                origin
+            };
             within_horizon(c.now.saturating_sub(from), rule.config().window())
         });
         if inside[client] {
@@ -402,7 +413,11 @@ fn check_differential_rules(input: &Input) {
             );
         }
     }
-    assert_eq!(lock_free.tracked_clients(), mutex.tracked_clients(), "{rules}");
+    assert_eq!(
+        lock_free.tracked_clients(),
+        mutex.tracked_clients(),
+        "{rules}"
+    );
 }
 
 /// What the check knows of `client` after its tier carried it over at `at`

@@ -70,7 +70,10 @@ fn the_step_races_itself<P: Policy>(make: fn(&RuleSet) -> P, rules: &'static str
             1,
             "{mine:?} {other:?}"
         );
-        assert!(seen[0] == seen[1], "one rule spent without the other: {seen:?}");
+        assert!(
+            seen[0] == seen[1],
+            "one rule spent without the other: {seen:?}"
+        );
         assert!(seen[0] == 1 || seen[0] == 2, "{seen:?}");
         assert_eq!(spent(&limiter, 1, 5), vec![2, 2]);
         let refused = if mine.allowed() { other } else { mine };

@@ -2,9 +2,9 @@
 //! rule and each rule of several ([`Compound`](super::Compound)) hold.
 
 use super::{
-    Compound, CompoundState, FixedWindow, FixedWindowState, Gcra, GcraState, LeakyBucket, Policy, Retired, SlidingWindow,
-    SlidingWindowCounter, SlidingWindowCounterState, SlidingWindowState, Spent, TokenBucket,
-    TokenBucketState,
+    Compound, CompoundState, FixedWindow, FixedWindowState, Gcra, GcraState, LeakyBucket, Policy,
+    Retired, SlidingWindow, SlidingWindowCounter, SlidingWindowCounterState, SlidingWindowState,
+    Spent, TokenBucket, TokenBucketState,
 };
 use crate::{ConfigError, Decision, PolicyKind, Rule, RuleSet};
 

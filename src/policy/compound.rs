@@ -890,7 +890,12 @@ impl Policy for Compound {
     /// the state) since this pass's load, or when a log's ring showed the
     /// snapshot stale, which also takes another thread's published
     /// snapshot (`LogView`): lock-free, never a wait.
-    fn check_within(&self, state: &CompoundState, now: u64, cost: u64) -> Result<Decision, Retired> {
+    fn check_within(
+        &self,
+        state: &CompoundState,
+        now: u64,
+        cost: u64,
+    ) -> Result<Decision, Retired> {
         let pin = reclaim::pin();
         loop {
             let (ptr, snapshot) = state.load(&pin);
@@ -923,7 +928,12 @@ impl Policy for Compound {
         }
     }
 
-    fn check_unshared(&self, state: CompoundState, now: u64, cost: u64) -> (CompoundState, Decision) {
+    fn check_unshared(
+        &self,
+        state: CompoundState,
+        now: u64,
+        cost: u64,
+    ) -> (CompoundState, Decision) {
         let ptr = state.current.load(Ordering::Relaxed);
         debug_assert!(!is_marked(ptr), "a new state is never retired");
         // SAFETY: the state is this call's alone (no other thread can
@@ -964,7 +974,9 @@ impl Policy for Compound {
                     now
                 };
                 match (rule, &snapshot.states[i]) {
-                    (AnyPolicy::SlidingWindow(log), RuleState::Log(view)) => log.view_idle(view, at),
+                    (AnyPolicy::SlidingWindow(log), RuleState::Log(view)) => {
+                        log.view_idle(view, at)
+                    }
                     (_, RuleState::Own(state)) => rule.retire_if_idle(&rule.duplicate(state), at),
                     _ => unreachable!("a rule's state is made by the rule"),
                 }
@@ -991,7 +1003,10 @@ impl Policy for Compound {
     }
 
     fn spent_state(&self, spent: u64, now: u64) -> CompoundState {
-        self.spent_state_each(&[Spent { count: spent, at: now }])
+        self.spent_state_each(&[Spent {
+            count: spent,
+            at: now,
+        }])
     }
 
     fn is_retired(&self, state: &CompoundState) -> bool {

@@ -488,7 +488,12 @@ impl LogView {
             // AcqRel: Release publishes the entry to readers that Acquire
             // the slot.
             if slot
-                .compare_exchange(word, self.latest.pack(), Ordering::AcqRel, Ordering::Acquire)
+                .compare_exchange(
+                    word,
+                    self.latest.pack(),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
                 .is_ok()
             {
                 return Ok(());
@@ -597,9 +602,10 @@ impl SlidingWindow {
     /// spent, the stricter answer.
     pub(crate) fn view_spent_at(&self, view: &LogView, now: u64) -> Spent {
         let at = now.max(view.latest.time);
-        let count = match view.help().and_then(|()| {
-            self.units_inside(view.n, view.latest, at, &|entry| view.read(entry))
-        }) {
+        let count = match view
+            .help()
+            .and_then(|()| self.units_inside(view.n, view.latest, at, &|entry| view.read(entry)))
+        {
             Ok(used) => used,
             Err(Moved) => self.config.limit(),
         };
