@@ -30,7 +30,8 @@ use criterion::{
     criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, SamplingMode, Throughput,
 };
 use floodgate::policy::{
-    FixedWindow, Gcra, LeakyBucket, Policy, SlidingWindow, SlidingWindowCounter, TokenBucket,
+    Compound, FixedWindow, Gcra, LeakyBucket, Pair, Policy, SlidingWindow, SlidingWindowCounter,
+    TokenBucket,
 };
 use floodgate::{
     Bounds, Clock, Config, Limiter, MutexLimiter, PolicyKind, QuantaClock, RateLimiter,
@@ -391,6 +392,99 @@ fn growth(c: &mut Criterion) {
     group.finish();
 }
 
+/// Two limiters called in turn, as an application writes it without
+/// several rules: the quota only when the burst admits.
+struct TwoLimiters {
+    burst: Limiter<u64, Gcra, QuantaClock>,
+    quota: Limiter<u64, TokenBucket, QuantaClock>,
+}
+
+impl Subject for TwoLimiters {
+    #[inline]
+    fn check(&self, key: u64) -> bool {
+        self.burst.check(&key).allowed() && self.quota.check(&key).allowed()
+    }
+}
+
+/// Several rules on one client (a `gcra` burst and a quota 60 times its
+/// size over 60 windows) beside the burst alone and two limiters in turn,
+/// hot and keyed, on 1 and 2 threads: `floodgate bench`'s several-rules
+/// rows, under criterion.
+fn rules(c: &mut Criterion) {
+    let burst = Config::per_ticks(LIMIT, FLOOD_WINDOW_NS).unwrap();
+    let quota = |policy: PolicyKind| {
+        let limit = LIMIT * 60;
+        let rule = floodgate::Rule::new(
+            policy,
+            Config::per_ticks(limit, FLOOD_WINDOW_NS * 60).unwrap(),
+        );
+        floodgate::RuleSet::new([
+            floodgate::Rule::new(PolicyKind::Gcra, burst).unwrap(),
+            rule.unwrap(),
+        ])
+        .unwrap()
+    };
+    fn engine<S: Subject + 'static>(fresh: impl Fn() -> S + 'static) -> Box<dyn Runner> {
+        Box::new(Engine {
+            subject: fresh(),
+            fresh,
+        })
+    }
+    let token_bucket = quota(PolicyKind::TokenBucket);
+    let fixed_window = quota(PolicyKind::FixedWindow);
+    let sliding_window = quota(PolicyKind::SlidingWindow);
+    let setups: Vec<(&str, Box<dyn Runner>)> = vec![
+        (
+            "gcra-alone",
+            engine(move || Limiter::<u64, Gcra>::new(Gcra::new(burst).unwrap())),
+        ),
+        ("gcra+token-bucket", {
+            let rules = token_bucket.clone();
+            engine(move || Limiter::<u64, Pair>::new(Pair::from_rules(&rules).unwrap()))
+        }),
+        (
+            "gcra+fixed-window",
+            engine(move || {
+                Limiter::<u64, Compound>::new(Compound::from_rules(&fixed_window).unwrap())
+            }),
+        ),
+        (
+            "gcra+sliding-window",
+            engine(move || {
+                Limiter::<u64, Compound>::new(Compound::from_rules(&sliding_window).unwrap())
+            }),
+        ),
+        ("two-limiters", {
+            let quota = token_bucket[1].config();
+            engine(move || TwoLimiters {
+                burst: Limiter::new(Gcra::new(burst).unwrap()),
+                quota: Limiter::new(TokenBucket::new(quota).unwrap()),
+            })
+        }),
+    ];
+    for keys in [Keys::Hot, Keys::Uniform] {
+        let name = match keys {
+            Keys::Hot => "hot",
+            _ => "uniform",
+        };
+        let mut group = c.benchmark_group(format!("rules/{name}"));
+        configure(&mut group, Duration::from_millis(400));
+        for (_, runner) in &setups {
+            runner.prefill(keys.clients());
+        }
+        for threads in [1, 2] {
+            let sequences = keys.sequences(threads);
+            group.throughput(Throughput::Elements(threads as u64));
+            for (name, runner) in &setups {
+                group.bench_function(BenchmarkId::new(*name, threads), |b| {
+                    b.iter_custom(|iters| runner.run(&sequences, threads, iters));
+                });
+            }
+        }
+        group.finish();
+    }
+}
+
 fn clock(c: &mut Criterion) {
     let mut group = c.benchmark_group("clock");
     configure(&mut group, Duration::from_millis(300));
@@ -431,5 +525,5 @@ fn sweep(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, check, throughput, insert, growth, clock, sweep);
+criterion_group!(benches, check, throughput, insert, growth, rules, clock, sweep);
 criterion_main!(benches);
