@@ -592,7 +592,7 @@ mod rule_set_tests {
             "".parse::<RuleSet>().unwrap_err().problem,
             RuleProblem::NoRule
         );
-        let nine = vec!["gcra:1/1s"; 9].join(",");
+        let nine = ["gcra:1/1s"; 9].join(",");
         assert_eq!(
             nine.parse::<RuleSet>().unwrap_err().problem,
             RuleProblem::TooManyRules { count: 9 }
