@@ -1266,6 +1266,15 @@ mod tests {
             core.check_n_on_failure("c", Some(0), 6).refused_by(),
             Some(1)
         );
+        // The local fallback applies every rule.
+        let local =
+            Core::with_rules(&rules, &options.clone().on_failure(OnFailure::Local)).unwrap();
+        assert_eq!(local.local.as_ref().unwrap().rules().len(), 2);
+        for _ in 0..5 {
+            assert!(local.check_on_failure("c", Some(0)).allowed);
+        }
+        let quota = local.check_on_failure("c", Some(5_000));
+        assert_eq!((quota.allowed, quota.refused_by()), (false, Some(1)));
         // One rule keeps the layout of a single rule's limiter.
         let one = Core::with_rules(&rules[..1], &options).unwrap();
         assert_eq!(one.keys("c"), ["api:gcra:10:1000:1ms:{c}"]);

@@ -141,13 +141,15 @@ const MAX_TTL_MS: u64 = 1 << 46;
 /// What a script is asked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Op {
-    /// Decide one request of this cost, `1 <= cost <= L` (the limiter
-    /// answers the other costs from [`Op::Remaining`]); 1 for a plain check.
+    /// Decide one request of this cost, `1 <= cost <= L` for every rule's
+    /// `L` (the limiter answers the other costs from [`Op::Remaining`]); 1
+    /// for a plain check.
     CheckN(u64),
     /// How many would be admitted.
     Remaining,
-    /// How many would be admitted, if the key exists: the reply is nil for
-    /// a key that does not, and the script writes nothing either way.
+    /// How many would be admitted, if any of the client's keys exists: the
+    /// reply is nil for a client with none, and the script writes nothing
+    /// either way.
     Peek,
 }
 
@@ -190,9 +192,9 @@ fn call<'s>(script: &'s RuleScript, key: &str, op: Op, now: &str) -> ::redis::Sc
     call
 }
 
-/// A batch call: one check of each request's key in order, each
-/// `(key, now, cost)` with `now` from [`encode_now`] and `1 <= cost <= L`.
-/// The reply is one [`Reply`] per request.
+/// A batch call: one check of each request's client in order, each
+/// `(key, now, cost)` with `now` from [`encode_now`] and `1 <= cost <= L`
+/// for every rule's `L`. The reply is one [`Reply`] per request.
 pub(super) fn batch<'s, 'r>(
     script: &'s RuleScript,
     requests: impl IntoIterator<Item = (&'r str, &'r str, u64)>,
@@ -231,25 +233,27 @@ pub(super) struct Reply {
 }
 
 impl ::redis::FromRedisValue for Reply {
+    /// Read in place: a reply is decoded on every decision, so without the
+    /// vector of fields a generic read would allocate.
     fn from_redis_value(value: ::redis::Value) -> Result<Self, ::redis::ParsingError> {
-        let fields: Vec<i64> = ::redis::FromRedisValue::from_redis_value(value)?;
-        match fields[..] {
-            [allowed, remaining, retry_after, delay] => Ok(Reply {
-                allowed,
-                remaining,
-                retry_after,
-                delay,
-                refused_by: 0,
-            }),
-            [allowed, remaining, retry_after, delay, refused_by] => Ok(Reply {
-                allowed,
-                remaining,
-                retry_after,
-                delay,
-                refused_by,
-            }),
-            _ => Err(format!("a reply of {} fields, not 4 or 5", fields.len()).into()),
+        let ::redis::Value::Array(items) = &value else {
+            return Err(format!("a reply that is not an array: {value:?}").into());
+        };
+        let field = |index: usize| match items.get(index) {
+            Some(item) => i64::from_redis_value_ref(item),
+            None => Ok(0),
+        };
+        if !(4..=5).contains(&items.len()) {
+            return Err(format!("a reply of {} fields, not 4 or 5", items.len()).into());
         }
+        Ok(Reply {
+            allowed: field(0)?,
+            remaining: field(1)?,
+            retry_after: field(2)?,
+            delay: field(3)?,
+            // One rule's script has no fifth field: its rule is 0.
+            refused_by: field(4)?,
+        })
     }
 }
 
