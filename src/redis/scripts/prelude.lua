@@ -153,3 +153,9 @@ local function release(writes)
     end
   end
 end
+
+-- Each rule's step follows, as `steps[j](key, check, now, cost)`: one
+-- decision of a request of cost `cost` (1 <= cost <= L, an exact integer)
+-- of the client whose state for that rule is `key` at `now`, if `check`;
+-- else its remaining. It returns the rule's reply (the policy's step ends
+-- in its `return`).
