@@ -1272,7 +1272,7 @@ fn in_memory_rules(rules: &RuleSet) -> Arc<dyn RateLimiter<str>> {
 
 /// Runs `traces` seeded traces of several rules on each Redis (or cluster)
 /// of `urls` and on the mutex engine, and compares every answer field by
-/// field, the refusing rule included.
+/// field, the refusing rule and each rule's own answer included.
 fn rules_differential_through(urls: &[&str], seed: u64, traces: usize) {
     let prefix = prefix("rules_differential");
     let mut rng = fastrand::Rng::with_seed(seed);
@@ -1302,6 +1302,15 @@ fn rules_differential_through(urls: &[&str], seed: u64, traces: usize) {
                 )
             };
             match call {
+                // Every third check with each rule's own answer too.
+                0 if index % 3 == 0 => {
+                    let expected = memory.check_ruled_n_at(&key, now, cost);
+                    assert_eq!(expected.each.len(), trace.rules.len());
+                    for (redis, url) in backends.iter().zip(urls) {
+                        let got = redis.check_ruled_n_at(&key, now, cost);
+                        assert_eq!(got, expected, "{}", context(url));
+                    }
+                }
                 0 => {
                     let expected = memory.check_n_at(&key, now, cost);
                     if let Some(rule) = expected.refused_by() {

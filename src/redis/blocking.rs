@@ -14,7 +14,7 @@ use super::{
     cluster_primaries, prefix_pattern, Core, RedisConfigError, RedisError, RedisOptions,
     RedisStats, Target, TimeSource,
 };
-use crate::{Config, Decision, PolicyKind, RateLimiter, RuleSet};
+use crate::{Config, Decision, PolicyKind, RateLimiter, RuleSet, RuledDecision};
 
 /// A per-client limiter whose state lives in Redis, for threads that block:
 /// one script call per decision over a pool of connections.
@@ -340,6 +340,32 @@ impl RedisLimiter {
         Ok(self.core.counted(decision, cost))
     }
 
+    /// Each rule's own answer to the request of cost `cost` of `key` at
+    /// `now` that was decided `decided`: one more script call, which reads
+    /// the states as they are after the decision and writes nothing.
+    fn try_answers(
+        &self,
+        key: &str,
+        now: u64,
+        cost: u64,
+        decided: &Decision,
+    ) -> Result<crate::RuleAnswers, RedisError> {
+        let now = script::encode_now(Some(now))?;
+        let invocation = script::answers(
+            &self.core.script,
+            &self.core.key(key),
+            &now,
+            cost,
+            decided.allowed,
+        );
+        let start = std::time::Instant::now();
+        let result = self
+            .pool
+            .with(|connection| invocation.invoke::<script::Answers>(connection));
+        self.core.round_trips.done(start, &result);
+        self.core.answers(&result?, cost, decided)
+    }
+
     /// One script call, sent at most once (see the module's Faults).
     fn call<T: FromRedisValue>(
         &self,
@@ -394,6 +420,32 @@ impl RateLimiter<str> for RedisLimiter {
 
     fn rules(&self) -> RuleSet {
         self.core.rules()
+    }
+
+    /// With several rules, [`each`](crate::RuledDecision::each) holds every
+    /// rule's own answer, read by a second script call after the decision
+    /// (as the in-memory engine reads them after its own); empty if that
+    /// call fails.
+    fn check_ruled_n_at(&self, key: &str, now: u64, cost: u64) -> RuledDecision<'_> {
+        let decision = self.check_n_at(key, now, cost);
+        let each = if self.core.rules.len() > 1 {
+            self.try_answers(key, now, cost, &decision)
+                .unwrap_or_default()
+        } else {
+            crate::RuleAnswers::default()
+        };
+        RuledDecision {
+            decision,
+            tier: None,
+            policy: self.core.policy,
+            config: self.core.config,
+            refused_unknown_tier: false,
+            each,
+        }
+    }
+
+    fn check_ruled_at(&self, key: &str, now: u64) -> RuledDecision<'_> {
+        self.check_ruled_n_at(key, now, 1)
     }
 
     /// [`try_peek_at`](RedisLimiter::try_peek_at); `None` when Redis fails.

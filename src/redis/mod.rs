@@ -87,6 +87,10 @@
 //! and writes them only if every rule admitted, so a request one rule
 //! refuses spends nothing of the others. The rejection cache keeps the
 //! compound `retry_after` (the longest wait) and the rule that refused.
+//! [`check_ruled_n_at`](RateLimiter::check_ruled_n_at) adds each rule's
+//! own answer ([`RuledDecision::each`](crate::RuledDecision::each)) with a
+//! second call that reads the states after the decision and writes
+//! nothing.
 //!
 //! # A flood is answered locally
 //!
@@ -1052,6 +1056,51 @@ impl Core {
     /// The rules, in this limiter's ticks.
     fn rules(&self) -> RuleSet {
         self.rules.clone()
+    }
+
+    /// Each rule's own answer to a request of cost `cost` that was decided
+    /// `decided`, from the reply to [`script::answers`], as the in-memory
+    /// engine gives them ([`RuledDecision::each`](crate::RuledDecision::each)).
+    fn answers(
+        &self,
+        reply: &[i64],
+        cost: u64,
+        decided: &Decision,
+    ) -> Result<crate::RuleAnswers, RedisError> {
+        if reply.len() != 4 * self.rules.len() {
+            return Err(RedisError::Reply(format!(
+                "{} fields for the answers of {} rules",
+                reply.len(),
+                self.rules.len()
+            )));
+        }
+        let field = |value: i64| {
+            u64::try_from(value)
+                .map_err(|_| RedisError::Reply(format!("negative field in {reply:?}")))
+        };
+        let mut answers = crate::RuleAnswers::default();
+        for (rule, own) in self.rules.iter().zip(reply.chunks_exact(4)) {
+            let remaining = field(own[0])?;
+            let decision = if cost == 0 {
+                Decision::admit(remaining)
+            } else if cost > rule.config().limit() {
+                Decision::reject(remaining, NEVER)
+            } else if decided.allowed {
+                Decision::admit(remaining)
+            } else if own[1] == 1 {
+                Decision {
+                    delay: field(own[3])?,
+                    ..Decision::admit(remaining)
+                }
+            } else {
+                Decision::reject(remaining, field(own[2])?)
+            };
+            answers.push(crate::RuleAnswer {
+                rule: *rule,
+                decision: decision.in_ticks(self.tick()),
+            });
+        }
+        Ok(answers)
     }
 
     /// `now` for a call that passes none: `None` (the script reads `TIME`)

@@ -120,11 +120,17 @@ pub(super) fn script(rules: &[(PolicyKind, Config)], tick_ns: u64, min_ttl_ms: u
         );
     }
     if rules.len() == 1 {
+        // One rule's answer is the decision itself: no `answers`.
         text.push_str(
             "local step = steps[1]\nlocal function decide(first, check, now, cost)\n\
-             return step(KEYS[first], check, now, cost)\nend\n",
+             return step(KEYS[first], check, now, cost)\nend\nlocal answers\n",
         );
     } else {
+        let limits: Vec<String> = rules
+            .iter()
+            .map(|(_, config)| config.limit().to_string())
+            .collect();
+        let _ = writeln!(text, "local limits = {{{}}}", limits.join(", "));
         text.push_str(RULES);
     }
     text.push_str(DRIVER);
@@ -191,6 +197,27 @@ fn call<'s>(script: &'s RuleScript, key: &str, op: Op, now: &str) -> ::redis::Sc
     call.arg(op).arg(now).arg(cost);
     call
 }
+
+/// The call that asks each rule's own answer to a request of cost `cost`
+/// of `key` at `now` (from [`encode_now`]) that the limiter decided,
+/// `admitted` or not: [`Answers`] is the reply.
+pub(super) fn answers<'s>(
+    script: &'s RuleScript,
+    key: &str,
+    now: &str,
+    cost: u64,
+    admitted: bool,
+) -> ::redis::ScriptInvocation<'s> {
+    let mut call = script.script.prepare_invoke();
+    script.add_keys(&mut call, key);
+    call.arg("e").arg(now).arg(cost).arg(u8::from(admitted));
+    call
+}
+
+/// Each rule's own answer, from the `answers` call: per rule, its
+/// remaining now, and whether it alone admits, its retry_after and its
+/// delay (0 when not asked).
+pub(super) type Answers = Vec<i64>;
 
 /// A batch call: one check of each request's client in order, each
 /// `(key, now, cost)` with `now` from [`encode_now`] and `1 <= cost <= L`

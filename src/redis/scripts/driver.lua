@@ -34,6 +34,10 @@ if op == 'b' then
   end
   return replies
 end
+-- Each rule's own answer (several rules only): nothing is written.
+if op == 'e' then
+  return answers(1, at(ARGV[2]), tonumber(ARGV[3]), ARGV[4] == '1')
+end
 -- A peek never creates state: with no key there is nothing to answer from,
 -- and the writes a step asks for (a new rule's state, when another rule's
 -- key exists) are held and dropped.

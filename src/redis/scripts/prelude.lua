@@ -11,13 +11,17 @@
 --          counted from `o`.
 -- ARGV[1]  `c` decide one request of KEYS[1..K] (check), `r` remaining,
 --          `p` peek: as `r` if any of the keys exists, nil if none does;
---          `b` a batch: decide one request of each client, in order
+--          `b` a batch: decide one request of each client, in order;
+--          `e` (several rules) each rule's own answer to a request that
+--          was decided, writing nothing
 -- ARGV[2]  now in ticks, or empty: the script reads Redis TIME in
 --          microseconds (then one tick is one microsecond)
 -- ARGV[3]  the request's cost n for `c`, 1 <= n <= every rule's L (the
 --          caller answers a cost of 0 or above a limit from `r`): admitted
 --          iff n single requests at `now` would all be, then the state they
 --          would leave
+-- ARGV[4]  `e` only: 1 if the request was admitted, else 0 (ARGV[3] is
+--          its cost, any; ARGV[2] its now)
 -- ARGV[2i], ARGV[2i + 1]  `b` only: the now (or empty) and the cost of the
 --          decision for the i-th client, KEYS[(i - 1) * K + 1 .. i * K], as
 --          ARGV[2] and ARGV[3] for `c`
@@ -37,7 +41,8 @@
 -- rules a fifth field, the 0-based index of the rule that refused (0 when
 -- admitted); `remaining` and `peek` calls return {0, remaining, 0, 0}
 -- (and the fifth 0), and a `peek` of a client with no key returns nil. A
--- batch returns one such reply per client, in order.
+-- batch returns one such reply per client, in order; `e` returns four
+-- fields per rule (see `answers` in rules.lua).
 --
 -- Arithmetic. Lua numbers here are doubles: every integer below 2^53 is
 -- exact, and so is every sum, difference and product whose exact value stays

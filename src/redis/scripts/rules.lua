@@ -53,3 +53,28 @@ local function decide(first, check, now, cost)
   end
   return {0, before, wait, 0, refused_by}
 end
+
+-- Each rule's own answer to a request of cost `cost` at `now` that the
+-- limiter decided (`decided` whether it admitted it), from the states as
+-- they are now; nothing is written. Per rule, in order: its remaining now,
+-- and, when it is asked (a cost within its limit, of a request the limiter
+-- refused), whether it alone would admit the request, its retry_after and
+-- its delay; 0 for those otherwise.
+local function answers(first, now, cost, decided)
+  held = {}
+  local reply = {}
+  for j = 1, K do
+    local key = KEYS[first + j - 1]
+    local left = steps[j](key, false, now, 1)[2]
+    local own = {0, 0, 0, 0}
+    if cost >= 1 and cost <= limits[j] and not decided then
+      own = steps[j](key, true, now, cost)
+    end
+    reply[#reply + 1] = left
+    reply[#reply + 1] = own[1]
+    reply[#reply + 1] = own[3]
+    reply[#reply + 1] = own[4]
+  end
+  held = nil
+  return reply
+end
