@@ -1,6 +1,9 @@
 //! `floodgate replay`: answers a trace of `allow`/`remaining` calls read from
 //! standard input, one answer line per call, exactly as the decision contract
-//! (SPEC.md, "The replay trace") prescribes.
+//! (SPEC.md, "The replay trace") prescribes: for one rule (`--policy`,
+//! `--limit`, `--window-ms`, or one `--rule`), or for several rules on every
+//! client (`--rule` repeated; the contract's "Several limits on one
+//! client").
 //!
 //! The input is streamed: one line is held at a time, so a trace of any
 //! length replays in constant memory apart from the per-client state and
@@ -18,12 +21,13 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use floodgate::{
-    build_bounded, Bounds, Config, Engine, ManualClock, Overflow, PolicyKind, RateLimiter, Tick,
+    build_bounded, build_rules, Bounds, Config, ConfigError, Engine, ManualClock, Overflow,
+    PolicyKind, RateLimiter, Rule, RuleSet, Tick,
 };
 
 use crate::args::{
-    explain, parse_count, parse_digits, parse_duration, parse_engine, parse_limit, parse_overflow,
-    parse_policy, refuse, Checked, Span, Written, USAGE,
+    explain, limit_range, parse_count, parse_digits, parse_duration, parse_engine, parse_limit,
+    parse_overflow, parse_policy, refuse, shown, Checked, Span, Written, USAGE,
 };
 
 #[cfg(feature = "redis")]
@@ -79,33 +83,50 @@ bytes before its newline. A malformed line (a longer one included) stops the
 replay with its line number on standard error and exit status 2.
 
 Example: printf 'allow rahul 0\\nremaining rahul 999\\n' |
-  floodgate replay --policy sliding-window --limit 3 --window 1s";
+  floodgate replay --policy sliding-window --limit 3 --window 1s
+
+Several rules on every client, in place of --policy, --limit and --window:
+  floodgate replay --rule gcra:10/1s --rule fixed-window:1000/1h
+A request is admitted only if every rule admits it, and then counts in
+each; one refused counts in none. remaining is the least of the rules',
+retry_after the longest wait of those that refused.";
 
 /// Options of `floodgate replay`.
 #[derive(clap::Args)]
 #[command(after_help = TRACE_HELP)]
-#[command(group(clap::ArgGroup::new("window_given").required(true).args(["window", "window_ms"])))]
+#[command(group(clap::ArgGroup::new("window_given").args(["window", "window_ms"])))]
 pub struct Args {
     /// The policy: sliding-window, token-bucket, fixed-window,
     /// sliding-window-counter, gcra or leaky-bucket.
-    #[arg(long, value_name = "NAME", value_parser = Checked(parse_policy))]
-    policy: PolicyKind,
+    #[arg(long, value_name = "NAME", value_parser = Checked(parse_policy),
+          required_unless_present = "rules")]
+    policy: Option<PolicyKind>,
 
     /// At most L requests per window (1 to 4294967295; 1 to 1048575 for
     /// sliding-window).
-    #[arg(long, value_name = "L", value_parser = Checked(parse_limit))]
-    limit: u64,
+    #[arg(long, value_name = "L", value_parser = Checked(parse_limit),
+          required_unless_present = "rules")]
+    limit: Option<u64>,
 
     /// The window W: a whole number and a unit, such as 1s, 500ms or 2m,
     /// in whole milliseconds (1ms to 1000000000ms; at least L ms for
     /// token-bucket, gcra and leaky-bucket).
-    #[arg(long, value_name = "DURATION", value_parser = Checked(parse_duration))]
+    #[arg(long, value_name = "DURATION", value_parser = Checked(parse_duration),
+          required_unless_present_any = ["window_ms", "rules"])]
     window: Option<Span>,
 
     /// The window in milliseconds, the unit of a trace's times: --window-ms
     /// 1000 is --window 1s.
     #[arg(long = "window-ms", value_name = "W", value_parser = Checked(parse_window_ms))]
     window_ms: Option<u64>,
+
+    /// A rule NAME:L/W, in place of --policy, --limit and --window-ms:
+    /// the policy NAME, at most L requests per window W, a whole number
+    /// with a unit (ms, s, m, h or d; 1ms to 1000000000ms), such as
+    /// gcra:10/1s. Repeat it for several rules on every client: a request
+    /// is admitted only if every rule admits it, and then counts in each.
+    #[arg(long = "rule", value_name = "NAME:L/W", value_parser = Checked(parse_rule))]
+    rules: Vec<RuleArg>,
 
     /// Answer each call with a JSON object: every field of the decision for
     /// `allow`, `{"remaining":N}` for `remaining`.
@@ -233,20 +254,79 @@ fn limiter(args: &Args) -> Result<Arc<dyn RateLimiter<str>>, String> {
             "redis",
         ));
     }
+    if !args.rules.is_empty() {
+        return rules_limiter(args);
+    }
+    // clap requires these three without --rule.
+    let (Some(policy), Some(limit)) = (args.policy, args.limit) else {
+        unreachable!("--policy and --limit are required without --rule");
+    };
     let (flag, text, window_ms) = window(args)?;
     let written = Written {
-        limit: args.limit,
+        limit,
         window_flag: flag,
         window_text: &text,
         tick_nanos: MILLISECOND,
     };
-    let config = Config::per_ticks(args.limit, window_ms).map_err(|e| explain(&e, &written))?;
+    let config = Config::per_ticks(limit, window_ms).map_err(|e| explain(&e, &written))?;
     #[cfg(feature = "redis")]
-    if let Some(redis) = redis_backend::limiter(args.policy, config, &args.backend)? {
+    if let Some(redis) = redis_backend::limiter(
+        &RuleSet::from(Rule::new(policy, config).map_err(|e| explain(&e, &written))?),
+        &args.backend,
+    )? {
         return Ok(redis);
     }
-    // Every call passes its time explicitly, so the clock is never read: a
-    // manual clock keeps the limiter free of any real time.
+    build_bounded::<str, _>(
+        policy,
+        config,
+        args.engine,
+        ManualClock::with_tick(0, Tick::MILLISECOND),
+        bounds(args),
+    )
+    .map_err(|e| explain(&e, &written))
+}
+
+/// The limiter of the `--rule` options: one, or several on every client.
+fn rules_limiter(args: &Args) -> Result<Arc<dyn RateLimiter<str>>, String> {
+    let named = args
+        .rules
+        .iter()
+        .map(|rule| format!("--rule {}", shown(&rule.text)))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let clash = [
+        ("--policy", args.policy.is_some()),
+        ("--limit", args.limit.is_some()),
+        ("--window-ms", args.window_ms.is_some()),
+        ("--window", args.window.is_some()),
+    ]
+    .into_iter()
+    .find_map(|(flag, given)| given.then_some(flag));
+    if let Some(flag) = clash {
+        return Err(format!(
+            "{named}: a rule replaces --policy, --limit and --window-ms, so it does not go \
+             with {flag}; give either --rule (one or more) or those three"
+        ));
+    }
+    let rules = RuleSet::new(args.rules.iter().map(|rule| rule.rule))
+        .map_err(|e| format!("{named}: {e}"))?;
+    #[cfg(feature = "redis")]
+    if let Some(redis) = redis_backend::limiter(&rules, &args.backend)? {
+        return Ok(redis);
+    }
+    build_rules::<str, _>(
+        &rules,
+        args.engine,
+        ManualClock::with_tick(0, Tick::MILLISECOND),
+        bounds(args),
+    )
+    .map_err(|e| format!("{named}: {e}"))
+}
+
+/// The in-memory limiter's bounds, from the options. Every call passes its
+/// time explicitly, so the clock is never read: a manual clock keeps the
+/// limiter free of any real time.
+fn bounds(args: &Args) -> Bounds {
     let mut bounds = Bounds::new().on_overflow(args.overflow);
     if args.evict_idle {
         bounds = bounds.evict_idle();
@@ -254,14 +334,78 @@ fn limiter(args: &Args) -> Result<Arc<dyn RateLimiter<str>>, String> {
     if let Some(max_clients) = args.max_clients {
         bounds = bounds.max_clients(max_clients);
     }
-    build_bounded::<str, _>(
-        args.policy,
-        config,
-        args.engine,
-        ManualClock::with_tick(0, Tick::MILLISECOND),
-        bounds,
-    )
-    .map_err(|e| explain(&e, &written))
+    bounds
+}
+
+/// A `--rule` as typed, and the rule it gives in the trace's milliseconds.
+#[derive(Clone, Debug)]
+struct RuleArg {
+    text: String,
+    rule: Rule,
+}
+
+/// The units a `--rule`'s window takes, in milliseconds: a trace's times
+/// are milliseconds, so none is finer.
+const RULE_UNITS: [(&str, u64); 5] = [
+    ("ms", 1),
+    ("s", 1_000),
+    ("m", 60_000),
+    ("h", 3_600_000),
+    ("d", 86_400_000),
+];
+
+/// Parses `--rule NAME:L/W`: the policy and limit as `--policy` and
+/// `--limit` take them, W a whole number with a unit of [`RULE_UNITS`]
+/// within `--window-ms`'s bounds, and what the policy refuses of the pair.
+fn parse_rule(text: &str) -> Result<RuleArg, String> {
+    const FORM: &str = "expected NAME:L/W, such as gcra:10/1s";
+    let (name, rest) = text.split_once(':').ok_or(FORM)?;
+    let (limit, window) = rest.split_once('/').ok_or(FORM)?;
+    let policy = parse_policy(name).map_err(|why| format!("the policy {}: {why}", shown(name)))?;
+    let limit = parse_limit(limit)?;
+    let digits = window.len()
+        - window
+            .trim_start_matches(|c: char| c.is_ascii_digit())
+            .len();
+    let (count, unit) = window.split_at(digits);
+    let per = RULE_UNITS
+        .iter()
+        .find(|&&(name, _)| name == unit)
+        .map(|&(_, per)| per);
+    let (Some(count), Some(per)) = (parse_digits(count), per) else {
+        return Err(format!(
+            "the window {} is not a whole number with a unit: ms, s, m, h or d, such as 1s \
+             or 500ms",
+            shown(window)
+        ));
+    };
+    let window_ms = count
+        .checked_mul(per)
+        .filter(|ms| (1..=MAX_WINDOW_MS).contains(ms))
+        .ok_or_else(|| {
+            format!(
+                "the window {} must be between 1ms and {MAX_WINDOW_MS}ms",
+                shown(window)
+            )
+        })?;
+    let rule = Config::per_ticks(limit, window_ms)
+        .and_then(|config| Rule::new(policy, config))
+        .map_err(|error| match error {
+            ConfigError::LimitOutOfRange { .. } => limit_range(),
+            ConfigError::LimitTooLargeFor { max, .. } => format!(
+                "{policy} keeps the time of every admitted request, so its limit must be \
+                 between 1 and {max}"
+            ),
+            ConfigError::WindowShorterThanLimit { .. } => format!(
+                "{policy} lets one request in every window/limit, and that must be at least \
+                 1ms: give a window of {limit}ms or longer, or a smaller limit"
+            ),
+            other => other.to_string(),
+        })?;
+    Ok(RuleArg {
+        text: text.to_owned(),
+        rule,
+    })
 }
 
 /// The window in milliseconds, with the flag and the text that gave it.

@@ -33,7 +33,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use floodgate::redis::{RedisLimiter, RedisOptions, TimeSource};
-use floodgate::{Config, Decision, PolicyKind, RateLimiter};
+use floodgate::{Config, Decision, PolicyKind, RateLimiter, RuleSet};
 
 use super::Backend;
 
@@ -62,8 +62,7 @@ const KEEP: Duration = Duration::from_secs(24 * 60 * 60);
 /// A message for a configuration Redis refuses, a bad URL, or a Redis that
 /// cannot be reached to clear the prefix.
 pub fn limiter(
-    policy: PolicyKind,
-    config: Config,
+    rules: &RuleSet,
     backend: &Backend,
 ) -> Result<Option<Arc<dyn RateLimiter<str>>>, String> {
     let Some(url) = &backend.url else {
@@ -78,7 +77,7 @@ pub fn limiter(
         .connections(1)
         .rejection_cache(0);
     let limiter =
-        RedisLimiter::new(url, policy, config, options).map_err(|e| format!("--backend: {e}"))?;
+        RedisLimiter::with_rules(url, rules, options).map_err(|e| format!("--backend: {e}"))?;
     limiter
         .clear_prefix(&prefix)
         .map_err(|e| format!("--backend {url}: {e}"))?;
@@ -161,6 +160,10 @@ impl RateLimiter<str> for Strict {
 
     fn config(&self) -> Config {
         RateLimiter::config(&self.limiter)
+    }
+
+    fn rules(&self) -> RuleSet {
+        RateLimiter::rules(&self.limiter)
     }
 
     fn tracked_clients(&self) -> usize {
@@ -306,6 +309,51 @@ mod tests {
             let (status, output, _) = replay(&options, example);
             assert_eq!(status, 0);
             assert_eq!(output, "true\ntrue\ntrue\nfalse\ntrue\n0\ntrue\n1\n");
+        }
+        let cleaner = floodgate::redis::RedisLimiter::new(
+            &url,
+            PolicyKind::Gcra,
+            floodgate::Config::per_ticks(1, 1).unwrap(),
+            floodgate::redis::RedisOptions::new(),
+        )
+        .unwrap();
+        assert!(cleaner.clear_prefix(&prefix).unwrap() > 0);
+    }
+
+    /// `--rule`, once and several times: Redis answers every line as memory
+    /// does, on both engines, plain and `--detail`.
+    #[test]
+    #[ignore = "needs a Redis server: FLOODGATE_REDIS_URL and --include-ignored"]
+    fn redis_answers_several_rules_as_memory_does() {
+        let url = url();
+        let prefix = format!("floodgate-replay-rules-test-{}", std::process::id());
+        let sets: [&[&str]; 4] = [
+            &["gcra:4/40ms"],
+            &["gcra:2/40ms", "fixed-window:5/200ms"],
+            &["leaky-bucket:3/60ms", "sliding-window:4/100ms"],
+            &[
+                "token-bucket:4/80ms",
+                "sliding-window-counter:3/40ms",
+                "sliding-window:5/1s",
+            ],
+        ];
+        for (number, rules) in sets.into_iter().enumerate() {
+            let trace = trace(100 + number as u64, 40);
+            for detail in [false, true] {
+                let mut options: Vec<&str> =
+                    rules.iter().flat_map(|rule| ["--rule", rule]).collect();
+                if detail {
+                    options.push("--detail");
+                }
+                let memory = replay(&options, &trace);
+                assert_eq!(memory.0, 0, "{rules:?}: {}", memory.2);
+                let mutex = replay(&[&options[..], &["--engine", "mutex"]].concat(), &trace);
+                assert_eq!(mutex, memory, "{rules:?}");
+                options.extend(["--backend", &url, "--prefix", &prefix]);
+                let redis = replay(&options, &trace);
+                assert_eq!(redis, memory, "{rules:?}");
+                assert_eq!(redis.1.lines().count(), 300);
+            }
         }
         let cleaner = floodgate::redis::RedisLimiter::new(
             &url,

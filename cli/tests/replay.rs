@@ -996,3 +996,247 @@ fn the_in_memory_bounds_do_not_go_with_a_redis_backend() {
         assert_refused(&options, "cannot be used with");
     }
 }
+
+// Several rules on one client (`--rule`) ------------------------------------------
+
+/// `floodgate replay --rule R… [--detail] --engine E`.
+fn replay_rules(rules: &[&str], detail: bool, engine: &str, trace: &str) -> Run {
+    let mut args = vec!["replay"];
+    for rule in rules {
+        args.extend(["--rule", rule]);
+    }
+    args.extend(["--engine", engine]);
+    if detail {
+        args.push("--detail");
+    }
+    floodgate(&args, trace)
+}
+
+/// 2 a second and 3 a minute, then a leaky bucket beside a sliding log:
+/// admitted only if every rule admits, counted by none when refused, the
+/// longest wait of the rules that refuse, the least remaining, the largest
+/// delay.
+#[test]
+fn two_rules_by_hand() {
+    // gcra 2/1s: I = 500, τ = 500. fixed-window 3/1m.
+    let trace = "allow a 0\nallow a 0\nallow a 0\nallow a 1000\nallow a 2000\n\
+                 remaining a 2000\nallow a 60000 3\n";
+    let detail = lines(&[
+        allow(true, 1, 0, 0),
+        allow(true, 0, 0, 0),
+        // The burst refuses; the minute's quota (1 left) is not spent.
+        allow(false, 0, 500, 0),
+        // The burst admits again at 1000; the quota's last one.
+        allow(true, 0, 0, 0),
+        // The quota refuses until its window ends at 60000.
+        allow(false, 0, 58_000, 0),
+        remaining(0),
+        // A cost above the burst's limit is never admitted; the new
+        // window's quota holds 3, the burst 2.
+        allow(false, 2, u64::MAX, 0),
+    ]);
+    // leaky-bucket 2/1s: I = 500, τ = 500. sliding-window 3/10s.
+    let leaky = "allow b 0\nallow b 100\nallow b 600\nallow b 1500\nremaining b 1500\n\
+                 allow b 10000\nallow b 10000 2\nallow b 10600 2\n";
+    let leaky_detail = lines(&[
+        allow(true, 1, 0, 0),
+        // Queued behind the first: the bucket's delay is the answer's.
+        allow(true, 0, 0, 400),
+        allow(true, 0, 0, 400),
+        // The log's third admission at 0 leaves it at 0 + 10000.
+        allow(false, 0, 8_500, 0),
+        remaining(0),
+        allow(true, 0, 0, 0),
+        // Both refuse two: the bucket until 10500, the log until its
+        // second oldest (600) leaves, at 10600.
+        allow(false, 0, 600, 0),
+        allow(true, 0, 0, 0),
+    ]);
+    for engine in ENGINES {
+        let rules = ["gcra:2/1s", "fixed-window:3/1m"];
+        let run = replay_rules(&rules, true, engine, trace);
+        assert_eq!(run.answers(), detail, "{engine}");
+        let run = replay_rules(&rules, false, engine, trace);
+        assert_eq!(
+            run.answers(),
+            "true\ntrue\nfalse\ntrue\nfalse\n0\nfalse\n",
+            "{engine}"
+        );
+        let rules = ["leaky-bucket:2/1s", "sliding-window:3/10s"];
+        let run = replay_rules(&rules, true, engine, leaky);
+        assert_eq!(run.answers(), leaky_detail, "{engine}");
+        let run = replay_rules(&rules, false, engine, leaky);
+        assert_eq!(
+            run.answers(),
+            "true\ntrue\ntrue\nfalse\n0\ntrue\nfalse\ntrue\n",
+            "{engine}"
+        );
+    }
+}
+
+/// A `--rule` beside `--policy`, `--limit`, `--window-ms` or `--window`,
+/// or one that does not parse: exit 2, nothing on stdout, and a message
+/// that names the rule.
+#[test]
+fn a_rule_that_clashes_or_does_not_parse_is_refused_by_name() {
+    let clashes: [&[&str]; 4] = [
+        &["--policy", "gcra"],
+        &["--limit", "5"],
+        &["--window-ms", "1000"],
+        &["--window", "1s"],
+    ];
+    for clash in clashes {
+        let mut options = vec!["--rule", "gcra:10/1s", "--rule", "fixed-window:100/1h"];
+        options.extend_from_slice(clash);
+        assert_refused(&options, "--rule gcra:10/1s --rule fixed-window:100/1h");
+        assert_refused(&options, clash[0]);
+    }
+    for (rule, why) in [
+        (
+            "gcra:10/1000",
+            "the window 1000 is not a whole number with a unit",
+        ),
+        (
+            "gcra:10/1us",
+            "the window 1us is not a whole number with a unit",
+        ),
+        (
+            "gcra:10/1.5s",
+            "the window 1.5s is not a whole number with a unit",
+        ),
+        (
+            "gcra:10/s",
+            "the window s is not a whole number with a unit",
+        ),
+        (
+            "gcra:10/0s",
+            "the window 0s must be between 1ms and 1000000000ms",
+        ),
+        (
+            "gcra:10/12d",
+            "the window 12d must be between 1ms and 1000000000ms",
+        ),
+        ("gcra10/1s", "expected NAME:L/W"),
+        ("gcra:10", "expected NAME:L/W"),
+        (
+            "gcrb:10/1s",
+            "the policy gcrb: expected one of sliding-window",
+        ),
+        (
+            "gcra:0/1s",
+            "the limit must be a whole number between 1 and 4294967295",
+        ),
+        (
+            "gcra:ten/1s",
+            "the limit must be a whole number between 1 and 4294967295",
+        ),
+        (
+            "sliding-window:1048576/1s",
+            "sliding-window keeps the time of every admitted request, so its limit must be \
+             between 1 and 1048575",
+        ),
+        (
+            "token-bucket:10/9ms",
+            "token-bucket lets one request in every window/limit, and that must be at least \
+             1ms: give a window of 10ms or longer, or a smaller limit",
+        ),
+    ] {
+        // Alone, and as the second of two: the message names the bad one.
+        assert_refused(&["--rule", rule], &format!("--rule {rule}: {why}"));
+        assert_refused(
+            &["--rule", "gcra:1/1s", "--rule", rule],
+            &format!("--rule {rule}: {why}"),
+        );
+    }
+    let nine: Vec<&str> = (0..9).flat_map(|_| ["--rule", "gcra:1/1s"]).collect();
+    assert_refused(
+        &nine,
+        "9 rules: a limiter applies between 1 and 8 rules to each client",
+    );
+    // The bounds of --window-ms: 1ms and 1000000000ms are taken.
+    let run = replay_rules(
+        &["fixed-window:1/1ms", "fixed-window:1/1000000000ms"],
+        false,
+        "lockfree",
+        "allow a 0\nallow a 1\n",
+    );
+    assert_eq!(run.answers(), "true\nfalse\n");
+}
+
+/// A seeded trace for random rules: two clients, costs up to past every
+/// limit, times that never go back.
+fn rules_trace(rng: &mut fastrand::Rng, longest: u64) -> String {
+    let mut now = [0u64; 2];
+    let mut text = String::new();
+    for _ in 0..400 {
+        let client = rng.usize(..2);
+        now[client] += match rng.u8(..8) {
+            0..=3 => 0,
+            4 | 5 => rng.u64(1..=50),
+            6 => rng.u64(1..=longest),
+            _ => longest * rng.u64(1..=2),
+        };
+        if rng.u8(..4) == 0 {
+            text.push_str(&format!("remaining c{client} {}\n", now[client]));
+        } else {
+            let cost = match rng.u8(..8) {
+                0 => 0,
+                1 => rng.u64(1..=12),
+                2 => u64::MAX,
+                _ => 1,
+            };
+            text.push_str(&format!("allow c{client} {} {cost}\n", now[client]));
+        }
+    }
+    text
+}
+
+/// Random sets of 2 or 3 rules of every policy: the two engines give the
+/// same answers, field by field; and one `--rule` answers as `--policy`,
+/// `--limit` and `--window-ms` do.
+#[test]
+fn the_engines_agree_on_several_rules() {
+    const POLICIES: [&str; 6] = [
+        "sliding-window",
+        "token-bucket",
+        "fixed-window",
+        "sliding-window-counter",
+        "gcra",
+        "leaky-bucket",
+    ];
+    let mut rng = fastrand::Rng::with_seed(0x0052_0CE5);
+    let mut refused = 0;
+    for round in 0..12 {
+        let count = rng.usize(2..=3);
+        let mut rules = Vec::new();
+        let mut longest = 1;
+        for _ in 0..count {
+            let policy = POLICIES[rng.usize(..POLICIES.len())];
+            let limit = rng.u64(1..=10);
+            let (window, ms) = match rng.u8(..3) {
+                0 => (format!("{}ms", limit * rng.u64(10..=100)), 0),
+                1 => (format!("{}s", rng.u64(1..=5)), 1),
+                _ => (format!("{}m", rng.u64(1..=2)), 2),
+            };
+            longest = longest.max([limit * 100, 5_000, 120_000][ms]);
+            rules.push(format!("{policy}:{limit}/{window}"));
+        }
+        let rules: Vec<&str> = rules.iter().map(String::as_str).collect();
+        let trace = rules_trace(&mut rng, longest);
+        let lockfree = replay_rules(&rules, true, "lockfree", &trace);
+        let mutex = replay_rules(&rules, true, "mutex", &trace);
+        assert_eq!(
+            lockfree.answers(),
+            mutex.answers(),
+            "round {round}: {rules:?}"
+        );
+        refused += lockfree.stdout.matches(r#""allowed":false"#).count();
+    }
+    assert!(refused > 100, "only {refused} refusals");
+    let trace = rules_trace(&mut rng, 2_000);
+    for engine in ENGINES {
+        let by_rule = replay_rules(&["token-bucket:4/2s"], true, engine, &trace);
+        let by_flags = replay("token-bucket", 4, 2_000, true, engine, &trace);
+        assert_eq!(by_rule.answers(), by_flags.answers(), "{engine}");
+    }
+}

@@ -10,7 +10,7 @@ use ::redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, Value};
 use super::batch::Batcher;
 use super::script::{self, Op, Reply};
 use super::{Core, RedisConfigError, RedisError, RedisOptions, RedisStats, Target, TimeSource};
-use crate::{Config, Decision, PolicyKind};
+use crate::{Config, Decision, PolicyKind, RuleSet};
 
 /// A per-client limiter whose state lives in Redis, for tokio: the
 /// decisions of [`RedisLimiter`](super::RedisLimiter) as `async` methods.
@@ -121,7 +121,34 @@ impl AsyncRedisLimiter {
         config: Config,
         options: RedisOptions,
     ) -> Result<Self, RedisConfigError> {
-        let core = Core::new(policy, config, &options)?;
+        Self::open(
+            url,
+            Core::with_rules(&[(policy, config)], &options)?,
+            &options,
+        )
+    }
+
+    /// A limiter applying every rule of `rules` to each client at once, one
+    /// script call per decision: see
+    /// [`RedisLimiter::with_rules`](super::RedisLimiter::with_rules).
+    ///
+    /// # Errors
+    ///
+    /// As [`new`](Self::new), for any of the rules.
+    pub async fn with_rules(
+        url: &str,
+        rules: &RuleSet,
+        options: RedisOptions,
+    ) -> Result<Self, RedisConfigError> {
+        let rules: Vec<_> = rules
+            .iter()
+            .map(|rule| (rule.policy(), rule.config()))
+            .collect();
+        Self::open(url, Core::with_rules(&rules, &options)?, &options)
+    }
+
+    /// The limiter of `core` on the Redis at `url`.
+    fn open(url: &str, core: Core, options: &RedisOptions) -> Result<Self, RedisConfigError> {
         let connection = match Target::open(url, core.timeout)? {
             Target::Single(client) => {
                 let manager = ConnectionManagerConfig::new()
@@ -246,7 +273,7 @@ impl AsyncRedisLimiter {
     /// have been deleted.
     pub async fn try_forget(&self, key: &str) -> Result<bool, RedisError> {
         let deleted = self
-            .command::<u64>(::redis::cmd("DEL").arg(self.core.key(key)))
+            .command::<u64>(::redis::cmd("DEL").arg(self.core.keys(key)))
             .await;
         // Whether or not the answer came, the state may be gone.
         self.core.invalidate(Some(key));
@@ -350,14 +377,22 @@ impl AsyncRedisLimiter {
         self.core.cached_rejections()
     }
 
-    /// The policy this limiter applies.
+    /// The policy this limiter applies; for several rules, the strictest
+    /// rule's ([`RuleSet::strictest`]).
     pub fn policy(&self) -> PolicyKind {
         self.core.policy
     }
 
-    /// The limit and window this limiter applies.
+    /// The limit and window this limiter applies; for several rules, the
+    /// strictest rule's.
     pub fn config(&self) -> Config {
         self.core.config
+    }
+
+    /// Every rule this limiter applies, in order: a decision's
+    /// [`refused_by`](Decision::refused_by) indexes them.
+    pub fn rules(&self) -> RuleSet {
+        self.core.rules()
     }
 
     /// The options' time source.
@@ -365,9 +400,15 @@ impl AsyncRedisLimiter {
         self.core.time
     }
 
-    /// The key that holds `client`'s state.
+    /// The key that holds `client`'s state; with several rules, the first
+    /// rule's ([`keys`](Self::keys) has them all).
     pub fn key(&self, client: &str) -> String {
-        self.core.key(client)
+        self.core.first_key(client)
+    }
+
+    /// Every key of `client`'s state, one per rule in the rules' order.
+    pub fn keys(&self, client: &str) -> Vec<String> {
+        self.core.keys(client)
     }
 
     /// A request of cost `cost` of `key` at `now` (`None`: by the time

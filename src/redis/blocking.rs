@@ -14,7 +14,7 @@ use super::{
     cluster_primaries, prefix_pattern, Core, RedisConfigError, RedisError, RedisOptions,
     RedisStats, Target, TimeSource,
 };
-use crate::{Config, Decision, PolicyKind, RateLimiter};
+use crate::{Config, Decision, PolicyKind, RateLimiter, RuleSet, RuledDecision};
 
 /// A per-client limiter whose state lives in Redis, for threads that block:
 /// one script call per decision over a pool of connections.
@@ -79,7 +79,52 @@ impl RedisLimiter {
         config: Config,
         options: RedisOptions,
     ) -> Result<Self, RedisConfigError> {
-        let core = Core::new(policy, config, &options)?;
+        Self::open(
+            url,
+            Core::with_rules(&[(policy, config)], &options)?,
+            &options,
+        )
+    }
+
+    /// A limiter applying every rule of `rules` to each client at once (the
+    /// contract's "Several limits on one client"): a request is admitted
+    /// only if every rule admits it, and then counts in each; one refused
+    /// counts in none. Each decision is still one script call, which runs
+    /// every rule's step on the client's key for that rule and writes only
+    /// if all admit. A client's keys share its hash tag, so they live in
+    /// one cluster slot.
+    ///
+    /// ```no_run
+    /// use floodgate::redis::{RedisLimiter, RedisOptions};
+    /// use floodgate::{RateLimiter, RuleSet};
+    ///
+    /// // A burst of 10 a second, and 10,000 a day.
+    /// let rules: RuleSet = "gcra:10/1s,fixed-window:10000/1d".parse()?;
+    /// let limiter = RedisLimiter::with_rules("redis://127.0.0.1:6379", &rules, RedisOptions::new())?;
+    /// let decision = limiter.check("client-42");
+    /// if let Some(rule) = decision.refused_by() {
+    ///     eprintln!("refused by {}", limiter.rules()[rule]);
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`new`](Self::new), for any of the rules.
+    pub fn with_rules(
+        url: &str,
+        rules: &RuleSet,
+        options: RedisOptions,
+    ) -> Result<Self, RedisConfigError> {
+        let rules: Vec<_> = rules
+            .iter()
+            .map(|rule| (rule.policy(), rule.config()))
+            .collect();
+        Self::open(url, Core::with_rules(&rules, &options)?, &options)
+    }
+
+    /// The limiter of `core` on the Redis at `url`.
+    fn open(url: &str, core: Core, options: &RedisOptions) -> Result<Self, RedisConfigError> {
         let target = Target::open(url, core.timeout)?;
         Ok(Self {
             pool: Pool::new(target, options.connections, core.timeout),
@@ -179,7 +224,7 @@ impl RedisLimiter {
     /// [`RedisError::Timeout`] and [`RedisError::Unavailable`] the state may
     /// have been deleted.
     pub fn try_forget(&self, key: &str) -> Result<bool, RedisError> {
-        let stored = self.core.key(key);
+        let stored = self.core.keys(key);
         let deleted = self
             .pool
             .with(|connection| ::redis::cmd("DEL").arg(&stored).query::<u64>(connection));
@@ -199,7 +244,7 @@ impl RedisLimiter {
     pub fn try_tracked_clients(&self) -> Result<usize, RedisError> {
         let pattern = self.core.pattern();
         self.pool
-            .with_raw(|connection| Ok(connection.keys(&pattern)?.len()))
+            .with_raw(|connection| Ok(self.core.clients_of(&connection.keys(&pattern)?)))
     }
 
     /// Deletes every key under `prefix` (any policy, configuration or clock)
@@ -269,9 +314,15 @@ impl RedisLimiter {
         self.core.time
     }
 
-    /// The key that holds `client`'s state.
+    /// The key that holds `client`'s state; with several rules, the first
+    /// rule's ([`keys`](Self::keys) has them all).
     pub fn key(&self, client: &str) -> String {
-        self.core.key(client)
+        self.core.first_key(client)
+    }
+
+    /// Every key of `client`'s state, one per rule in the rules' order.
+    pub fn keys(&self, client: &str) -> Vec<String> {
+        self.core.keys(client)
     }
 
     /// A request of cost `cost` of `key` at `now` (`None`: Redis's clock or
@@ -287,6 +338,32 @@ impl RedisLimiter {
             .and_then(|reply| self.core.weighed_decision(reply, cost))?;
         self.core.remember(key, cost, ticket, &decision);
         Ok(self.core.counted(decision, cost))
+    }
+
+    /// Each rule's own answer to the request of cost `cost` of `key` at
+    /// `now` that was decided `decided`: one more script call, which reads
+    /// the states as they are after the decision and writes nothing.
+    fn try_answers(
+        &self,
+        key: &str,
+        now: u64,
+        cost: u64,
+        decided: &Decision,
+    ) -> Result<crate::RuleAnswers, RedisError> {
+        let now = script::encode_now(Some(now))?;
+        let invocation = script::answers(
+            &self.core.script,
+            &self.core.key(key),
+            &now,
+            cost,
+            decided.allowed,
+        );
+        let start = std::time::Instant::now();
+        let result = self
+            .pool
+            .with(|connection| invocation.invoke::<script::Answers>(connection));
+        self.core.round_trips.done(start, &result);
+        self.core.answers(&result?, cost, decided)
     }
 
     /// One script call, sent at most once (see the module's Faults).
@@ -339,6 +416,36 @@ impl RateLimiter<str> for RedisLimiter {
 
     fn config(&self) -> Config {
         self.core.config
+    }
+
+    fn rules(&self) -> RuleSet {
+        self.core.rules()
+    }
+
+    /// With several rules, [`each`](crate::RuledDecision::each) holds every
+    /// rule's own answer, read by a second script call after the decision
+    /// (as the in-memory engine reads them after its own); empty if that
+    /// call fails.
+    fn check_ruled_n_at(&self, key: &str, now: u64, cost: u64) -> RuledDecision<'_> {
+        let decision = self.check_n_at(key, now, cost);
+        let each = if self.core.rules.len() > 1 {
+            self.try_answers(key, now, cost, &decision)
+                .unwrap_or_default()
+        } else {
+            crate::RuleAnswers::default()
+        };
+        RuledDecision {
+            decision,
+            tier: None,
+            policy: self.core.policy,
+            config: self.core.config,
+            refused_unknown_tier: false,
+            each,
+        }
+    }
+
+    fn check_ruled_at(&self, key: &str, now: u64) -> RuledDecision<'_> {
+        self.check_ruled_n_at(key, now, 1)
     }
 
     /// [`try_peek_at`](RedisLimiter::try_peek_at); `None` when Redis fails.

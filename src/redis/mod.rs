@@ -61,6 +61,37 @@
 //! cannot run one script across slots: there every check goes alone, as do
 //! the blocking limiter's (each thread waits on its own connection).
 //!
+//! # Several rules on one client
+//!
+//! [`RedisLimiter::with_rules`] and [`AsyncRedisLimiter::with_rules`]
+//! apply a [`RuleSet`] (a burst limit and a daily quota, say) to every
+//! client, with the answers of the contract's "Several limits on one
+//! client" and of [`build_rules`] in memory:
+//!
+//! ```no_run
+//! use floodgate::redis::{RedisLimiter, RedisOptions};
+//! use floodgate::{RateLimiter, RuleSet};
+//!
+//! let rules: RuleSet = "gcra:10/1s,fixed-window:10000/1d".parse()?;
+//! let limiter = RedisLimiter::with_rules("redis://127.0.0.1:6379", &rules, RedisOptions::new())?;
+//! let decision = limiter.check("client-42");
+//! if let Some(rule) = decision.refused_by() {
+//!     // `retry_after` is the longest wait of the rules that refused.
+//!     eprintln!("over {}", limiter.rules()[rule]);
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! Each rule keeps its own key per client (below), and a decision is still
+//! one script call: the script runs every rule's step with its writes held,
+//! and writes them only if every rule admitted, so a request one rule
+//! refuses spends nothing of the others. The rejection cache keeps the
+//! compound `retry_after` (the longest wait) and the rule that refused.
+//! [`check_ruled_n_at`](RateLimiter::check_ruled_n_at) adds each rule's
+//! own answer ([`RuledDecision::each`](crate::RuledDecision::each)) with a
+//! second call that reads the states after the decision and writes
+//! nothing.
+//!
 //! # A flood is answered locally
 //!
 //! A rejected request changes nothing, and other instances' admissions can
@@ -117,6 +148,15 @@
 //!   or configuration) maps to the same cluster slot. A client name that is
 //!   empty or starts with `}` has an empty tag, and Redis then hashes the
 //!   whole key; a name containing `}` is tagged by its part before it.
+//!
+//! With several rules, the rules' `{policy}:{limit}:{window}` are joined by
+//! `+`, and each rule has its own key, its index after the tag (so all of a
+//! client's keys share its slot):
+//!
+//! ```text
+//! api:gcra:10:1000000+fixed-window:10000:86400000000:server:{client-42}:0
+//! api:gcra:10:1000000+fixed-window:10000:86400000000:server:{client-42}:1
+//! ```
 //!
 //! Field `o` of the hash is the client's origin (the `now` of its first
 //! call): token-bucket drips and the window grids are measured from it, as
@@ -229,8 +269,8 @@ pub use stats::{RedisStats, LATENCY_BUCKETS};
 
 use crate::decision::NEVER;
 use crate::{
-    build_bounded, Bounds, Clock, Config, ConfigError, Decision, Engine, Overflow, PolicyKind,
-    RateLimiter, Tick,
+    build_bounded, build_rules, Bounds, Clock, Config, ConfigError, Decision, Engine, Overflow,
+    PolicyKind, RateLimiter, Rule, RuleSet, Tick,
 };
 use rejections::{Rejections, Stamp};
 
@@ -708,13 +748,18 @@ impl Clock for UnixClock {
 /// Everything the blocking and the async limiter share: the validated
 /// configuration, the key layout, the script and the fault rule.
 struct Core {
+    /// The strictest rule's policy and configuration (for one rule, the
+    /// rule's): what `policy` and `config` answer.
     policy: PolicyKind,
     config: Config,
-    /// `{prefix}:{policy}:{limit}:{window}:{clock}:{`; a key is this, the
-    /// client, and `}`.
+    /// Every rule, in ticks, in order.
+    rules: RuleSet,
+    /// `{prefix}:{policy}:{limit}:{window}:{clock}:{` (each rule's three
+    /// joined by `+` for several); a client's key is this, the client, and
+    /// `}`, then each rule's `:0`, `:1`, … for several.
     key_head: String,
-    /// The policy's script, with this limiter's constants in it.
-    script: ::redis::Script,
+    /// The rules' script, with this limiter's constants in it.
+    script: script::RuleScript,
     time: TimeSource,
     clock: UnixClock,
     timeout: Duration,
@@ -742,9 +787,20 @@ struct Ticket {
 }
 
 impl Core {
+    /// One rule.
+    #[cfg(test)]
     fn new(
         policy: PolicyKind,
         config: Config,
+        options: &RedisOptions,
+    ) -> Result<Self, RedisConfigError> {
+        Self::with_rules(&[(policy, config)], options)
+    }
+
+    /// Every rule of `rules`, each `(policy, config)` as the caller gave it
+    /// (at least one, at most [`MAX_RULES`](crate::MAX_RULES)).
+    fn with_rules(
+        rules: &[(PolicyKind, Config)],
         options: &RedisOptions,
     ) -> Result<Self, RedisConfigError> {
         // A window given as a duration is turned into the clock's ticks:
@@ -755,22 +811,33 @@ impl Core {
                 Tick::from_duration(tick).ok_or(RedisConfigError::Tick(tick))?
             }
         };
-        let config = config.resolve(policy, tick)?;
-        if config.window() > MAX_WINDOW {
-            return Err(RedisConfigError::WindowTooLong {
-                window: config.window(),
-                max: MAX_WINDOW,
-            });
+        let mut resolved = Vec::with_capacity(rules.len());
+        for &(policy, config) in rules {
+            let config = config.resolve(policy, tick)?;
+            if config.window() > MAX_WINDOW {
+                return Err(RedisConfigError::WindowTooLong {
+                    window: config.window(),
+                    max: MAX_WINDOW,
+                });
+            }
+            if policy == PolicyKind::SlidingWindowCounter
+                && u128::from(config.limit()) * u128::from(config.window())
+                    > u128::from(MAX_COUNTER_PRODUCT)
+            {
+                return Err(RedisConfigError::CounterTooLarge {
+                    limit: config.limit(),
+                    window: config.window(),
+                });
+            }
+            resolved.push((policy, config));
         }
-        if policy == PolicyKind::SlidingWindowCounter
-            && u128::from(config.limit()) * u128::from(config.window())
-                > u128::from(MAX_COUNTER_PRODUCT)
-        {
-            return Err(RedisConfigError::CounterTooLarge {
-                limit: config.limit(),
-                window: config.window(),
-            });
-        }
+        let rule_set = RuleSet::new(
+            resolved
+                .iter()
+                .map(|&(policy, config)| Rule::from_parts(policy, config)),
+        )?;
+        let strictest = rule_set.strictest();
+        let (policy, config) = (strictest.policy(), strictest.config());
         const MS: u128 = 1_000_000;
         let tick_ns = options.time.tick_ns();
         let clock_name = match options.time {
@@ -803,10 +870,20 @@ impl Core {
             ));
         }
         let clock = UnixClock { tick_ns };
-        let local = match options.on_failure {
-            OnFailure::Local => Some(build_bounded::<str, _>(
+        let local = match (options.on_failure, rules) {
+            (OnFailure::Local, &[(policy, config)]) => Some(build_bounded::<str, _>(
                 policy,
                 config,
+                Engine::LockFree,
+                clock,
+                options.local_bounds,
+            )?),
+            (OnFailure::Local, _) => Some(build_rules::<str, _>(
+                &RuleSet::new(
+                    rules
+                        .iter()
+                        .map(|&(policy, config)| Rule::from_parts(policy, config)),
+                )?,
                 Engine::LockFree,
                 clock,
                 options.local_bounds,
@@ -814,19 +891,23 @@ impl Core {
             _ => None,
         };
         let min_ttl_ms = u64::try_from(options.min_ttl.as_millis()).unwrap_or(u64::MAX);
+        let rule_names: Vec<String> = resolved
+            .iter()
+            .map(|(policy, config)| {
+                format!("{}:{}:{}", policy.name(), config.limit(), config.window())
+            })
+            .collect();
         Ok(Self {
             policy,
             config,
+            rules: rule_set,
             key_head: format!(
-                "{}:{}:{}:{}:{clock_name}:{{",
+                "{}:{}:{clock_name}:{{",
                 options.prefix,
-                policy.name(),
-                config.limit(),
-                config.window()
+                rule_names.join("+")
             ),
             script: script::script(
-                policy,
-                config,
+                &resolved,
                 u64::try_from(tick_ns).expect("checked above"),
                 min_ttl_ms,
             ),
@@ -923,7 +1004,9 @@ impl Core {
         self.rejections.as_ref().map_or(0, Rejections::len)
     }
 
-    /// The key of `client`'s state.
+    /// The key of `client`'s state: for several rules, the stem that each
+    /// rule's key extends ([`keys`](Self::keys)), which is what a script
+    /// call is given.
     fn key(&self, client: &str) -> String {
         let mut key = String::with_capacity(self.key_head.len() + client.len() + 1);
         key.push_str(&self.key_head);
@@ -932,10 +1015,92 @@ impl Core {
         key
     }
 
+    /// Every key of `client`'s state, one per rule in order.
+    fn keys(&self, client: &str) -> Vec<String> {
+        let key = self.key(client);
+        if self.rules.len() == 1 {
+            return vec![key];
+        }
+        (0..self.rules.len())
+            .map(|rule| script::rule_key(&key, rule))
+            .collect()
+    }
+
+    /// The key that holds `client`'s state, for one rule; the first rule's
+    /// for several.
+    fn first_key(&self, client: &str) -> String {
+        self.keys(client).swap_remove(0)
+    }
+
     /// The `SCAN` pattern of every key of this limiter: the head with the
-    /// glob's special characters escaped, then `*}`.
+    /// glob's special characters escaped, then `*}` (and `:*` for the
+    /// rules' suffixes when there are several).
     fn pattern(&self) -> String {
-        glob_escape(&self.key_head) + "*}"
+        let rules = if self.rules.len() == 1 { "" } else { ":*" };
+        glob_escape(&self.key_head) + "*}" + rules
+    }
+
+    /// How many clients own `keys` (matches of [`pattern`](Self::pattern)):
+    /// with several rules a client has up to one key per rule, each
+    /// expiring on its own, so keys are counted by their stem.
+    fn clients_of(&self, keys: &[String]) -> usize {
+        if self.rules.len() == 1 {
+            return keys.len();
+        }
+        keys.iter()
+            .map(|key| key.rsplit_once(':').map_or(key.as_str(), |(stem, _)| stem))
+            .collect::<std::collections::HashSet<_>>()
+            .len()
+    }
+
+    /// The rules, in this limiter's ticks.
+    fn rules(&self) -> RuleSet {
+        self.rules.clone()
+    }
+
+    /// Each rule's own answer to a request of cost `cost` that was decided
+    /// `decided`, from the reply to [`script::answers`], as the in-memory
+    /// engine gives them ([`RuledDecision::each`](crate::RuledDecision::each)).
+    fn answers(
+        &self,
+        reply: &[i64],
+        cost: u64,
+        decided: &Decision,
+    ) -> Result<crate::RuleAnswers, RedisError> {
+        if reply.len() != 4 * self.rules.len() {
+            return Err(RedisError::Reply(format!(
+                "{} fields for the answers of {} rules",
+                reply.len(),
+                self.rules.len()
+            )));
+        }
+        let field = |value: i64| {
+            u64::try_from(value)
+                .map_err(|_| RedisError::Reply(format!("negative field in {reply:?}")))
+        };
+        let mut answers = crate::RuleAnswers::default();
+        for (rule, own) in self.rules.iter().zip(reply.chunks_exact(4)) {
+            let remaining = field(own[0])?;
+            let decision = if cost == 0 {
+                Decision::admit(remaining)
+            } else if cost > rule.config().limit() {
+                Decision::reject(remaining, NEVER)
+            } else if decided.allowed {
+                Decision::admit(remaining)
+            } else if own[1] == 1 {
+                Decision {
+                    delay: field(own[3])?,
+                    ..Decision::admit(remaining)
+                }
+            } else {
+                Decision::reject(remaining, field(own[2])?)
+            };
+            answers.push(crate::RuleAnswer {
+                rule: *rule,
+                decision: decision.in_ticks(self.tick()),
+            });
+        }
+        Ok(answers)
     }
 
     /// `now` for a call that passes none: `None` (the script reads `TIME`)
@@ -989,10 +1154,23 @@ impl Core {
         Ok(if cost == 0 {
             Decision::admit(decision.remaining).in_ticks(self.tick())
         } else if cost > self.config.limit() {
-            Decision::reject(decision.remaining, NEVER).in_ticks(self.tick())
+            self.never(decision.remaining, cost)
         } else {
             decision
         })
+    }
+
+    /// The rejection of a cost above the strictest limit: never admitted,
+    /// refused by the first rule whose limit it exceeds.
+    fn never(&self, remaining: u64, cost: u64) -> Decision {
+        let by = self
+            .rules
+            .iter()
+            .position(|rule| cost > rule.config().limit())
+            .unwrap_or(0);
+        Decision::reject(remaining, NEVER)
+            .by_rule(by)
+            .in_ticks(self.tick())
     }
 
     /// The fault rule's decision for a request of cost `cost`.
@@ -1004,7 +1182,7 @@ impl Core {
             }
             _ if cost > self.config.limit() => {
                 self.faults.fetch_add(1, Ordering::Relaxed);
-                Decision::reject(0, NEVER).in_ticks(self.tick())
+                self.never(0, cost)
             }
             _ => self.check_on_failure(key, now),
         }
@@ -1098,6 +1276,57 @@ mod tests {
         let glob = core(PolicyKind::Gcra, 1, 1, &RedisOptions::new().prefix("a*b")).unwrap();
         assert_eq!(glob.pattern(), "a\\*b:gcra:1:1:server:{*}");
         assert_eq!(prefix_pattern("r[1]"), "r\\[1\\]:*");
+    }
+
+    #[test]
+    fn several_rules_key_each_rule_under_the_clients_tag() {
+        let options = RedisOptions::new().prefix("api").time(TimeSource::MILLIS);
+        let rules = [
+            (PolicyKind::Gcra, Config::per_ticks(10, 1_000).unwrap()),
+            (
+                PolicyKind::FixedWindow,
+                Config::per_ticks(5, 60_000).unwrap(),
+            ),
+        ];
+        let core = Core::with_rules(&rules, &options).unwrap();
+        let head = "api:gcra:10:1000+fixed-window:5:60000:1ms:";
+        assert_eq!(
+            core.keys("c"),
+            [format!("{head}{{c}}:0"), format!("{head}{{c}}:1")]
+        );
+        assert_eq!(core.first_key("c"), format!("{head}{{c}}:0"));
+        assert_eq!(core.pattern(), format!("{head}{{*}}:*"));
+        let keys = [
+            format!("{head}{{c}}:0"),
+            format!("{head}{{c}}:1"),
+            format!("{head}{{d:e}}:1"),
+        ];
+        assert_eq!(core.clients_of(&keys), 2);
+        // The strictest rule answers `policy` and `config`.
+        assert_eq!(
+            (core.policy, core.config.limit()),
+            (PolicyKind::FixedWindow, 5)
+        );
+        assert_eq!(core.rules().len(), 2);
+        // A cost past a limit is refused by the first rule it exceeds.
+        assert_eq!(core.never(0, 6).refused_by(), Some(1));
+        assert_eq!(core.never(0, 11).refused_by(), Some(0));
+        assert_eq!(
+            core.check_n_on_failure("c", Some(0), 6).refused_by(),
+            Some(1)
+        );
+        // The local fallback applies every rule.
+        let local =
+            Core::with_rules(&rules, &options.clone().on_failure(OnFailure::Local)).unwrap();
+        assert_eq!(local.local.as_ref().unwrap().rules().len(), 2);
+        for _ in 0..5 {
+            assert!(local.check_on_failure("c", Some(0)).allowed);
+        }
+        let quota = local.check_on_failure("c", Some(5_000));
+        assert_eq!((quota.allowed, quota.refused_by()), (false, Some(1)));
+        // One rule keeps the layout of a single rule's limiter.
+        let one = Core::with_rules(&rules[..1], &options).unwrap();
+        assert_eq!(one.keys("c"), ["api:gcra:10:1000:1ms:{c}"]);
     }
 
     #[test]

@@ -64,7 +64,7 @@ use crate::Decision;
 /// The default [`RedisOptions::rejection_cache`](super::RedisOptions::rejection_cache):
 /// how many rejected clients one limiter remembers at most.
 ///
-/// An entry is the client's name plus 48 bytes (and the table's overhead,
+/// An entry is the client's name plus 56 bytes (and the table's overhead,
 /// about a pointer per slot): for ids of about 20 bytes, 10,000 entries
 /// are under 1 MB.
 pub const DEFAULT_REJECTION_CACHE: usize = 10_000;
@@ -90,6 +90,8 @@ struct Entry {
     deadline: u64,
     /// `remaining` as Redis answered it with the rejection.
     remaining: u64,
+    /// The rule that refused, as Redis answered it.
+    refused_by: u8,
     /// [`Rejections::generation`] when the call that made it started.
     generation: u64,
 }
@@ -188,7 +190,7 @@ impl Rejections {
             retry_after: left,
             delay: 0,
             tick: crate::Tick::NANOSECOND,
-            refused_by: 0,
+            refused_by: entry.refused_by,
         })
     }
 
@@ -241,6 +243,7 @@ impl Rejections {
             at,
             deadline,
             remaining: decision.remaining,
+            refused_by: decision.refused_by,
             generation,
         };
         let updated = self.entries.update_sync(client, |_, old| {
@@ -255,6 +258,7 @@ impl Rejections {
             } else if new.cost == old.cost && new.deadline > old.deadline {
                 old.deadline = new.deadline;
                 old.remaining = new.remaining;
+                old.refused_by = new.refused_by;
             }
         });
         if updated.is_some() {

@@ -2,10 +2,12 @@
 //! arguments and decodes their replies.
 //!
 //! Every script is `scripts/prelude.lua` (argument parsing, the integer
-//! helpers, the TTL writer), the policy's own step as the body of the
-//! prelude's `decide` function, then `scripts/driver.lua` (the clock, and
-//! one decision or a batch of them); the argument and reply contract is
-//! written at the top of the prelude.
+//! helpers, the TTL writer), each rule's policy step as the body of a
+//! function with that rule's constants, the `decide` that combines them
+//! (a call of the one step, or `scripts/rules.lua` for several rules: every
+//! step with its writes held, written only if all admit), then
+//! `scripts/driver.lua` (the clock, and one decision or a batch of them);
+//! the argument and reply contract is written at the top of the prelude.
 //! `leaky-bucket` runs `gcra`'s script with a flag, as the in-memory engine
 //! runs GCRA's step and answers the delay.
 
@@ -33,6 +35,7 @@ pub const MAX_COUNTER_PRODUCT: u64 = 1 << 52;
 
 const PRELUDE: &str = include_str!("scripts/prelude.lua");
 const DRIVER: &str = include_str!("scripts/driver.lua");
+const RULES: &str = include_str!("scripts/rules.lua");
 
 /// The most decisions one batch call carries: enough that the call's own
 /// cost (a script run, a read and a write of the connection) is a small
@@ -40,42 +43,101 @@ const DRIVER: &str = include_str!("scripts/driver.lua");
 /// runs scripts one at a time) for well under a millisecond.
 pub(super) const MAX_BATCH: usize = 32;
 
-/// The script that runs `policy`'s step for one limiter: its constants
-/// (the limit, the window, the tick's length in milliseconds, the least TTL,
-/// whether to answer a leaky bucket's delay) are written into the script as
-/// literals, so a call sends and Redis parses only its own arguments (an
-/// operation, a `now` and a cost). Limiters of the same policy and
-/// constants share one script. `tick_ns` is the tick's length in
-/// nanoseconds: a whole number of milliseconds, or a divisor of one
-/// millisecond (checked by the options).
-pub(super) fn script(policy: PolicyKind, config: Config, tick_ns: u64, min_ttl_ms: u64) -> Script {
+/// The script of one limiter: its rules' steps with their constants, and
+/// how many keys (one per rule) each client has.
+#[derive(Debug)]
+pub(super) struct RuleScript {
+    script: Script,
+    rules: usize,
+}
+
+impl RuleScript {
+    /// Adds `client`'s keys to `call`: the client's key itself for one rule
+    /// (the layout of a single rule's limiter, unchanged), the key with
+    /// `:0`, `:1`, … after it for several. Every suffix follows the hash
+    /// tag, so all of a client's keys share its cluster slot.
+    fn add_keys(&self, call: &mut ::redis::ScriptInvocation<'_>, client: &str) {
+        if self.rules == 1 {
+            call.key(client);
+        } else {
+            for rule in 0..self.rules {
+                call.key(rule_key(client, rule));
+            }
+        }
+    }
+}
+
+/// The key of rule `rule` of a client whose key (for several rules) is
+/// `client`.
+pub(super) fn rule_key(client: &str, rule: usize) -> String {
+    format!("{client}:{rule}")
+}
+
+/// The script that runs each rule's step for one limiter: its constants
+/// (each rule's limit and window, whether it answers a leaky bucket's
+/// delay; the tick's length in milliseconds, the least TTL) are written
+/// into the script as literals, so a call sends and Redis parses only its
+/// own arguments (an operation, a `now` and a cost). Limiters of the same
+/// rules and constants share one script. `rules` are `(policy, config)`
+/// in ticks, at least one; `tick_ns` is the tick's length in nanoseconds: a
+/// whole number of milliseconds, or a divisor of one millisecond (checked
+/// by the options).
+pub(super) fn script(rules: &[(PolicyKind, Config)], tick_ns: u64, min_ttl_ms: u64) -> RuleScript {
+    use std::fmt::Write as _;
     const MS: u64 = 1_000_000;
     let (ms_per_tick, ticks_per_ms) = if tick_ns >= MS {
         (tick_ns / MS, 1)
     } else {
         (1, MS / tick_ns)
     };
-    let step = match policy {
-        PolicyKind::SlidingWindow => include_str!("scripts/sliding_window.lua"),
-        PolicyKind::TokenBucket => include_str!("scripts/token_bucket.lua"),
-        PolicyKind::FixedWindow => include_str!("scripts/fixed_window.lua"),
-        PolicyKind::SlidingWindowCounter => include_str!("scripts/sliding_window_counter.lua"),
-        PolicyKind::Gcra | PolicyKind::LeakyBucket => include_str!("scripts/gcra.lua"),
-    };
-    // Every constant is an integer below 2^53 (the limit below 2^32, the
+    // Every constant is an integer below 2^53 (a limit below 2^32, a
     // window at most MAX_WINDOW, checked by the options; the least TTL
     // capped at the longest), written in decimal: Lua reads it exactly.
-    let constants = format!(
-        "local L = {}\nlocal W = {}\nlocal ms_per_tick = {ms_per_tick}\n\
-         local ticks_per_ms = {ticks_per_ms}\nlocal min_ttl = {}\nlocal leaky = {}\n\
-         local MAX_TTL = {MAX_TTL_MS}\n",
-        config.limit(),
-        config.window(),
+    let mut text = format!(
+        "local K = {}\nlocal ms_per_tick = {ms_per_tick}\nlocal ticks_per_ms = {ticks_per_ms}\n\
+         local min_ttl = {}\nlocal MAX_TTL = {MAX_TTL_MS}\n{PRELUDE}\nlocal steps = {{}}\n",
+        rules.len(),
         min_ttl_ms.min(MAX_TTL_MS),
-        policy == PolicyKind::LeakyBucket,
     );
-    // The step is the body of the prelude's `decide`: `end` closes it.
-    Script::new(&format!("{constants}{PRELUDE}\n{step}\nend\n{DRIVER}"))
+    for (index, &(policy, config)) in rules.iter().enumerate() {
+        let step = match policy {
+            PolicyKind::SlidingWindow => include_str!("scripts/sliding_window.lua"),
+            PolicyKind::TokenBucket => include_str!("scripts/token_bucket.lua"),
+            PolicyKind::FixedWindow => include_str!("scripts/fixed_window.lua"),
+            PolicyKind::SlidingWindowCounter => include_str!("scripts/sliding_window_counter.lua"),
+            PolicyKind::Gcra | PolicyKind::LeakyBucket => include_str!("scripts/gcra.lua"),
+        };
+        // Each step in a block of its own, so that its L, W and leaky are
+        // its rule's.
+        let _ = write!(
+            text,
+            "do\nlocal L = {}\nlocal W = {}\nlocal leaky = {}\n\
+             steps[{}] = function(key, check, now, cost)\n{step}\nend\nend\n",
+            config.limit(),
+            config.window(),
+            policy == PolicyKind::LeakyBucket,
+            index + 1,
+        );
+    }
+    if rules.len() == 1 {
+        // One rule's answer is the decision itself: no `answers`.
+        text.push_str(
+            "local step = steps[1]\nlocal function decide(first, check, now, cost)\n\
+             return step(KEYS[first], check, now, cost)\nend\nlocal answers\n",
+        );
+    } else {
+        let limits: Vec<String> = rules
+            .iter()
+            .map(|(_, config)| config.limit().to_string())
+            .collect();
+        let _ = writeln!(text, "local limits = {{{}}}", limits.join(", "));
+        text.push_str(RULES);
+    }
+    text.push_str(DRIVER);
+    RuleScript {
+        script: Script::new(&text),
+        rules: rules.len(),
+    }
 }
 
 /// The longest TTL a script sets, in milliseconds: 2^46 (2,230 years), the
@@ -85,13 +147,15 @@ const MAX_TTL_MS: u64 = 1 << 46;
 /// What a script is asked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Op {
-    /// Decide one request of this cost, `1 <= cost <= L` (the limiter
-    /// answers the other costs from [`Op::Remaining`]); 1 for a plain check.
+    /// Decide one request of this cost, `1 <= cost <= L` for every rule's
+    /// `L` (the limiter answers the other costs from [`Op::Remaining`]); 1
+    /// for a plain check.
     CheckN(u64),
     /// How many would be admitted.
     Remaining,
-    /// How many would be admitted, if the key exists: the reply is nil for
-    /// a key that does not, and the script writes nothing either way.
+    /// How many would be admitted, if any of the client's keys exists: the
+    /// reply is nil for a client with none, and the script writes nothing
+    /// either way.
     Peek,
 }
 
@@ -101,7 +165,7 @@ pub(super) enum Op {
 ///
 /// [`RedisError::TimeOutOfRange`] for a `now` past [`MAX_NOW`].
 pub(super) fn invocation<'s>(
-    script: &'s Script,
+    script: &'s RuleScript,
     key: &str,
     op: Op,
     now: Option<u64>,
@@ -112,7 +176,7 @@ pub(super) fn invocation<'s>(
 /// A check of `cost` of `key` at `now` (from [`encode_now`]): the call a
 /// batch of one sends.
 pub(super) fn single<'s>(
-    script: &'s Script,
+    script: &'s RuleScript,
     key: &str,
     now: &str,
     cost: u64,
@@ -122,28 +186,51 @@ pub(super) fn single<'s>(
 
 /// The call of `op` on `key` at `now` (from [`encode_now`]): `ARGV[1]` to
 /// `ARGV[3]` of the prelude's contract.
-fn call<'s>(script: &'s Script, key: &str, op: Op, now: &str) -> ::redis::ScriptInvocation<'s> {
+fn call<'s>(script: &'s RuleScript, key: &str, op: Op, now: &str) -> ::redis::ScriptInvocation<'s> {
     let (op, cost) = match op {
         Op::CheckN(cost) => ("c", cost),
         Op::Remaining => ("r", 1),
         Op::Peek => ("p", 1),
     };
-    let mut call = script.key(key);
+    let mut call = script.script.prepare_invoke();
+    script.add_keys(&mut call, key);
     call.arg(op).arg(now).arg(cost);
     call
 }
 
-/// A batch call: one check of each request's key in order, each
-/// `(key, now, cost)` with `now` from [`encode_now`] and `1 <= cost <= L`.
-/// The reply is one [`Reply`] per request.
+/// The call that asks each rule's own answer to a request of cost `cost`
+/// of `key` at `now` (from [`encode_now`]) that the limiter decided,
+/// `admitted` or not: [`Answers`] is the reply.
+pub(super) fn answers<'s>(
+    script: &'s RuleScript,
+    key: &str,
+    now: &str,
+    cost: u64,
+    admitted: bool,
+) -> ::redis::ScriptInvocation<'s> {
+    let mut call = script.script.prepare_invoke();
+    script.add_keys(&mut call, key);
+    call.arg("e").arg(now).arg(cost).arg(u8::from(admitted));
+    call
+}
+
+/// Each rule's own answer, from the `answers` call: per rule, its
+/// remaining now, and whether it alone admits, its retry_after and its
+/// delay (0 when not asked).
+pub(super) type Answers = Vec<i64>;
+
+/// A batch call: one check of each request's client in order, each
+/// `(key, now, cost)` with `now` from [`encode_now`] and `1 <= cost <= L`
+/// for every rule's `L`. The reply is one [`Reply`] per request.
 pub(super) fn batch<'s, 'r>(
-    script: &'s Script,
+    script: &'s RuleScript,
     requests: impl IntoIterator<Item = (&'r str, &'r str, u64)>,
 ) -> ::redis::ScriptInvocation<'s> {
-    let mut call = script.prepare_invoke();
+    let mut call = script.script.prepare_invoke();
     call.arg("b");
     for (key, now, cost) in requests {
-        call.key(key).arg(now).arg(cost);
+        script.add_keys(&mut call, key);
+        call.arg(now).arg(cost);
     }
     call
 }
@@ -161,8 +248,41 @@ pub(super) fn encode_now(now: Option<u64>) -> Result<String, RedisError> {
     }
 }
 
-/// The reply every script gives: `{allowed, remaining, retry_after, delay}`.
-pub(super) type Reply = (i64, i64, i64, i64);
+/// The reply every script gives: `{allowed, remaining, retry_after, delay}`,
+/// and for several rules the index of the rule that refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Reply {
+    allowed: i64,
+    remaining: i64,
+    retry_after: i64,
+    delay: i64,
+    refused_by: i64,
+}
+
+impl ::redis::FromRedisValue for Reply {
+    /// Read in place: a reply is decoded on every decision, so without the
+    /// vector of fields a generic read would allocate.
+    fn from_redis_value(value: ::redis::Value) -> Result<Self, ::redis::ParsingError> {
+        let ::redis::Value::Array(items) = &value else {
+            return Err(format!("a reply that is not an array: {value:?}").into());
+        };
+        let field = |index: usize| match items.get(index) {
+            Some(item) => i64::from_redis_value_ref(item),
+            None => Ok(0),
+        };
+        if !(4..=5).contains(&items.len()) {
+            return Err(format!("a reply of {} fields, not 4 or 5", items.len()).into());
+        }
+        Ok(Reply {
+            allowed: field(0)?,
+            remaining: field(1)?,
+            retry_after: field(2)?,
+            delay: field(3)?,
+            // One rule's script has no fifth field: its rule is 0.
+            refused_by: field(4)?,
+        })
+    }
+}
 
 /// The decision a script's reply carries.
 ///
@@ -170,9 +290,14 @@ pub(super) type Reply = (i64, i64, i64, i64);
 ///
 /// [`RedisError::Reply`] if a field is out of its range (a script bug, or a
 /// key changed by something other than these scripts).
-pub(super) fn decision(
-    (allowed, remaining, retry_after, delay): Reply,
-) -> Result<Decision, RedisError> {
+pub(super) fn decision(reply: Reply) -> Result<Decision, RedisError> {
+    let Reply {
+        allowed,
+        remaining,
+        retry_after,
+        delay,
+        refused_by,
+    } = reply;
     let field = |value: i64| {
         u64::try_from(value).map_err(|_| {
             RedisError::Reply(format!(
@@ -189,6 +314,10 @@ pub(super) fn decision(
             )))
         }
     };
+    let refused_by = usize::try_from(refused_by)
+        .ok()
+        .filter(|&index| index < crate::MAX_RULES)
+        .ok_or_else(|| RedisError::Reply(format!("refused by rule {refused_by}")))?;
     Ok(Decision {
         allowed,
         remaining: field(remaining)?,
@@ -197,5 +326,6 @@ pub(super) fn decision(
         // Made the limiter's own by `Core::decision`.
         tick: crate::Tick::NANOSECOND,
         refused_by: 0,
-    })
+    }
+    .by_rule(refused_by))
 }

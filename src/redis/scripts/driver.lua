@@ -1,5 +1,6 @@
--- The driver: the clock, and one decision per call or per key of a batch.
--- The policy's step above closed `decide`.
+-- The driver: the clock, and one decision per call or per client of a
+-- batch. `decide(first, check, now, cost)` above decides for the client
+-- whose keys are KEYS[first .. first + K - 1].
 
 -- Redis TIME in microseconds, read at most once per call: every decision of
 -- a batch on Redis's clock is judged at the same instant, as if its
@@ -27,16 +28,23 @@ end
 local op = ARGV[1]
 if op == 'b' then
   local replies = {}
-  for i = 1, #KEYS do
+  for i = 1, #KEYS / K do
     -- At most L <= 2^32 - 1: exact.
-    replies[i] = decide(KEYS[i], true, at(ARGV[2 * i]), tonumber(ARGV[2 * i + 1]))
+    replies[i] = decide((i - 1) * K + 1, true, at(ARGV[2 * i]), tonumber(ARGV[2 * i + 1]))
   end
   return replies
 end
--- A peek never creates state: with no key there is nothing to answer from,
--- and a step writes only for a new client (`new`), so a peek of an existing
--- key writes nothing either.
-if op == 'p' and redis.call('EXISTS', KEYS[1]) == 0 then
-  return false
+-- Each rule's own answer (several rules only): nothing is written.
+if op == 'e' then
+  return answers(1, at(ARGV[2]), tonumber(ARGV[3]), ARGV[4] == '1')
 end
-return decide(KEYS[1], op == 'c', at(ARGV[2]), tonumber(ARGV[3]))
+-- A peek never creates state: with no key there is nothing to answer from,
+-- and the writes a step asks for (a new rule's state, when another rule's
+-- key exists) are held and dropped.
+if op == 'p' then
+  if redis.call('EXISTS', unpack(KEYS)) == 0 then
+    return false
+  end
+  held = {}
+end
+return decide(1, op == 'c', at(ARGV[2]), tonumber(ARGV[3]))

@@ -4,34 +4,45 @@
 -- WATCH/MULTI or retries, and a batch is the same decisions sent one by one
 -- with nothing between them.
 --
--- KEYS     the clients' states, one key each: a hash whose field `o` is the
---          client's origin (the `now` of its first call) and whose other
---          fields are the policy's state, every time in it counted from `o`.
--- ARGV[1]  `c` decide one request of KEYS[1] (check), `r` remaining, `p`
---          peek: as `r` for a key that exists, nil for one that does not;
---          `b` a batch: decide one request of each key, in order
+-- KEYS     the clients' states, K keys each (K the number of rules, one key
+--          per rule, in the rules' order): a hash whose field `o` is the
+--          client's origin for that rule (the `now` of its first call) and
+--          whose other fields are the rule's state, every time in it
+--          counted from `o`.
+-- ARGV[1]  `c` decide one request of KEYS[1..K] (check), `r` remaining,
+--          `p` peek: as `r` if any of the keys exists, nil if none does;
+--          `b` a batch: decide one request of each client, in order;
+--          `e` (several rules) each rule's own answer to a request that
+--          was decided, writing nothing
 -- ARGV[2]  now in ticks, or empty: the script reads Redis TIME in
 --          microseconds (then one tick is one microsecond)
--- ARGV[3]  the request's cost n for `c`, 1 <= n <= L (the caller answers a
---          cost of 0 or above L from `r`): admitted iff n single requests
---          at `now` would all be, then the state they would leave
+-- ARGV[3]  the request's cost n for `c`, 1 <= n <= every rule's L (the
+--          caller answers a cost of 0 or above a limit from `r`): admitted
+--          iff n single requests at `now` would all be, then the state they
+--          would leave
+-- ARGV[4]  `e` only: 1 if the request was admitted, else 0 (ARGV[3] is
+--          its cost, any; ARGV[2] its now)
 -- ARGV[2i], ARGV[2i + 1]  `b` only: the now (or empty) and the cost of the
---          decision for KEYS[i], as ARGV[2] and ARGV[3] for `c`
+--          decision for the i-th client, KEYS[(i - 1) * K + 1 .. i * K], as
+--          ARGV[2] and ARGV[3] for `c`
 --
 -- The limiter's constants come before this head, as literals (one script
--- per policy and constants, so that a call carries only its own
--- arguments): L the limit, W the window in ticks, ms_per_tick the
--- milliseconds per tick (1 when a tick is a millisecond or less),
--- ticks_per_ms the ticks per millisecond (1 when a tick is a millisecond
--- or more), min_ttl the least TTL in milliseconds given to a state that is
--- written, leaky (gcra.lua only) whether to answer the queueing delay, and
--- MAX_TTL the longest TTL set, 2^46 ms (2,230 years): far past any state's
--- use, and small enough that the product in `store` is compared before it
--- can lose precision.
+-- per set of rules and constants, so that a call carries only its own
+-- arguments): K the number of rules, ms_per_tick the milliseconds per tick
+-- (1 when a tick is a millisecond or less), ticks_per_ms the ticks per
+-- millisecond (1 when a tick is a millisecond or more), min_ttl the least
+-- TTL in milliseconds given to a state that is written, and MAX_TTL the
+-- longest TTL set, 2^46 ms (2,230 years): far past any state's use, and
+-- small enough that the product in `store` is compared before it can lose
+-- precision. Each rule's step sees its own L the limit, W the window in
+-- ticks, and leaky (gcra.lua only) whether to answer the queueing delay.
 --
--- Returns {allowed (0/1), remaining, retry_after, delay}; `remaining` and
--- `peek` calls return {0, remaining, 0, 0}, and a `peek` of a key that does
--- not exist returns nil. A batch returns one such reply per key, in order.
+-- Returns {allowed (0/1), remaining, retry_after, delay}, and for several
+-- rules a fifth field, the 0-based index of the rule that refused (0 when
+-- admitted); `remaining` and `peek` calls return {0, remaining, 0, 0}
+-- (and the fifth 0), and a `peek` of a client with no key returns nil. A
+-- batch returns one such reply per client, in order; `e` returns four
+-- fields per rule (see `answers` in rules.lua).
 --
 -- Arithmetic. Lua numbers here are doubles: every integer below 2^53 is
 -- exact, and so is every sum, difference and product whose exact value stays
@@ -42,9 +53,11 @@
 -- tostring, whose %.14g would round times of 15 digits and more.
 --
 -- Layout: the constants, this head (the helpers every decision of the call
--- shares), then `decide` (the policy's step, which ends by returning the
--- reply), then `driver.lua`, which reads the clock and calls `decide` once
--- or once per key.
+-- shares), then each rule's step as a function with that rule's L, W and
+-- leaky (`steps[j]`, ending by returning the rule's reply), then `decide`
+-- (the rule's step for one rule, `rules.lua` for several), then
+-- `driver.lua`, which reads the clock and calls `decide` once or once per
+-- client.
 
 local floor, max, min, format = math.floor, math.max, math.min, string.format
 
@@ -78,6 +91,13 @@ local function since(now, origin)
   return r, 0
 end
 
+-- Writes held back while `held` is a table: a decision of several rules
+-- runs every rule's step first and writes their states only once all of
+-- them admitted; a peek writes nothing. Each held write is
+-- {key, ticks or false, field/value pairs...}: `false` for fields alone,
+-- whose TTL the `store` that follows them sets.
+local held
+
 -- Writes the state `...` (field/value pairs) of `key` with a TTL of `ticks`
 -- converted to milliseconds, rounded up and at least `min_ttl`. `ticks` is
 -- how long the state still answers differently from an empty one. When
@@ -88,7 +108,7 @@ end
 --
 -- The helpers are defined once per call, not per decision: a closure made
 -- for each decision of a batch is an allocation each.
-local function store(key, ticks, ...)
+local function write(key, ticks, ...)
   local ms = 0
   if ticks > 0 then
     if ticks >= MAX_TTL / ms_per_tick then
@@ -108,7 +128,39 @@ local function store(key, ticks, ...)
   redis.call('PEXPIRE', key, int(ms))
 end
 
--- One decision: a request of cost `cost` (1 <= cost <= L, an exact
--- integer) of the client whose state is `key` at `now`, if `check`; else its
--- remaining. Returns the reply (the policy's step ends in its `return`).
-local function decide(key, check, now, cost)
+-- `write`, or held while `held` is set.
+local function store(key, ticks, ...)
+  if held then
+    held[#held + 1] = {key, ticks, ...}
+    return
+  end
+  write(key, ticks, ...)
+end
+
+-- Fields of `key` written before the `store` that ends a step (a long run
+-- of sliding-window slots), or held while `held` is set.
+local function hset(key, ...)
+  if held then
+    held[#held + 1] = {key, false, ...}
+    return
+  end
+  redis.call('HSET', key, ...)
+end
+
+-- Makes the held writes `writes`, in the order the steps asked for them.
+local function release(writes)
+  for i = 1, #writes do
+    local w = writes[i]
+    if w[2] then
+      write(unpack(w))
+    else
+      redis.call('HSET', w[1], unpack(w, 3))
+    end
+  end
+end
+
+-- Each rule's step follows, as `steps[j](key, check, now, cost)`: one
+-- decision of a request of cost `cost` (1 <= cost <= L, an exact integer)
+-- of the client whose state for that rule is `key` at `now`, if `check`;
+-- else its remaining. It returns the rule's reply (the policy's step ends
+-- in its `return`).

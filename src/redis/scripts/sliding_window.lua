@@ -66,7 +66,7 @@ if used + cost <= L then
     fields[#fields + 1] = int(slot)
     fields[#fields + 1] = int(at)
     if #fields >= 2000 then
-      redis.call('HSET', key, unpack(fields))
+      hset(key, unpack(fields))
       fields = {}
     end
   end
