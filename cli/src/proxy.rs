@@ -96,7 +96,7 @@ pub struct Args {
     /// such as a burst and a daily quota: a request is admitted only if
     /// every rule admits it, and counts in every rule then. The headers
     /// give one item per rule, named NAME-1, NAME-2... after
-    /// --policy-name. At most 8 rules; with --backend, one.
+    /// --policy-name. At most 8 rules.
     #[arg(long = "rule", value_name = "POLICY:LIMIT/WINDOW", value_parser = Checked(parse_rule),
           conflicts_with_all = ["policy", "limit", "window"])]
     rule: Vec<Rule>,
@@ -419,12 +419,6 @@ pub fn run(args: Args) -> ExitCode {
         Ok(rules) => rules,
         Err(message) => return usage(message),
     };
-    if args.backend.is_some() && rules.len() > 1 {
-        return usage(format!(
-            "--backend keeps one rule in Redis, and {} --rule flags were given: give one",
-            rules.len()
-        ));
-    }
     let extractor = match extractor(&args) {
         Ok(extractor) => extractor,
         Err(message) => return usage(message),
@@ -450,11 +444,13 @@ async fn store(args: &Args, rules: &RuleSet, bounds: Bounds) -> Result<Store, Ex
     #[cfg(feature = "redis")]
     if let Some(url) = &args.backend {
         use floodgate::redis::{AsyncRedisLimiter, RedisOptions};
-        // `run` lets through one rule only with --backend.
-        let rule = rules[0];
-        let redis = AsyncRedisLimiter::new(url, rule.policy(), rule.config(), RedisOptions::new())
-            .await
-            .map_err(|e| usage(format!("--backend {url}: {e}")))?;
+        let redis = match rules.rules() {
+            [rule] => {
+                AsyncRedisLimiter::new(url, rule.policy(), rule.config(), RedisOptions::new()).await
+            }
+            _ => AsyncRedisLimiter::with_rules(url, rules, RedisOptions::new()).await,
+        }
+        .map_err(|e| usage(format!("--backend {url}: {e}")))?;
         // Redis need not be up yet: the limiter reconnects by itself, and
         // until then rejects. Say so at once rather than at the first 429.
         if let Err(error) = redis.try_peek_at("floodgate-proxy-probe", 0).await {

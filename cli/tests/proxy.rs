@@ -748,19 +748,6 @@ fn rules_go_without_the_single_rule_flags_and_a_bad_rule_is_named() {
         }
         assert!(output.stdout.is_empty(), "{args:?} never listens");
     }
-    // Redis keeps one rule a client; refused before connecting.
-    if cfg!(feature = "redis") {
-        let output = Command::new(env!("CARGO_BIN_EXE_floodgate"))
-            .args(["proxy", "--listen", "127.0.0.1:0"])
-            .args(["--upstream", "http://127.0.0.1:9"])
-            .args(["--rule", "gcra:10/1s", "--rule", "fixed-window:100/1h"])
-            .args(["--backend", "redis://127.0.0.1:9"])
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(output.status.code(), Some(2), "{stderr}");
-        assert!(stderr.contains("--backend keeps one rule"), "{stderr}");
-    }
     // Neither --rule nor the three: clap asks for either.
     let output = Command::new(env!("CARGO_BIN_EXE_floodgate"))
         .args(["proxy", "--listen", "127.0.0.1:0"])

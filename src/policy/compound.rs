@@ -474,6 +474,10 @@ enum RuleState {
     Log(LogView),
 }
 
+/// A compound step's answer: the decision, and the states to publish if
+/// every rule admitted.
+type Stepped = (Decision, Option<Box<[RuleState]>>);
+
 const MARK: usize = 1;
 
 fn is_marked(ptr: *mut Snapshot) -> bool {
@@ -725,7 +729,7 @@ impl Compound {
         snapshot: &Snapshot,
         now: u64,
         cost: u64,
-    ) -> Result<(Decision, Option<Box<[RuleState]>>), Moved> {
+    ) -> Result<Stepped, Moved> {
         let k = self.rules.len();
         let mut remaining = [0u64; MAX_RULES];
         for (i, left) in remaining.iter_mut().enumerate().take(k) {
