@@ -449,56 +449,10 @@ where
     assemble_rules(rules.clone(), engine, clock, bounds, Extras::default())
 }
 
-/// [`build_rules`], with what a builder adds.
+/// [`build_rules`], with what a builder adds: the one place that checks
+/// the bounds and the extras and picks the engine's type for the rules.
 fn assemble_rules<Q, C>(
     rules: RuleSet,
-    engine: Engine,
-    clock: C,
-    bounds: Bounds,
-    extras: Extras,
-) -> Result<Arc<dyn RateLimiter<Q>>, ConfigError>
-where
-    Q: ?Sized + Hash + Eq + ToOwned + 'static,
-    Q::Owned: Hash + Eq + Clone + Send + Sync + 'static,
-    C: Clock + 'static,
-{
-    if let [rule] = rules.rules() {
-        return assemble(rule.policy(), rule.config(), engine, clock, bounds, extras);
-    }
-    let rules = rules.in_ticks_of(clock.tick())?;
-    let bounds = bounds.validate()?;
-    if let Some(capacity) = extras.offenders {
-        if !(1..=crate::offenders::MAX_CAPACITY).contains(&capacity) {
-            return Err(ConfigError::OffendersOutOfRange { capacity });
-        }
-    }
-    match engine {
-        Engine::Mutex => {
-            let limiter = MutexLimiter::<Q::Owned, C>::with_rules(rules, clock, bounds)?
-                .counting(extras.counting);
-            Ok(Arc::new(match extras.offenders {
-                Some(capacity) => limiter.offenders(capacity),
-                None => limiter,
-            }))
-        }
-        Engine::LockFree if Pair::fits(&rules) => {
-            lock_free(Pair::from_rules(&rules)?, clock, bounds, extras)
-        }
-        Engine::LockFree => lock_free(Compound::from_rules(&rules)?, clock, bounds, extras),
-    }
-}
-
-/// What a [`Builder`] adds to a limiter beyond its rule, clock and bounds.
-#[derive(Clone, Copy, Default)]
-struct Extras {
-    counting: bool,
-    offenders: Option<usize>,
-}
-
-/// [`build_bounded`], with what a builder adds (`extras`).
-fn assemble<Q, C>(
-    policy: PolicyKind,
-    config: Config,
     engine: Engine,
     clock: C,
     bounds: Bounds,
@@ -525,33 +479,71 @@ where
     }
     // Resolved here for the clock's tick; `Limiter::with_bounds` then finds
     // nothing left to convert.
-    let config = config.resolve(policy, clock.tick())?;
+    let rules = rules.in_ticks_of(clock.tick())?;
     let bounds = bounds.validate()?;
     if let Some(capacity) = extras.offenders {
         if !(1..=crate::offenders::MAX_CAPACITY).contains(&capacity) {
             return Err(ConfigError::OffendersOutOfRange { capacity });
         }
     }
-    match engine {
-        Engine::Mutex => {
-            let limiter = MutexLimiter::<Q::Owned, C>::with_bounds(policy, config, clock, bounds)?
+    match (engine, rules.rules()) {
+        (Engine::Mutex, _) => {
+            let limiter = MutexLimiter::<Q::Owned, C>::with_rules(rules, clock, bounds)?
                 .counting(extras.counting);
             Ok(Arc::new(match extras.offenders {
                 Some(capacity) => limiter.offenders(capacity),
                 None => limiter,
             }))
         }
-        Engine::LockFree => match policy {
-            PolicyKind::SlidingWindow => {
-                boxed::<Q, SlidingWindow, C>(config, clock, bounds, extras)
+        (Engine::LockFree, [rule]) => {
+            let config = rule.config();
+            match rule.policy() {
+                PolicyKind::SlidingWindow => {
+                    boxed::<Q, SlidingWindow, C>(config, clock, bounds, extras)
+                }
+                PolicyKind::TokenBucket => {
+                    boxed::<Q, TokenBucket, C>(config, clock, bounds, extras)
+                }
+                PolicyKind::FixedWindow => {
+                    boxed::<Q, FixedWindow, C>(config, clock, bounds, extras)
+                }
+                PolicyKind::SlidingWindowCounter => {
+                    boxed::<Q, SlidingWindowCounter, C>(config, clock, bounds, extras)
+                }
+                PolicyKind::Gcra => boxed::<Q, Gcra, C>(config, clock, bounds, extras),
+                PolicyKind::LeakyBucket => {
+                    boxed::<Q, LeakyBucket, C>(config, clock, bounds, extras)
+                }
             }
-            PolicyKind::TokenBucket => boxed::<Q, TokenBucket, C>(config, clock, bounds, extras),
-            PolicyKind::FixedWindow => boxed::<Q, FixedWindow, C>(config, clock, bounds, extras),
-            PolicyKind::SlidingWindowCounter => {
-                boxed::<Q, SlidingWindowCounter, C>(config, clock, bounds, extras)
-            }
-            PolicyKind::Gcra => boxed::<Q, Gcra, C>(config, clock, bounds, extras),
-            PolicyKind::LeakyBucket => boxed::<Q, LeakyBucket, C>(config, clock, bounds, extras),
-        },
+        }
+        (Engine::LockFree, _) if Pair::fits(&rules) => {
+            lock_free(Pair::from_rules(&rules)?, clock, bounds, extras)
+        }
+        (Engine::LockFree, _) => lock_free(Compound::from_rules(&rules)?, clock, bounds, extras),
     }
+}
+
+/// What a [`Builder`] adds to a limiter beyond its rule, clock and bounds.
+#[derive(Clone, Copy, Default)]
+struct Extras {
+    counting: bool,
+    offenders: Option<usize>,
+}
+
+/// [`build_bounded`], with what a builder adds (`extras`).
+fn assemble<Q, C>(
+    policy: PolicyKind,
+    config: Config,
+    engine: Engine,
+    clock: C,
+    bounds: Bounds,
+    extras: Extras,
+) -> Result<Arc<dyn RateLimiter<Q>>, ConfigError>
+where
+    Q: ?Sized + Hash + Eq + ToOwned + 'static,
+    Q::Owned: Hash + Eq + Clone + Send + Sync + 'static,
+    C: Clock + 'static,
+{
+    let rule = Rule::from_parts(policy, config.resolve(policy, clock.tick())?);
+    assemble_rules(RuleSet::from(rule), engine, clock, bounds, extras)
 }

@@ -724,12 +724,7 @@ impl Compound {
     /// in place, and only the rules whose step is needed are stepped (all
     /// of them for an admission, whose new states are published; the
     /// refusing ones for a refusal, for their waits).
-    fn step(
-        &self,
-        snapshot: &Snapshot,
-        now: u64,
-        cost: u64,
-    ) -> Result<Stepped, Moved> {
+    fn step(&self, snapshot: &Snapshot, now: u64, cost: u64) -> Result<Stepped, Moved> {
         let k = self.rules.len();
         let mut remaining = [0u64; MAX_RULES];
         for (i, left) in remaining.iter_mut().enumerate().take(k) {
