@@ -284,12 +284,15 @@ fn two_one_word_rules_allocate_nothing_on_a_known_client() {
             floodgate::Bounds::new(),
         )
         .unwrap();
-        for key in 0..100 {
+        // Three clients: no table grows, so no other test's thread meets
+        // an outgrown table to free in its own unpin (the collector is
+        // shared, and its free would count there).
+        for key in 0..3 {
             limiter.check_at(&key, 0);
         }
         let allocations = allocations_in(|| {
             for at in 0..10_000u64 {
-                std::hint::black_box(limiter.check_at(&(at % 100), at * 1_000));
+                std::hint::black_box(limiter.check_at(&(at % 3), at * 1_000));
             }
         });
         assert_eq!(allocations, 0, "{text}");
