@@ -257,23 +257,46 @@ impl Pair {
         rules.len() == 2 && rules.iter().all(|r| WordRule::new(*r).is_some())
     }
 
+    /// Both rules' steps, combined as `combine` does, written out for two:
+    /// this is a hot path, and a refusal by the first rule (a client at its
+    /// burst) reads the second's `remaining` only when it can matter.
     #[inline(always)]
     fn step(&self, words: u128, now: u64, cost: u64) -> Step<u128> {
         let (a, b) = unpack(words);
         let first = self.rules[0].step(a, now, cost);
         let second = self.rules[1].step(b, now, cost);
+        let (one, two) = (first.decision, second.decision);
         match (first.next, second.next) {
-            // Both admit: both spend, in one word.
-            (Some(na), Some(nb)) if first.decision.allowed && second.decision.allowed => Step {
-                decision: combine(&[first.decision, second.decision], |_| 0),
+            // Both admit (a word step stores exactly when it admits): both
+            // spend, in one word.
+            (Some(na), Some(nb)) => Step {
+                decision: Decision {
+                    remaining: one.remaining.min(two.remaining),
+                    delay: one.delay.max(two.delay),
+                    ..one
+                },
                 next: Some(pack(na, nb)),
             },
-            _ => Step {
-                decision: combine(&[first.decision, second.decision], |i| {
-                    self.rules[i].remaining(if i == 0 { a } else { b }, now)
-                }),
-                next: None,
-            },
+            _ => {
+                // The longest wait, by the first rule that waits it; a rule
+                // that admits waits 0 and answers `remaining` from its word.
+                let (wait, by) = match (one.allowed, two.allowed) {
+                    (false, false) if two.retry_after > one.retry_after => (two.retry_after, 1),
+                    (false, _) => (one.retry_after, 0),
+                    _ => (two.retry_after, 1),
+                };
+                let remaining = match (one.allowed, two.allowed) {
+                    (false, false) => one.remaining.min(two.remaining),
+                    (false, true) if one.remaining == 0 => 0,
+                    (false, true) => one.remaining.min(self.rules[1].remaining(b, now)),
+                    _ if two.remaining == 0 => 0,
+                    _ => two.remaining.min(self.rules[0].remaining(a, now)),
+                };
+                Step {
+                    decision: Decision::reject(remaining, wait).by_rule(by),
+                    next: None,
+                }
+            }
         }
     }
 
