@@ -13,15 +13,17 @@
 //!   common burst-and-quota pair costs one wide CAS.
 //! * [`Compound`]: any rules, up to [`MAX_RULES`](crate::MAX_RULES). The
 //!   client's state is a pointer to an immutable snapshot of every rule's
-//!   state; a decision steps each rule on a copy (`Policy::duplicate`,
-//!   then the rule's own `check_unshared`) and, if every rule admits,
-//!   publishes a new snapshot with one compare-and-swap of the pointer.
-//!   A refusal writes nothing. Outgrown snapshots are freed through
-//!   `crossbeam-epoch`, so a reader's snapshot is never freed under it
-//!   (and so a pointer is never reused while a CAS could compare it: no
-//!   ABA). An admission allocates its snapshot, and a `sliding-window`
-//!   rule's copy is its whole ring (O(L)): the price of atomicity over
-//!   states of several words, measured in `floodgate bench`.
+//!   state; a decision reads each rule in place, steps copies of the rules
+//!   it must (`Policy::duplicate`, then the rule's own `check_unshared`)
+//!   and, if every rule admits, publishes a new snapshot with one
+//!   compare-and-swap of the pointer. A refusal writes nothing. A
+//!   `sliding-window` rule keeps a view of its log over a ring that every
+//!   snapshot of the client shares (`sliding_window::LogView`), so no step
+//!   copies a log. Outgrown snapshots are freed through `crossbeam-epoch`,
+//!   so a reader's snapshot is never freed under it (and so a pointer is
+//!   never reused while a CAS could compare it: no ABA). An admission
+//!   allocates its snapshot: the price of atomicity over states of several
+//!   words, measured in `floodgate bench`.
 //!
 //! Both are lock-free as the one-rule CAS loops are (`cell::transition`):
 //! a pass repeats only when its CAS lost to another thread's successful
