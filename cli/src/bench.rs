@@ -1760,29 +1760,38 @@ mod tests {
     fn every_engine_of_the_steady_streams_reports_its_heap_per_client() {
         let config = Config::per_ticks(LIMIT, WINDOW_NS).expect("valid quota");
         let cost = NonZeroU32::new(COST).expect("nonzero");
-        let engines = engines(
-            &[PolicyKind::Gcra],
-            config,
-            cost,
-            1_000,
-            &[ClockKind::Quanta, ClockKind::Caller],
-            None,
-        );
-        let names: Vec<_> = engines
-            .iter()
-            .map(|entry| (entry.engine, entry.clock, entry.cost))
-            .collect();
-        assert!(names.contains(&(EngineName::Floor, ClockKind::Caller, 1)));
-        assert!(names.contains(&(EngineName::LockFree, ClockKind::Caller, 1)));
-        for entry in &engines {
-            let bytes = entry.bytes_per_client.expect("measured");
+        // The meter counts this thread's net bytes, and an epoch collect
+        // that this thread's unpin runs may free, inside the measurement,
+        // a table another test's limiter outgrew: a reading can come out
+        // low. So a round whose readings fall outside the bounds is taken
+        // again, a few times; a real fault fails every round.
+        let mut last = Vec::new();
+        for _ in 0..5 {
+            let engines = engines(
+                &[PolicyKind::Gcra],
+                config,
+                cost,
+                1_000,
+                &[ClockKind::Quanta, ClockKind::Caller],
+                None,
+            );
+            let names: Vec<_> = engines
+                .iter()
+                .map(|entry| (entry.engine, entry.clock, entry.cost))
+                .collect();
+            assert!(names.contains(&(EngineName::Floor, ClockKind::Caller, 1)));
+            assert!(names.contains(&(EngineName::LockFree, ClockKind::Caller, 1)));
             // Every engine keeps at least a key and a state word per client
             // (16 bytes), and none needs a kilobyte.
-            assert!(
-                (16.0..1_024.0).contains(&bytes),
-                "{:?}: {bytes}",
-                entry.engine
-            );
+            last = engines
+                .iter()
+                .map(|entry| (entry.engine, entry.bytes_per_client.expect("measured")))
+                .filter(|(_, bytes)| !(16.0..1_024.0).contains(bytes))
+                .collect();
+            if last.is_empty() {
+                return;
+            }
         }
+        panic!("bytes per client out of 16..1024 in every round: {last:?}");
     }
 }
