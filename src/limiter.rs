@@ -1017,7 +1017,7 @@ where
 /// `origin`: the ticks since it, and `lag`, how many ticks before it the
 /// call came (judged at the origin then, `Limiter::decide`).
 #[inline(always)]
-fn since_origin(origin: u64, now: u64) -> (u64, u64) {
+pub(crate) fn since_origin(origin: u64, now: u64) -> (u64, u64) {
     match now.checked_sub(origin) {
         Some(since) => (since, 0),
         None => (0, origin - now),

@@ -38,7 +38,7 @@
 
 use super::any::{AnyPolicy, AnyState};
 use super::sliding_window::{LogView, Moved};
-use super::{sealed, Gcra, LeakyBucket, Policy, Retired, Spent, TokenBucket};
+use super::{sealed, Gcra, LeakyBucket, Policy, Retired, Spent, TokenBucket, TokenBucketState};
 use crate::cell::{self, schedule_time, transition, AtomicWord, Step};
 use crate::decision::NEVER;
 use crate::sync::{AtomicPtr, AtomicU128, Ordering};
@@ -163,15 +163,12 @@ impl WordRule {
         word <= now
     }
 
-    /// As the rule's own `retire_spent`: judged no earlier than `L·I`
-    /// before the word, the latest time it reflects.
+    /// The rule's own `retire_spent`, on a word of its own.
     fn spent(&self, word: u64, now: u64) -> Spent {
-        let config = self.config();
-        let reflected = word.saturating_sub(config.limit() * config.interval());
-        let at = now.max(reflected);
-        Spent {
-            count: config.limit() - self.remaining(word, at),
-            at,
+        match self {
+            Self::Gcra(p) => p.retire_spent(&Gcra::state_of(word), now),
+            Self::LeakyBucket(p) => p.retire_spent(&Gcra::state_of(word), now),
+            Self::TokenBucket(p) => p.retire_spent(&TokenBucketState::of(word), now),
         }
     }
 
@@ -468,9 +465,6 @@ pub struct Compound {
     rules: Box<[AnyPolicy]>,
     set: RuleSet,
     strictest: usize,
-    /// Whether a rule shapes (`leaky-bucket`), whose wait a call before
-    /// the origin lengthens.
-    shapes: bool,
 }
 
 /// One client's state under a [`Compound`]: a pointer to the snapshot of
@@ -657,7 +651,6 @@ impl Compound {
             .position(|r| r.config().limit() == rules.strictest().config().limit())
             .unwrap_or(0);
         Ok(Self {
-            shapes: rules.iter().any(|r| r.policy() == PolicyKind::LeakyBucket),
             rules: policies,
             set: rules.clone(),
             strictest,
@@ -668,12 +661,10 @@ impl Compound {
     /// before the origin the call came (window rules, `Limiter::decide`).
     #[inline]
     fn judged(rule: &AnyPolicy, origin: u64, now: u64) -> (u64, u64) {
-        if !rule.keeps_origin() {
-            return (now, 0);
-        }
-        match now.checked_sub(origin) {
-            Some(since) => (since, 0),
-            None => (0, origin - now),
+        if rule.keeps_origin() {
+            crate::limiter::since_origin(origin, now)
+        } else {
+            (now, 0)
         }
     }
 
@@ -1068,7 +1059,11 @@ impl Policy for Compound {
     fn measured_from_earlier(&self, mut decision: Decision, lag: u64) -> Decision {
         if !decision.allowed {
             decision.retry_after = decision.retry_after.saturating_add(lag);
-        } else if self.shapes {
+        } else if self
+            .set
+            .iter()
+            .any(|r| r.policy() == PolicyKind::LeakyBucket)
+        {
             decision.delay = decision.delay.saturating_add(lag);
         }
         decision

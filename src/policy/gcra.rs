@@ -214,6 +214,13 @@ impl Gcra {
         }
     }
 
+    /// A state holding the schedule `word`.
+    pub(super) fn state_of(word: u64) -> GcraState {
+        GcraState {
+            tat: AtomicU64::new(word),
+        }
+    }
+
     /// The schedule's word, from a state no other thread can reach.
     pub(super) fn word(state: GcraState) -> u64 {
         state.tat.into_word()

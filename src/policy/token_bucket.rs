@@ -117,6 +117,14 @@ impl TokenBucket {
 
 impl TokenBucketState {
     /// The word, from a state no other thread can reach.
+    /// A state holding the word `word`.
+    pub(super) fn of(word: u64) -> Self {
+        Self {
+            full_at: AtomicU64::new(word),
+        }
+    }
+
+    /// The word, from a state no other thread can reach.
     pub(super) fn word(self) -> u64 {
         self.full_at.into_word()
     }

@@ -116,11 +116,7 @@ impl RedisLimiter {
         rules: &RuleSet,
         options: RedisOptions,
     ) -> Result<Self, RedisConfigError> {
-        let rules: Vec<_> = rules
-            .iter()
-            .map(|rule| (rule.policy(), rule.config()))
-            .collect();
-        Self::open(url, Core::with_rules(&rules, &options)?, &options)
+        Self::open(url, Core::with_rule_set(rules, &options)?, &options)
     }
 
     /// The limiter of `core` on the Redis at `url`.

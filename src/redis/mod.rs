@@ -799,6 +799,18 @@ impl Core {
 
     /// Every rule of `rules`, each `(policy, config)` as the caller gave it
     /// (at least one, at most [`MAX_RULES`](crate::MAX_RULES)).
+    /// [`with_rules`](Self::with_rules) for a [`RuleSet`](crate::RuleSet).
+    fn with_rule_set(
+        rules: &crate::RuleSet,
+        options: &RedisOptions,
+    ) -> Result<Self, RedisConfigError> {
+        let rules: Vec<_> = rules
+            .iter()
+            .map(|rule| (rule.policy(), rule.config()))
+            .collect();
+        Self::with_rules(&rules, options)
+    }
+
     fn with_rules(
         rules: &[(PolicyKind, Config)],
         options: &RedisOptions,
