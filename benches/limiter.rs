@@ -31,7 +31,7 @@ use criterion::{
 };
 use floodgate::policy::{
     Compound, FixedWindow, Gcra, LeakyBucket, Pair, Policy, SlidingWindow, SlidingWindowCounter,
-    TokenBucket,
+    TokenBucket, WindowPair,
 };
 use floodgate::{
     Bounds, Clock, Config, Limiter, MutexLimiter, PolicyKind, QuantaClock, RateLimiter,
@@ -432,6 +432,7 @@ fn rules(c: &mut Criterion) {
     }
     let token_bucket = quota(PolicyKind::TokenBucket);
     let fixed_window = quota(PolicyKind::FixedWindow);
+    let counter = quota(PolicyKind::SlidingWindowCounter);
     let sliding_window = quota(PolicyKind::SlidingWindow);
     let setups: Vec<(&str, Box<dyn Runner>)> = vec![
         (
@@ -445,7 +446,13 @@ fn rules(c: &mut Criterion) {
         (
             "gcra+fixed-window",
             engine(move || {
-                Limiter::<u64, Compound>::new(Compound::from_rules(&fixed_window).unwrap())
+                Limiter::<u64, WindowPair>::new(WindowPair::from_rules(&fixed_window).unwrap())
+            }),
+        ),
+        (
+            "gcra+sliding-window-counter",
+            engine(move || {
+                Limiter::<u64, WindowPair>::new(WindowPair::from_rules(&counter).unwrap())
             }),
         ),
         (

@@ -263,6 +263,22 @@ pub(crate) struct Step<W> {
     pub(crate) next: Option<W>,
 }
 
+/// A pure step on a word: a closure, or a value whose `step` is always
+/// inlined. A step too large for the compiler to inline as a closure (two
+/// rules' steps) is called instead, and its answer comes back through
+/// memory, reloaded wider than it was written: on a hot two-rule check
+/// that stall was 10 of 22 ns (`benches/README.md`).
+pub(crate) trait Stepper<W> {
+    fn step(&mut self, word: W) -> Step<W>;
+}
+
+impl<W, F: FnMut(W) -> Step<W>> Stepper<W> for F {
+    #[inline(always)]
+    fn step(&mut self, word: W) -> Step<W> {
+        self(word)
+    }
+}
+
 /// The CAS loop: applies `step` to the word until the result is stored or
 /// there is nothing to store.
 ///
@@ -278,17 +294,17 @@ pub(crate) struct Step<W> {
 /// allows: the retry then runs on a fresh value). So a call with no other
 /// thread writing the word ends within a pass or two, and it goes on only
 /// while other threads' steps land: lock-free, and never a wait.
-#[inline]
+#[inline(always)]
 pub(crate) fn transition<A: AtomicWord>(
     cell: &A,
-    mut step: impl FnMut(A::Word) -> Step<A::Word>,
+    mut step: impl Stepper<A::Word>,
 ) -> Result<Decision, Retired> {
     let mut current = cell.load_word();
     loop {
         if A::is_retired(current) {
             return Err(Retired);
         }
-        let Step { decision, next } = step(current);
+        let Step { decision, next } = step.step(current);
         let Some(next) = next else {
             return Ok(decision);
         };

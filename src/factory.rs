@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::policy::{
     Compound, FixedWindow, Gcra, LeakyBucket, Pair, SlidingWindow, SlidingWindowCounter,
-    TokenBucket,
+    TokenBucket, WideWindowPair, WindowPair,
 };
 use crate::{
     Bounds, Clock, Config, ConfigError, Limiter, MutexLimiter, PolicyKind, QuantaClock,
@@ -415,8 +415,12 @@ where
 /// A limiter applying every rule of `rules` to each client, on `engine`
 /// (one rule: as [`build_bounded`]). On the lock-free engine two one-word
 /// rules (`gcra`, `token-bucket`, `leaky-bucket`) share one 16-byte word
-/// ([`Pair`](crate::policy::Pair)); any others, a snapshot swapped by
-/// pointer ([`Compound`](crate::policy::Compound)).
+/// ([`Pair`](crate::policy::Pair)), and so does one of them beside a
+/// `fixed-window` or `sliding-window-counter` rule
+/// ([`WindowPair`](crate::policy::WindowPair), or with the origin beside
+/// the word, [`WideWindowPair`](crate::policy::WideWindowPair)); any
+/// others, a snapshot swapped by pointer
+/// ([`Compound`](crate::policy::Compound)).
 ///
 /// # Errors
 ///
@@ -518,6 +522,12 @@ where
         }
         (Engine::LockFree, _) if Pair::fits(&rules) => {
             lock_free(Pair::from_rules(&rules)?, clock, bounds, extras)
+        }
+        (Engine::LockFree, _) if WindowPair::fits(&rules) => {
+            lock_free(WindowPair::from_rules(&rules)?, clock, bounds, extras)
+        }
+        (Engine::LockFree, _) if WideWindowPair::fits(&rules) => {
+            lock_free(WideWindowPair::from_rules(&rules)?, clock, bounds, extras)
         }
         (Engine::LockFree, _) => lock_free(Compound::from_rules(&rules)?, clock, bounds, extras),
     }

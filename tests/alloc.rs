@@ -267,14 +267,17 @@ fn a_new_client_allocates_and_is_counted() {
 }
 
 /// Two one-word rules on one client (`gcra` and a `token-bucket` quota, or
-/// `leaky-bucket`) share one 16-byte word: a known client's checks,
-/// admitted and refused, allocate nothing, through the builder's
+/// `leaky-bucket`) share one 16-byte word, and so does a drip rule beside
+/// a window rule (the README's burst and daily quota): a known client's
+/// checks, admitted and refused, allocate nothing, through the builder's
 /// `Arc<dyn RateLimiter>` too.
 #[test]
-fn two_one_word_rules_allocate_nothing_on_a_known_client() {
+fn two_rules_in_one_word_allocate_nothing_on_a_known_client() {
     for text in [
         "gcra:10/1ms,token-bucket:1000/1s",
         "leaky-bucket:10/1ms,gcra:100/1s",
+        "gcra:10/1ms,fixed-window:10000/1d",
+        "sliding-window-counter:1000/1s,token-bucket:10/1ms",
     ] {
         let rules: floodgate::RuleSet = text.parse().unwrap();
         let limiter = floodgate::build_rules::<u64, _>(

@@ -7,9 +7,10 @@
 //! measures.
 
 use floodgate::policy::{
-    FixedWindow, Gcra, LeakyBucket, Policy, SlidingWindow, SlidingWindowCounter, TokenBucket,
+    FixedWindow, Gcra, LeakyBucket, Pair, Policy, SlidingWindow, SlidingWindowCounter, TokenBucket,
+    WindowPair,
 };
-use floodgate::{Config, Limiter, ManualClock};
+use floodgate::{Config, Limiter, ManualClock, RuleSet};
 
 #[path = "support/live_bytes.rs"]
 mod live_bytes;
@@ -37,12 +38,17 @@ fn bytes_per_client<P: Policy>(policy: P) -> f64 {
 /// entries (the measurements are within 0.1 byte of them), so each is held to
 /// within half a machine word: a change of one word (8 bytes) per client,
 /// up or down, fails.
-const PER_CLIENT: [(&str, f64); 5] = [
+const PER_CLIENT: [(&str, f64); 7] = [
     ("token-bucket", 31.5),
     ("gcra", 31.5),
     ("leaky-bucket", 31.5),
     ("fixed-window", 63.0),
     ("sliding-window-counter", 63.0),
+    // Two rules in one 16-byte word: two drip rules in a 32-byte slot; a
+    // drip rule and a window rule keep the origin too, in a 48-byte slot,
+    // twice one drip rule's.
+    ("gcra + token-bucket", 42.0),
+    ("gcra + fixed-window", 63.0),
 ];
 
 /// The sliding log: a fixed part, plus this many bytes per unit of limit.
@@ -55,6 +61,11 @@ const TOLERANCE: f64 = 4.0;
 #[test]
 fn bytes_per_tracked_client_are_what_the_readme_says() {
     let config = |limit| Config::per_ticks(limit, 1_000_000).unwrap();
+    let rules = |quota: &str| -> RuleSet {
+        format!("gcra:100/1000000ticks,{quota}:6000/60000000ticks")
+            .parse()
+            .unwrap()
+    };
     let measured = [
         (
             "token-bucket",
@@ -72,6 +83,14 @@ fn bytes_per_tracked_client_are_what_the_readme_says() {
         (
             "sliding-window-counter",
             bytes_per_client(SlidingWindowCounter::new(config(100)).unwrap()),
+        ),
+        (
+            "gcra + token-bucket",
+            bytes_per_client(Pair::from_rules(&rules("token-bucket")).unwrap()),
+        ),
+        (
+            "gcra + fixed-window",
+            bytes_per_client(WindowPair::from_rules(&rules("fixed-window")).unwrap()),
         ),
     ];
     for ((name, bytes), (readme_name, readme)) in measured.iter().zip(PER_CLIENT) {

@@ -1240,8 +1240,12 @@ pub fn run(args: Args) -> ExitCode {
     let several = (keys.contains(&Keys::Hot) || keys.contains(&Keys::Uniform))
         && policies.contains(&PolicyKind::Gcra)
         && args.clocks.contains(&ClockKind::Quanta);
-    let several = several
-        .then(|| several::rows(config, &args.threads, rounds, slice, &mut capacities, cores));
+    let several = several.then(|| {
+        (
+            several::rows(config, &args.threads, rounds, slice, &mut capacities, cores),
+            several::bytes_per_client(config),
+        )
+    });
     let tail_started = Instant::now();
     let tail = args
         .tail
@@ -1260,7 +1264,13 @@ pub fn run(args: Args) -> ExitCode {
     });
     if args.json {
         let tail_rows = tail.iter().flat_map(|(rows, _)| tail::json(rows));
-        println!("{}", json_rows(json_values(&rows).chain(tail_rows)));
+        let rule_rows = several
+            .iter()
+            .flat_map(|(rows, memory)| several::json(rows, memory, config));
+        println!(
+            "{}",
+            json_rows(json_values(&rows).chain(rule_rows).chain(tail_rows))
+        );
         if !capacity.is_empty() {
             eprintln!("{capacity}");
         }
@@ -1269,8 +1279,8 @@ pub fn run(args: Args) -> ExitCode {
             print!("{}", table(&rows));
             print!("{}", targets(&rows, cores));
         }
-        if let Some(several) = &several {
-            print!("{}", several::table(several));
+        if let Some((rows, memory)) = &several {
+            print!("{}", several::table(rows, memory));
         }
         if let Some((rows, floor)) = &tail {
             print!("{}", tail::table(rows, *floor));

@@ -8,15 +8,17 @@
 //! the machine's noise.
 //!
 //! The burst rule is the bench's `gcra` quota (`--limit` per `--window`);
-//! the quota rule admits 60 times as many per 60 windows, so it refuses
-//! rarely and each check pays for both rules' steps.
+//! each quota rule admits 60 times as many per 60 windows, so it refuses
+//! rarely and each check pays for every rule's step. Each row runs the
+//! design the factory picks for its rules.
 
 use std::time::Duration;
 
-use floodgate::policy::{Compound, Gcra, Pair, Policy, TokenBucket};
+use floodgate::policy::{Compound, Gcra, Pair, Policy, TokenBucket, WindowPair};
 use floodgate::{Config, Limiter, PolicyKind, QuantaClock, Rule, RuleSet};
 
 use super::{take_turns, Keys, Runner, Subject};
+use crate::heap::Meter;
 
 /// How many windows the quota rule spans.
 const QUOTA_WINDOWS: u64 = 60;
@@ -28,22 +30,30 @@ pub(super) enum Setup {
     One,
     /// With a `token-bucket` quota: two one-word rules, one 16-byte CAS.
     Pair,
-    /// With a `fixed-window` quota: the snapshot design.
+    /// With a `fixed-window` quota (the README's pair): one 16-byte CAS,
+    /// no origin.
     FixedWindow,
-    /// With a `sliding-window` quota: the snapshot design, which copies
-    /// the log on each admission.
+    /// With a `sliding-window-counter` quota: one 16-byte CAS, no origin.
+    Counter,
+    /// With a `sliding-window` quota: the snapshot design, its log's view
+    /// over a shared ring.
     SlidingWindow,
+    /// With a `fixed-window` and a `sliding-window-counter` quota: the
+    /// snapshot design.
+    Three,
     /// Two limiters, the burst then a `token-bucket` quota, one after the
     /// other.
     TwoLimiters,
 }
 
 impl Setup {
-    const ALL: [Setup; 5] = [
+    const ALL: [Setup; 7] = [
         Setup::One,
         Setup::Pair,
         Setup::FixedWindow,
+        Setup::Counter,
         Setup::SlidingWindow,
+        Setup::Three,
         Setup::TwoLimiters,
     ];
 
@@ -52,8 +62,33 @@ impl Setup {
             Setup::One => "gcra alone",
             Setup::Pair => "gcra + token-bucket",
             Setup::FixedWindow => "gcra + fixed-window",
+            Setup::Counter => "gcra + sl-window-counter",
             Setup::SlidingWindow => "gcra + sliding-window",
+            Setup::Three => "gcra + fixed + counter",
             Setup::TwoLimiters => "two limiters in turn",
+        }
+    }
+
+    /// The quota rules beside the burst rule.
+    fn quotas(self) -> &'static [PolicyKind] {
+        match self {
+            Setup::One => &[],
+            Setup::Pair | Setup::TwoLimiters => &[PolicyKind::TokenBucket],
+            Setup::FixedWindow => &[PolicyKind::FixedWindow],
+            Setup::Counter => &[PolicyKind::SlidingWindowCounter],
+            Setup::SlidingWindow => &[PolicyKind::SlidingWindow],
+            Setup::Three => &[PolicyKind::FixedWindow, PolicyKind::SlidingWindowCounter],
+        }
+    }
+
+    /// The most this row's check may cost, in times one rule's (the
+    /// targets); none for the rows it is measured against.
+    fn target(self) -> Option<f64> {
+        match self {
+            Setup::One | Setup::TwoLimiters => None,
+            Setup::Pair | Setup::FixedWindow | Setup::Counter => Some(1.5),
+            Setup::SlidingWindow => Some(3.0),
+            Setup::Three => Some(2.0),
         }
     }
 }
@@ -67,19 +102,28 @@ pub(super) struct RuleRow {
     pub(super) ops_per_sec: f64,
     /// This row's time per check over the same cell's `gcra alone`.
     pub(super) vs_one: f64,
+    /// This row's time per check over the same cell's two limiters in turn.
+    pub(super) vs_two: f64,
 }
 
-/// The burst rule and a quota of `policy` 60 times its size.
-fn rules(config: Config, quota: PolicyKind) -> RuleSet {
-    let limit = (config.limit() * QUOTA_WINDOWS).min(match quota {
-        PolicyKind::SlidingWindow => floodgate::MAX_LOG_LIMIT,
-        _ => floodgate::MAX_LIMIT,
-    });
+/// The burst rule and a quota of each of `quotas`, 60 times its size.
+fn rules(config: Config, quotas: &[PolicyKind]) -> RuleSet {
     let burst = Rule::new(PolicyKind::Gcra, config).expect("the bench's quota");
-    let quota = Config::per_ticks(limit, config.window() * QUOTA_WINDOWS)
-        .and_then(|config| Rule::new(quota, config))
-        .expect("a valid quota");
-    RuleSet::new([burst, quota]).expect("two rules")
+    let quotas = quotas.iter().map(|&quota| {
+        let limit = (config.limit() * QUOTA_WINDOWS).min(match quota {
+            PolicyKind::SlidingWindow => floodgate::MAX_LOG_LIMIT,
+            _ => floodgate::MAX_LIMIT,
+        });
+        Config::per_ticks(limit, config.window() * QUOTA_WINDOWS)
+            .and_then(|config| Rule::new(quota, config))
+            .expect("a valid quota")
+    });
+    RuleSet::new(std::iter::once(burst).chain(quotas)).expect("valid rules")
+}
+
+/// The rule set's text (for `--json`), or the one rule's.
+pub(super) fn rules_text(setup: Setup, config: Config) -> String {
+    rules(config, setup.quotas()).to_string()
 }
 
 /// Two limiters in turn, as an application would call them.
@@ -95,29 +139,49 @@ impl Subject for TwoLimiters {
     }
 }
 
+/// The limiter of `setup`, in the design the factory picks for its rules.
 fn build(setup: Setup, config: Config) -> Box<dyn Runner> {
-    let made = |quota| rules(config, quota);
+    let made = rules(config, setup.quotas());
     match setup {
         Setup::One => Box::new(Limiter::<u64, Gcra>::new(
             Gcra::new(config).expect("the bench's quota"),
         )),
         Setup::Pair => Box::new(Limiter::<u64, Pair>::new(
-            Pair::from_rules(&made(PolicyKind::TokenBucket)).expect("two one-word rules"),
+            Pair::from_rules(&made).expect("two one-word rules"),
         )),
-        Setup::FixedWindow => Box::new(Limiter::<u64, Compound>::new(
-            Compound::from_rules(&made(PolicyKind::FixedWindow)).expect("valid rules"),
+        Setup::FixedWindow | Setup::Counter => Box::new(Limiter::<u64, WindowPair>::new(
+            WindowPair::from_rules(&made).expect("a drip rule and a window rule that fit"),
         )),
-        Setup::SlidingWindow => Box::new(Limiter::<u64, Compound>::new(
-            Compound::from_rules(&made(PolicyKind::SlidingWindow)).expect("valid rules"),
+        Setup::SlidingWindow | Setup::Three => Box::new(Limiter::<u64, Compound>::new(
+            Compound::from_rules(&made).expect("valid rules"),
         )),
-        Setup::TwoLimiters => {
-            let quota = made(PolicyKind::TokenBucket)[1].config();
-            Box::new(TwoLimiters {
-                burst: Limiter::new(Gcra::new(config).expect("the bench's quota")),
-                quota: Limiter::new(TokenBucket::new(quota).expect("a valid quota")),
-            })
-        }
+        Setup::TwoLimiters => Box::new(TwoLimiters {
+            burst: Limiter::new(Gcra::new(config).expect("the bench's quota")),
+            quota: Limiter::new(TokenBucket::new(made[1].config()).expect("a valid quota")),
+        }),
     }
+}
+
+/// How many clients the memory row holds.
+pub(super) const MEMORY_CLIENTS: u64 = 100_000;
+
+/// Heap bytes per client of each setup once it holds
+/// [`MEMORY_CLIENTS`] clients (the two limiters count both tables). Not the
+/// log's: its ring of `L` entries a client (`docs/bounds.md`) would take
+/// gigabytes at this many clients.
+pub(super) fn bytes_per_client(config: Config) -> Vec<(Setup, f64)> {
+    Setup::ALL
+        .iter()
+        .filter(|&&setup| setup != Setup::SlidingWindow)
+        .map(|&setup| {
+            let meter = Meter::start();
+            let runner = build(setup, config);
+            runner.prefill(MEMORY_CLIENTS);
+            let bytes = meter.live_bytes();
+            drop(runner);
+            (setup, bytes as f64 / MEMORY_CLIENTS as f64)
+        })
+        .collect()
 }
 
 /// Measures every setup on the hot key and the uniform stream, on each of
@@ -162,67 +226,127 @@ pub(super) fn rows(
                 threads: thread_counts[t],
                 ops_per_sec: rates[rates.len() / 2],
                 vs_one: 0.0,
+                vs_two: 0.0,
             });
         }
         let mine = &mut rows[first..];
-        let one: Vec<(usize, f64)> = mine
+        let rate = |setup: Setup, threads: usize| {
+            mine.iter()
+                .find(|row| row.setup == setup && row.threads == threads)
+                .map_or(f64::NAN, |row| row.ops_per_sec)
+        };
+        let ratios: Vec<(f64, f64)> = mine
             .iter()
-            .filter(|row| row.setup == Setup::One)
-            .map(|row| (row.threads, row.ops_per_sec))
+            .map(|row| {
+                (
+                    rate(Setup::One, row.threads) / row.ops_per_sec,
+                    rate(Setup::TwoLimiters, row.threads) / row.ops_per_sec,
+                )
+            })
             .collect();
-        for row in mine.iter_mut() {
-            let alone = one
-                .iter()
-                .find(|&&(threads, _)| threads == row.threads)
-                .map_or(f64::NAN, |&(_, rate)| rate);
-            row.vs_one = alone / row.ops_per_sec;
+        for (row, (vs_one, vs_two)) in mine.iter_mut().zip(ratios) {
+            row.vs_one = vs_one;
+            row.vs_two = vs_two;
         }
     }
     rows
 }
 
-/// The rows as a table, and the targets: two one-word rules cost at most
-/// 1.5 times one rule's check on a known client, and less than two
-/// limiters called in turn.
-pub(super) fn table(rows: &[RuleRow]) -> String {
+/// The rows as a table, the memory row, and the targets: the pairs at most
+/// 1.5 times one rule's check, a log among the rules at most 3 times, three
+/// rules at most twice; on the uniform stream every several-rules row at
+/// most the two limiters in turn; the README's pair at most twice one
+/// rule's bytes per client.
+pub(super) fn table(rows: &[RuleRow], memory: &[(Setup, f64)]) -> String {
     let mut out = String::from(
-        "\nseveral rules on one client (burst gcra, quota 60x the burst over 60 windows)\n",
+        "\nseveral rules on one client (burst gcra, each quota 60x the burst over 60 windows)\n",
     );
     out.push_str(&format!(
-        "{:<8} {:>7}  {:<22} {:>10} {:>9}\n",
-        "keys", "threads", "rules", "ns/check", "vs alone"
+        "{:<8} {:>7}  {:<24} {:>10} {:>9} {:>9}\n",
+        "keys", "threads", "rules", "ns/check", "vs alone", "vs two"
     ));
     for row in rows {
         out.push_str(&format!(
-            "{:<8} {:>7}  {:<22} {:>10.1} {:>8.2}x\n",
+            "{:<8} {:>7}  {:<24} {:>10.1} {:>8.2}x {:>8.2}x\n",
             row.keys.name(),
             row.threads,
             row.setup.name(),
             1e9 * row.threads as f64 / row.ops_per_sec,
             row.vs_one,
+            row.vs_two,
         ));
     }
-    out.push_str("targets (two one-word rules):\n");
-    for row in rows.iter().filter(|row| row.setup == Setup::Pair) {
-        let two = rows
-            .iter()
-            .find(|other| {
-                other.setup == Setup::TwoLimiters
-                    && other.keys == row.keys
-                    && other.threads == row.threads
-            })
-            .map_or(f64::NAN, |other| other.ops_per_sec);
-        let verdict = |met: bool| if met { "met" } else { "MISSED" };
+    out.push_str(&format!(
+        "heap bytes per client at {MEMORY_CLIENTS} clients:"
+    ));
+    for (setup, bytes) in memory {
+        out.push_str(&format!(" {} {bytes:.1};", setup.name()));
+    }
+    out.push('\n');
+    let verdict = |met: bool| if met { "met" } else { "MISSED" };
+    out.push_str("targets (time per check, one run):\n");
+    for row in rows {
+        let Some(target) = row.setup.target() else {
+            continue;
+        };
         out.push_str(&format!(
-            "  {} {} thread(s): {:.2}x one rule's time (target <= 1.5x: {}), {:.2}x two \
-             limiters' (target < 1x: {})\n",
+            "  {} {} thread(s) {}: {:.2}x one rule's (<= {target}x: {})",
             row.keys.name(),
             row.threads,
+            row.setup.name(),
             row.vs_one,
-            verdict(row.vs_one <= 1.5),
-            two / row.ops_per_sec,
-            verdict(row.ops_per_sec > two),
+            verdict(row.vs_one <= target),
         ));
+        if row.keys == Keys::Uniform {
+            out.push_str(&format!(
+                ", {:.2}x two limiters' (<= 1x: {})",
+                row.vs_two,
+                verdict(row.vs_two <= 1.0),
+            ));
+        }
+        out.push('\n');
     }
+    let bytes = |setup: Setup| {
+        memory
+            .iter()
+            .find(|(s, _)| *s == setup)
+            .map_or(f64::NAN, |(_, b)| *b)
+    };
+    let ratio = bytes(Setup::FixedWindow) / bytes(Setup::One);
+    out.push_str(&format!(
+        "  memory, gcra + fixed-window: {ratio:.2}x one rule's bytes per client (<= 2x: {})\n",
+        verdict(ratio <= 2.0),
+    ));
     out
+}
+
+/// The rows for `--json`: one object a cell, with its rules' text.
+pub(super) fn json<'r>(
+    rows: &'r [RuleRow],
+    memory: &'r [(Setup, f64)],
+    config: Config,
+) -> impl Iterator<Item = serde_json::Value> + 'r {
+    rows.iter().map(move |row| {
+        let bytes = memory
+            .iter()
+            .find(|(s, _)| *s == row.setup)
+            .map(|(_, b)| *b);
+        serde_json::json!({
+            "policy": "gcra",
+            "engine": "lockfree",
+            "keys": row.keys.name(),
+            "threads": row.threads,
+            "setup": row.setup.name(),
+            "rules": rules_text(row.setup, config),
+            "ops_per_sec": row.ops_per_sec.round(),
+            "ns_per_op": 1e9 * row.threads as f64 / row.ops_per_sec,
+            "vs_one_rule": row.vs_one,
+            "vs_two_limiters": row.vs_two,
+            "bytes_per_client": bytes,
+            "memory_clients": MEMORY_CLIENTS,
+            "limit": config.limit(),
+            "window_ns": config.window(),
+            "clock": "quanta",
+        })
+    })
 }

@@ -1,5 +1,6 @@
 //! Several rules on one client (`policy::Pair`, one 16-byte CAS over two
-//! one-word rules; `policy::Compound`, a snapshot swapped by pointer),
+//! one-word rules; `policy::WindowPair`, one over a drip rule and a window
+//! rule; `policy::Compound`, a snapshot swapped by pointer),
 //! raced under loom: the step racing itself, a reader of every rule, the
 //! table's rebuild, a sweep and `forget`; each with a `sliding-window` rule
 //! too, whose log's ring the snapshots share and helpers write. Every model checks that each
@@ -7,7 +8,7 @@
 //! and another not) and that admissions are exact.
 #![cfg(floodgate_loom)]
 
-use floodgate::policy::{Compound, Pair, Policy};
+use floodgate::policy::{Compound, Pair, Policy, WindowPair};
 use floodgate::{Bounds, Limiter, ManualClock, RateLimiter, RuleSet};
 use loom::sync::Arc;
 use loom::thread;
@@ -16,6 +17,11 @@ use loom::thread;
 /// instant, then the first rule refuses.
 const PAIR: &str = "gcra:2/20ticks,token-bucket:3/30ticks";
 const COMPOUND: &str = "gcra:2/20ticks,fixed-window:3/10ticks";
+/// The same rules in one word: the drip word beside the window's counts and
+/// the low bits of its index.
+const WINDOW_PAIR: &str = COMPOUND;
+/// The counter beside a drip rule: two counts and the index in the word.
+const COUNTER_PAIR: &str = "leaky-bucket:2/20ticks,sliding-window-counter:3/10ticks";
 /// A log among the rules: its view over a ring every snapshot shares,
 /// whose latest entry a helper writes after the snapshot's CAS.
 const LOG: &str = "sliding-window:2/10ticks,gcra:3/30ticks";
@@ -31,6 +37,10 @@ fn limiter<P: Policy>(
 
 fn pair(rules: &RuleSet) -> Pair {
     Pair::from_rules(rules).unwrap()
+}
+
+fn window_pair(rules: &RuleSet) -> WindowPair {
+    WindowPair::from_rules(rules).unwrap()
 }
 
 fn compound(rules: &RuleSet) -> Compound {
@@ -206,4 +216,29 @@ fn forget_races_a_compound_check() {
 #[test]
 fn forget_races_a_check_with_a_log() {
     forget_races_a_check(compound, LOG);
+}
+
+#[test]
+fn the_window_pair_step_races_itself() {
+    the_step_races_itself(window_pair, WINDOW_PAIR);
+}
+
+#[test]
+fn the_counter_pair_step_races_itself() {
+    the_step_races_itself(window_pair, COUNTER_PAIR);
+}
+
+#[test]
+fn a_rebuild_races_a_window_pair_check() {
+    a_rebuild_races_a_check(window_pair, WINDOW_PAIR);
+}
+
+#[test]
+fn a_sweep_races_a_window_pair_check() {
+    a_sweep_races_a_check(window_pair, WINDOW_PAIR);
+}
+
+#[test]
+fn forget_races_a_window_pair_check() {
+    forget_races_a_check(window_pair, WINDOW_PAIR);
 }

@@ -42,31 +42,72 @@ impl FixedWindow {
     }
 
     #[inline]
-    fn remaining_of(&self, word: u128, now: u64) -> u64 {
+    pub(super) fn remaining_of(&self, word: u128, now: u64) -> u64 {
         self.config.limit() - u64::from(self.current(word, now).current)
     }
 
     /// The pure step for a cost `1 <= cost <= L`.
     #[inline]
-    fn step(&self, word: u128, now: u64, cost: u64) -> Step<u128> {
-        let mut state = self.current(word, now);
+    pub(super) fn step(&self, word: u128, now: u64, cost: u64) -> Step<u128> {
+        let state = self.current(word, now);
+        let end = (u128::from(state.window) + 1) * u128::from(self.config.window());
+        let (decision, next) = self.judge(state.current, end, now, cost);
+        Step {
+            decision,
+            next: next.map(|current| WindowWord { current, ..state }.pack()),
+        }
+    }
+
+    /// The step on the count `current` of the window that ends at `end`,
+    /// the one a call at `now` is judged in, for a cost `1 <= cost <= L`:
+    /// the decision, and the count to store if admitted.
+    #[inline]
+    pub(super) fn judge(
+        &self,
+        current: u32,
+        end: u128,
+        now: u64,
+        cost: u64,
+    ) -> (Decision, Option<u32>) {
         let limit = self.config.limit();
         // c <= L < 2^32 and n <= L: the sum fits a u64.
-        let after = u64::from(state.current) + cost;
+        let after = u64::from(current) + cost;
         if after <= limit {
             // At most L <= 2^32 − 1: the 32-bit field holds it (`cell`).
-            state.current = after as u32;
-            Step {
-                decision: Decision::admit(limit - after),
-                next: Some(state.pack()),
-            }
+            (Decision::admit(limit - after), Some(after as u32))
         } else {
-            let end = (u128::from(state.window) + 1) * u128::from(self.config.window());
-            Step {
-                decision: Decision::reject(self.remaining_of(word, now), until(end, now)),
-                next: None,
-            }
+            let remaining = limit - u64::from(current);
+            (Decision::reject(remaining, until(end, now)), None)
         }
+    }
+
+    /// Whether a word is idle at `now`: the window that holds `now` has no
+    /// admission (the stored one with a count of 0, or a later one).
+    #[inline]
+    pub(super) fn idle_of(&self, word: u128, now: u64) -> bool {
+        self.current(word, now).current == 0
+    }
+
+    /// What a word had spent, judged no earlier than the start of its
+    /// window, the latest time it reflects: a carried spend lands in that
+    /// window, never in the one before it.
+    pub(super) fn spent_of(&self, word: u128, now: u64) -> Spent {
+        let at = now.max(window_start(word, self.config.window()));
+        Spent {
+            count: self.config.limit() - self.remaining_of(word, at),
+            at,
+        }
+    }
+
+    /// The word of a state that has spent `min(spent, L)` at `now`.
+    pub(super) fn spent_word(&self, spent: u64, now: u64) -> u128 {
+        WindowWord {
+            window: WindowWord::index(now, self.config.window()),
+            previous: 0,
+            // At most L <= 2^32 − 1 (the 32-bit field).
+            current: spent.min(self.config.limit()) as u32,
+        }
+        .pack()
     }
 }
 
@@ -124,30 +165,18 @@ impl Policy for FixedWindow {
     /// Idle when the window that holds `now` has no admission: it is the
     /// stored one with a count of 0, or a later one (counts start at 0).
     fn retire_if_idle(&self, state: &FixedWindowState, now: u64) -> bool {
-        cell::retire_if(&state.word, |word| self.current(word, now).current == 0)
+        cell::retire_if(&state.word, |word| self.idle_of(word, now))
     }
 
-    /// Judged no earlier than the start of the stored window, the latest
-    /// time the state reflects: a carried spend lands in that window, never
-    /// in the one before it.
+    /// Judged no earlier than the start of the stored window (`spent_of`).
     fn retire_spent(&self, state: &FixedWindowState, now: u64) -> Spent {
         let (word, _) = cell::retire(&state.word);
-        let at = now.max(window_start(word, self.config.window()));
-        Spent {
-            count: self.config.limit() - self.remaining_of(word, at),
-            at,
-        }
+        self.spent_of(word, now)
     }
 
     fn spent_state(&self, spent: u64, now: u64) -> FixedWindowState {
-        let counts = WindowWord {
-            window: WindowWord::index(now, self.config.window()),
-            previous: 0,
-            // At most L <= 2^32 − 1 (the 32-bit field).
-            current: spent.min(self.config.limit()) as u32,
-        };
         FixedWindowState {
-            word: AtomicU128::new(counts.pack()),
+            word: AtomicU128::new(self.spent_word(spent, now)),
         }
     }
 

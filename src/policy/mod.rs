@@ -8,14 +8,18 @@
 pub(crate) mod any;
 // A client's rules' snapshot behind one pointer, freed by epoch: every
 // `unsafe` block there says why it is sound.
+mod combine;
 #[allow(unsafe_code)]
 mod compound;
 mod fixed_window;
 mod gcra;
 mod leaky_bucket;
+mod pair;
 pub(crate) mod sliding_window;
 mod sliding_window_counter;
 mod token_bucket;
+mod wide_pair;
+mod window_pair;
 
 pub use fixed_window::{FixedWindow, FixedWindowState};
 pub use gcra::{Gcra, GcraState};
@@ -27,7 +31,10 @@ pub use token_bucket::{TokenBucket, TokenBucketState};
 pub use crate::cell::Retired;
 use crate::decision::NEVER;
 use crate::{Config, ConfigError, Decision, PolicyKind, Rule, RuleSet, Tick};
-pub use compound::{Compound, CompoundState, Pair, PairState};
+pub use compound::{Compound, CompoundState};
+pub use pair::{Pair, PairState};
+pub use wide_pair::{WideWindowPair, WideWindowPairState};
+pub use window_pair::{WindowPair, WindowPairState};
 
 mod sealed {
     pub trait Sealed {}
@@ -95,7 +102,8 @@ pub trait Policy: sealed::Sealed + Send + Sync + Sized + 'static {
     /// Which of the six this is.
     const KIND: PolicyKind;
 
-    /// Whether it applies several rules ([`Pair`], [`Compound`]).
+    /// Whether it applies several rules ([`Pair`], [`WindowPair`],
+    /// [`WideWindowPair`], [`Compound`]).
     #[doc(hidden)]
     const SEVERAL: bool = false;
 

@@ -28,10 +28,10 @@ pub struct SlidingWindowCounterState {
 
 /// The counts as seen from one instant.
 #[derive(Clone, Copy, Debug)]
-struct View {
-    counts: WindowWord,
+pub(super) struct View {
+    pub(super) counts: WindowWord,
     /// Ticks since the start of `counts.window`.
-    elapsed: u64,
+    pub(super) elapsed: u64,
 }
 
 impl SlidingWindowCounter {
@@ -81,20 +81,27 @@ impl SlidingWindowCounter {
         i128::from(self.config.limit()) * w - weighted
     }
 
-    /// `max(0, ⌈slack / W⌉)`.
+    /// `max(0, ⌈slack / W⌉)`, as `(L − c) − ⌊p·(W − e) / W⌋` (for an
+    /// integer `A`, `⌈A − x⌉ = A − ⌊x⌋`): one division, of a `u64` when the
+    /// product fits one (any count beside a window of up to 2^32 ticks, 4
+    /// seconds of nanoseconds, and small counts beside any window), which
+    /// costs a fraction of the `u128` one.
     #[inline]
-    fn remaining_of(&self, view: View) -> u64 {
-        let slack = self.slack(
-            view.counts.previous,
-            u64::from(view.counts.current),
-            view.elapsed,
-        );
-        if slack <= 0 {
-            0
-        } else {
-            // slack <= L·W, so the quotient is at most L.
-            (slack as u128).div_ceil(self.window()) as u64
-        }
+    pub(super) fn remaining_of(&self, view: View) -> u64 {
+        let open = self
+            .config
+            .limit()
+            .saturating_sub(u64::from(view.counts.current));
+        let width = self.config.window();
+        // elapsed < W in every view (the counts' window holds the call, or
+        // it is judged at the window's start).
+        let weighted = u128::from(view.counts.previous) * u128::from(width - view.elapsed);
+        let faded = match u64::try_from(weighted) {
+            Ok(weighted) => weighted / width,
+            // Below 2^32 · 2^64 / W: the quotient is at most p < 2^32.
+            Err(_) => (weighted / u128::from(width)) as u64,
+        };
+        open.saturating_sub(faded)
     }
 
     /// The first offset `e >= from` in a window with counts `p`, `c` that
@@ -111,6 +118,10 @@ impl SlidingWindowCounter {
         let excess = -self.slack(previous, current, 0);
         let first = if excess < 0 {
             0
+        } else if let Ok(excess) = u64::try_from(excess) {
+            // The common case, a division of a `u64` (a fraction of the
+            // `u128` one's cost).
+            u128::from(excess / u64::from(previous) + 1)
         } else {
             excess as u128 / u128::from(previous) + 1
         };
@@ -145,7 +156,39 @@ impl SlidingWindowCounter {
     /// The pure step for a cost `1 <= cost <= L`.
     #[inline]
     fn step(&self, word: u128, now: u64, cost: u64) -> Step<u128> {
-        let view = self.view(word, now);
+        self.step_counted(word, now, cost, true)
+    }
+
+    /// The pure step; an admission answers what it leaves only if
+    /// `counted` (else `remaining` 0, for a caller that only needs to know
+    /// whether this rule admits: several rules, one of which refused).
+    #[inline]
+    pub(super) fn step_counted(
+        &self,
+        word: u128,
+        now: u64,
+        cost: u64,
+        counted: bool,
+    ) -> Step<u128> {
+        let (decision, next) = self.step_view(self.view(word, now), now, cost, counted);
+        Step {
+            decision,
+            next: next.map(WindowWord::pack),
+        }
+    }
+
+    /// The step on the counts as seen at `now` (`view`, or a caller's own
+    /// view in times of its own: [`WindowPair`](super::WindowPair)), for a
+    /// cost `1 <= cost <= L`: the decision, and the counts to store if
+    /// admitted.
+    #[inline]
+    pub(super) fn step_view(
+        &self,
+        view: View,
+        now: u64,
+        cost: u64,
+        counted: bool,
+    ) -> (Decision, Option<WindowWord>) {
         let counts = view.counts;
         // c + n − 1 < 2^33: no overflow.
         let last = u64::from(counts.current) + (cost - 1);
@@ -156,19 +199,54 @@ impl SlidingWindowCounter {
                 current: (last + 1) as u32,
                 ..counts
             };
-            Step {
-                decision: Decision::admit(self.remaining_of(View { counts, ..view })),
-                next: Some(counts.pack()),
-            }
+            let remaining = if counted {
+                self.remaining_of(View { counts, ..view })
+            } else {
+                0
+            };
+            (Decision::admit(remaining), Some(counts))
         } else {
-            Step {
-                decision: Decision::reject(
-                    self.remaining_of(view),
-                    self.retry_after(view, now, cost),
-                ),
-                next: None,
-            }
+            let decision =
+                Decision::reject(self.remaining_of(view), self.retry_after(view, now, cost));
+            (decision, None)
         }
+    }
+
+    /// `remaining` of a word at `now`.
+    #[inline]
+    pub(super) fn remaining_at(&self, word: u128, now: u64) -> u64 {
+        self.remaining_of(self.view(word, now))
+    }
+
+    /// Whether a word is idle at `now`: both counts seen from `now` are 0,
+    /// so every later window starts from (0, 0), as a new client's do.
+    #[inline]
+    pub(super) fn idle_of(&self, word: u128, now: u64) -> bool {
+        let counts = self.view(word, now).counts;
+        counts.previous == 0 && counts.current == 0
+    }
+
+    /// What a word had spent, judged no earlier than the start of its
+    /// window (as `fixed-window`).
+    pub(super) fn spent_of(&self, word: u128, now: u64) -> Spent {
+        let at = now.max(window_start(word, self.config.window()));
+        Spent {
+            count: self.config.limit() - self.remaining_at(word, at),
+            at,
+        }
+    }
+
+    /// The word of a state that has spent `min(spent, L)` at `now`: the
+    /// count lands in the current window, with no previous count, so
+    /// `remaining` is `⌈(L·W − spent·W) / W⌉ = L − spent`.
+    pub(super) fn spent_word(&self, spent: u64, now: u64) -> u128 {
+        WindowWord {
+            window: WindowWord::index(now, self.config.window()),
+            previous: 0,
+            // At most L <= 2^32 − 1 (the 32-bit field).
+            current: spent.min(self.config.limit()) as u32,
+        }
+        .pack()
     }
 }
 
@@ -220,40 +298,23 @@ impl Policy for SlidingWindowCounter {
 
     #[inline]
     fn remaining(&self, state: &SlidingWindowCounterState, now: u64) -> Result<u64, Retired> {
-        Ok(self.remaining_of(self.view(cell::read(&state.word)?, now)))
+        Ok(self.remaining_at(cell::read(&state.word)?, now))
     }
 
-    /// Idle when both counts seen from `now` are 0: every later window
-    /// then starts from (0, 0), as a new client's do.
+    /// Idle when both counts seen from `now` are 0 (`idle_of`).
     fn retire_if_idle(&self, state: &SlidingWindowCounterState, now: u64) -> bool {
-        cell::retire_if(&state.word, |word| {
-            let counts = self.view(word, now).counts;
-            counts.previous == 0 && counts.current == 0
-        })
+        cell::retire_if(&state.word, |word| self.idle_of(word, now))
     }
 
-    /// Judged no earlier than the start of the stored window (as
-    /// `fixed-window`).
+    /// Judged no earlier than the start of the stored window (`spent_of`).
     fn retire_spent(&self, state: &SlidingWindowCounterState, now: u64) -> Spent {
         let (word, _) = cell::retire(&state.word);
-        let at = now.max(window_start(word, self.config.window()));
-        Spent {
-            count: self.config.limit() - self.remaining_of(self.view(word, at)),
-            at,
-        }
+        self.spent_of(word, now)
     }
 
-    /// The spent count lands in the current window, with no previous
-    /// count: `remaining` is `⌈(L·W − spent·W) / W⌉ = L − spent`.
     fn spent_state(&self, spent: u64, now: u64) -> SlidingWindowCounterState {
-        let counts = WindowWord {
-            window: WindowWord::index(now, self.config.window()),
-            previous: 0,
-            // At most L <= 2^32 − 1 (the 32-bit field).
-            current: spent.min(self.config.limit()) as u32,
-        };
         SlidingWindowCounterState {
-            word: AtomicU128::new(counts.pack()),
+            word: AtomicU128::new(self.spent_word(spent, now)),
         }
     }
 
