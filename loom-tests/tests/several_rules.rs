@@ -1,6 +1,7 @@
 //! Several rules on one client (`policy::Pair`, one 16-byte CAS over two
-//! one-word rules; `policy::WindowPair`, one over a drip rule and a window
-//! rule; `policy::Compound`, a snapshot swapped by pointer),
+//! one-word rules; `policy::WindowPair` and `policy::WideWindowPair`, one
+//! over a drip rule and a window rule, without and with the origin;
+//! `policy::Compound`, a snapshot swapped by pointer),
 //! raced under loom: the step racing itself, a reader of every rule, the
 //! table's rebuild, a sweep and `forget`; each with a `sliding-window` rule
 //! too, whose log's ring the snapshots share and helpers write. Every model checks that each
@@ -8,7 +9,7 @@
 //! and another not) and that admissions are exact.
 #![cfg(floodgate_loom)]
 
-use floodgate::policy::{Compound, Pair, Policy, WindowPair};
+use floodgate::policy::{Compound, Pair, Policy, WideWindowPair, WindowPair};
 use floodgate::{Bounds, Limiter, ManualClock, RateLimiter, RuleSet};
 use loom::sync::Arc;
 use loom::thread;
@@ -18,7 +19,7 @@ use loom::thread;
 const PAIR: &str = "gcra:2/20ticks,token-bucket:3/30ticks";
 const COMPOUND: &str = "gcra:2/20ticks,fixed-window:3/10ticks";
 /// The same rules in one word: the drip word beside the window's counts and
-/// the low bits of its index.
+/// its end (or, in the wide word, the low bits of its index).
 const WINDOW_PAIR: &str = COMPOUND;
 /// The counter beside a drip rule: two counts and the index in the word.
 const COUNTER_PAIR: &str = "leaky-bucket:2/20ticks,sliding-window-counter:3/10ticks";
@@ -41,6 +42,10 @@ fn pair(rules: &RuleSet) -> Pair {
 
 fn window_pair(rules: &RuleSet) -> WindowPair {
     WindowPair::from_rules(rules).unwrap()
+}
+
+fn wide_pair(rules: &RuleSet) -> WideWindowPair {
+    WideWindowPair::from_rules(rules).unwrap()
 }
 
 fn compound(rules: &RuleSet) -> Compound {
@@ -241,4 +246,29 @@ fn a_sweep_races_a_window_pair_check() {
 #[test]
 fn forget_races_a_window_pair_check() {
     forget_races_a_check(window_pair, WINDOW_PAIR);
+}
+
+#[test]
+fn the_wide_pair_step_races_itself() {
+    the_step_races_itself(wide_pair, WINDOW_PAIR);
+}
+
+#[test]
+fn the_wide_counter_pair_step_races_itself() {
+    the_step_races_itself(wide_pair, COUNTER_PAIR);
+}
+
+#[test]
+fn a_rebuild_races_a_wide_pair_check() {
+    a_rebuild_races_a_check(wide_pair, WINDOW_PAIR);
+}
+
+#[test]
+fn a_sweep_races_a_wide_pair_check() {
+    a_sweep_races_a_check(wide_pair, WINDOW_PAIR);
+}
+
+#[test]
+fn forget_races_a_wide_pair_check() {
+    forget_races_a_check(wide_pair, WINDOW_PAIR);
 }

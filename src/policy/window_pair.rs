@@ -152,6 +152,26 @@ impl WindowRule {
         }
     }
 
+    /// What an admission that left `counts` in the judged window leaves,
+    /// or any figure at least `other` when that is no more: the smaller of
+    /// the two is the pair's answer. The counter's previous count fades by
+    /// at most itself, so `L − c − p` bounds what it leaves from below, and
+    /// above `other` no division is needed.
+    #[inline(always)]
+    fn left(&self, judged: Judged, counts: Counts, other: u64) -> u64 {
+        let open = self
+            .config()
+            .limit()
+            .saturating_sub(u64::from(counts.current));
+        match self {
+            Self::Fixed(_) => open,
+            Self::Counter(_) if open.saturating_sub(u64::from(counts.previous)) >= other => open,
+            Self::Counter(p) => {
+                p.remaining_of(Judged { counts, ..judged }.view(p.config().window()).0)
+            }
+        }
+    }
+
     /// Whether the window a call is judged in leaves the rule idle: it has
     /// no admission (and for the counter, neither had the one before).
     #[inline]
@@ -485,11 +505,12 @@ impl WindowPair {
     fn step(&self, words: u128, now: u64, cost: u64) -> Step<u128> {
         let Read { drip, judged, now } = self.read(words, now);
         let dripped = self.drip.step(drip, now, cost);
-        // A refusal by the drip rule needs of the window rule only whether
-        // it refuses too, and why: not what an admission would leave.
-        let (decision, counts) = self
-            .window
-            .decide(judged, now, cost, dripped.next.is_some());
+        // What the window rule's admission leaves is read only when both
+        // admit, and then only if it can be the smaller of the two.
+        let (mut decision, counts) = self.window.decide(judged, now, cost, false);
+        if let (Some(counts), true) = (counts, dripped.next.is_some()) {
+            decision.remaining = self.window.left(judged, counts, dripped.decision.remaining);
+        }
         let windowed = Step {
             decision,
             next: counts,

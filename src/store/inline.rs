@@ -2111,11 +2111,13 @@ mod tests {
         assert_eq!(size_of::<Slot<u64, Client<FixedWindowState, u64>>>(), 48);
         // With an origin, a one-word state would take a word more.
         assert_eq!(size_of::<Slot<u64, Client<GcraState, u64>>>(), 32);
-        // Two rules in one word: two drip rules keep no origin; a drip rule
-        // beside a window rule keeps it in the state, in the padding.
-        use crate::policy::{PairState, WindowPairState};
+        // Two rules in one word keep no origin (a drip rule beside a window
+        // rule keeps its window's end instead), but for the wide pair, which
+        // keeps it in the state, in the padding.
+        use crate::policy::{PairState, WideWindowPairState, WindowPairState};
         assert_eq!(size_of::<Slot<u64, Client<PairState, ()>>>(), 32);
-        assert_eq!(size_of::<Slot<u64, Client<WindowPairState, ()>>>(), 48);
+        assert_eq!(size_of::<Slot<u64, Client<WindowPairState, ()>>>(), 32);
+        assert_eq!(size_of::<Slot<u64, Client<WideWindowPairState, ()>>>(), 48);
     }
 
     /// Keys with structure spread over the slots as random keys do,
