@@ -6,14 +6,14 @@
 //! rule's schedule leaves ambiguous (layout at [`WideWindowPair`]). A state
 //! takes 24 bytes, a 48-byte slot with its key.
 
-use super::combine::{self, beyond, own_answer};
+use super::combine::beyond;
 use super::pair::WordRule;
-use super::window_pair::{drip_and_window, join_word, split_word, WindowRule};
+use super::window_pair::{join_word, split_word, DripWindow, WindowRule};
 use super::{sealed, Policy, Retired, Spent};
 use crate::cell::{self, schedule_time, transition, AtomicWord, Step, Stepper, WindowWord};
 use crate::limiter::since_origin;
 use crate::sync::AtomicU128;
-use crate::{Config, ConfigError, Decision, PolicyKind, Rule, RuleAnswers, RuleSet, Tick};
+use crate::{Config, ConfigError, Decision, PolicyKind, RuleAnswers, RuleSet, Tick};
 
 /// Where the window rule's fields sit in the upper 64 bits of a
 /// [`WideWindowPair`]'s word (layout there).
@@ -33,8 +33,7 @@ impl Fields {
     /// they fit: `64 − counts` index bits must tell apart every index the
     /// schedule leaves possible, `⌊2·reach / W⌋ + 2` of them (layout).
     fn fit(window: &WindowRule, reach: u64) -> Option<Self> {
-        let limit = window.config().limit();
-        let count = u64::BITS - limit.leading_zeros();
+        let count = window.count_bits();
         let counts = count * window.counts();
         let index_bits = 64u32.checked_sub(counts).filter(|&bits| bits >= 1)?;
         let possible = 2 * u128::from(reach) / u128::from(window.config().window()) + 2;
@@ -108,9 +107,10 @@ impl Fields {
 ///   `fixed-window` a drip window up to 2^31 of the window's own, far past
 ///   any burst-and-quota pair; beyond, [`Compound`](super::Compound)
 ///   applies the rules).
-/// * An index a call needs is found without a division in the common
-///   case: the latest index at or before the call's own with the stored
-///   low bits is the stored one when it lies among those possible windows;
+/// * The stored index is found from the call's own (the one division a
+///   window rule makes anyway) with no other in the common case: the
+///   latest index at or before the call's own with the stored low bits is
+///   the stored one when it lies among those possible windows;
 ///   above them, the stored window is `2^m >= 2` or more windows back and
 ///   its counts no longer matter, however long the client was idle; below
 ///   them (time went back before the stored window), the one possible
@@ -121,14 +121,8 @@ impl Fields {
 ///   stopped there too.
 #[derive(Clone, Debug)]
 pub struct WideWindowPair {
-    drip: WordRule,
-    window: WindowRule,
+    rules: DripWindow,
     fields: Fields,
-    /// Whether the drip rule is the first of the set (answers are in the
-    /// set's order).
-    drip_first: bool,
-    set: RuleSet,
-    strictest: usize,
 }
 
 /// One client's state under a [`WideWindowPair`]: both rules' words, and the
@@ -147,21 +141,10 @@ impl WideWindowPair {
     ///
     /// [`ConfigError::RuleCount`] unless [`WideWindowPair::fits`].
     pub fn from_rules(rules: &RuleSet) -> Result<Self, ConfigError> {
-        let (drip, window, drip_first) =
-            drip_and_window(rules).ok_or(ConfigError::RuleCount { count: rules.len() })?;
-        let fields = Fields::fit(&window, drip.config().window())
+        let rules = DripWindow::new(rules).ok_or(ConfigError::RuleCount { count: rules.len() })?;
+        let fields = Fields::fit(&rules.window, rules.drip.config().window())
             .ok_or(ConfigError::RuleCount { count: 2 })?;
-        let [first, second] = rules.rules() else {
-            unreachable!("two rules");
-        };
-        Ok(Self {
-            drip,
-            window,
-            fields,
-            drip_first,
-            set: rules.clone(),
-            strictest: usize::from(second.config().limit() < first.config().limit()),
-        })
+        Ok(Self { rules, fields })
     }
 
     /// Whether `rules` can be a window pair: a drip rule and a window rule
@@ -177,8 +160,8 @@ impl WideWindowPair {
     #[inline(always)]
     fn seen(&self, part: u64, drip: u64, origin: u64, since: u64) -> u128 {
         let (low, previous, current) = self.fields.split(part);
-        let width = self.window.config().window();
-        let reach = self.drip.config().window();
+        let width = self.rules.window.config().window();
+        let reach = self.rules.drip.config().window();
         // The windows the schedule leaves possible, as bounds on ticks past
         // the origin: the stored index `k` has `k·W <= upper` and
         // `(k + 1)·W > lower` (`drip + D` stays below 2^64: the drip word
@@ -226,33 +209,27 @@ impl WideWindowPair {
         let (drip, part) = split_word(words);
         let (since, lag) = since_origin(origin, now);
         let seen = self.seen(part, drip, origin, since);
-        let dripped = self.drip.step(drip, now, cost);
+        let dripped = self.rules.drip.step(drip, now, cost);
         // A refusal by the drip rule needs of the window rule only whether
         // it refuses too, and why: not what an admission would leave.
-        let mut windowed = self.window.step(seen, since, cost, dripped.next.is_some());
+        let mut windowed = self
+            .rules
+            .window
+            .step(seen, since, cost, dripped.next.is_some());
         if lag != 0 && !windowed.decision.allowed {
             // A call before the origin is judged at it, `lag` later.
             windowed.decision.retry_after = windowed.decision.retry_after.saturating_add(lag);
         }
-        let drip_remaining = || self.drip.remaining(drip, now);
-        let window_remaining = || self.window.remaining(seen, since);
+        let drip_remaining = || self.rules.drip.remaining(drip, now);
+        let window_remaining = || self.rules.window.remaining(seen, since);
+        let (decision, next) =
+            self.rules
+                .combine(dripped, windowed, drip_remaining, window_remaining);
         let fields = self.fields;
-        let join =
-            move |drip: u64, window: u128| join_word(drip, fields.join(WindowWord::unpack(window)));
-        if self.drip_first {
-            let (decision, next) =
-                combine::two(dripped, windowed, drip_remaining, window_remaining);
-            Step {
-                decision,
-                next: next.map(|(d, w)| join(d, w)),
-            }
-        } else {
-            let (decision, next) =
-                combine::two(windowed, dripped, window_remaining, drip_remaining);
-            Step {
-                decision,
-                next: next.map(|(w, d)| join(d, w)),
-            }
+        Step {
+            decision,
+            next: next
+                .map(|(drip, window)| join_word(drip, fields.join(WindowWord::unpack(window)))),
         }
     }
 
@@ -268,9 +245,10 @@ impl WideWindowPair {
 
     fn remaining_of(&self, words: u128, origin: u64, now: u64) -> u64 {
         let (drip, window, now, since, _) = self.read(words, origin, now);
-        self.drip
+        self.rules
+            .drip
             .remaining(drip, now)
-            .min(self.window.remaining(window, since))
+            .min(self.rules.window.remaining(window, since))
     }
 }
 
@@ -307,7 +285,7 @@ impl Policy for WideWindowPair {
     }
 
     fn config(&self) -> Config {
-        self.set[self.strictest].config()
+        self.rules.config()
     }
 
     fn new_state(&self) -> WideWindowPairState {
@@ -318,7 +296,7 @@ impl Policy for WideWindowPair {
     /// with nothing counted, its times counting from `origin`.
     fn begin(&self, origin: u64) -> WideWindowPairState {
         WideWindowPairState {
-            words: AtomicU128::new(join_word(self.drip.begin(origin), 0)),
+            words: AtomicU128::new(join_word(self.rules.drip.begin(origin), 0)),
             origin: schedule_time(origin),
         }
     }
@@ -338,7 +316,7 @@ impl Policy for WideWindowPair {
     ) -> Result<Decision, Retired> {
         if cost == 0 || cost > self.config().limit() {
             let remaining = self.remaining(state, now)?;
-            return Ok(beyond(&self.set, cost, remaining).expect("cost 0 or above a limit"));
+            return Ok(beyond(self.rules.set(), cost, remaining).expect("cost 0 or above a limit"));
         }
         self.check_within(state, now, cost)
     }
@@ -386,7 +364,7 @@ impl Policy for WideWindowPair {
     fn retire_if_idle(&self, state: &WideWindowPairState, now: u64) -> bool {
         cell::retire_if(&state.words, |words| {
             let (drip, window, now, since, lag) = self.read(words, state.origin, now);
-            lag == 0 && WordRule::idle(drip, now) && self.window.idle(window, since)
+            lag == 0 && WordRule::idle(drip, now) && self.rules.window.idle(window, since)
         })
     }
 
@@ -395,19 +373,19 @@ impl Policy for WideWindowPair {
     fn retire_spent(&self, state: &WideWindowPairState, now: u64) -> Spent {
         let (words, _) = cell::retire(&state.words);
         let (drip, window, now, since, _) = self.read(words, state.origin, now);
-        if (self.strictest == 0) == self.drip_first {
-            self.drip.spent(drip, now)
+        if self.rules.strictest_drips() {
+            self.rules.drip.spent(drip, now)
         } else {
-            self.window.spent(window, since)
+            self.rules.window.spent(window, since)
         }
     }
 
     fn spent_state(&self, spent: u64, now: u64) -> WideWindowPairState {
         let now = schedule_time(now);
-        let window = WindowWord::unpack(self.window.spent_word(spent, now));
+        let window = WindowWord::unpack(self.rules.window.spent_word(spent, now));
         WideWindowPairState {
             words: AtomicU128::new(join_word(
-                self.drip.spent_word(spent, now),
+                self.rules.drip.spent_word(spent, now),
                 self.fields.join(window),
             )),
             origin: 0,
@@ -434,19 +412,19 @@ impl Policy for WideWindowPair {
     }
 
     fn forgets_after(&self) -> u64 {
-        self.drip.config().window().max(self.window.forgets_after())
+        self.rules.forgets_after()
     }
 
     fn kind(&self) -> PolicyKind {
-        self.set[self.strictest].policy()
+        self.rules.kind()
     }
 
     fn rule_set(&self) -> RuleSet {
-        self.set.clone()
+        self.rules.set().clone()
     }
 
     fn in_ticks_of(&self, tick: Tick) -> Result<Self, ConfigError> {
-        Self::from_rules(&self.set.in_ticks_of(tick)?)
+        Self::from_rules(&self.rules.set().in_ticks_of(tick)?)
     }
 
     fn each(
@@ -458,30 +436,19 @@ impl Policy for WideWindowPair {
     ) -> Result<RuleAnswers, Retired> {
         let (drip, window, now, since, lag) =
             self.read(cell::read(&state.words)?, state.origin, now);
-        let refused = |limit: u64| !decided.allowed && cost >= 1 && cost <= limit;
-        let drip_answer = |rule: Rule| {
-            let stepped =
-                refused(rule.config().limit()).then(|| self.drip.step(drip, now, cost).decision);
-            own_answer(rule, cost, stepped, self.drip.remaining(drip, now))
+        let window_step = || {
+            let mut decision = self.rules.window.step(window, since, cost, true).decision;
+            if !decision.allowed {
+                decision.retry_after = decision.retry_after.saturating_add(lag);
+            }
+            decision
         };
-        let window_answer = |rule: Rule| {
-            let stepped = refused(rule.config().limit()).then(|| {
-                let mut decision = self.window.step(window, since, cost, true).decision;
-                if !decision.allowed {
-                    decision.retry_after = decision.retry_after.saturating_add(lag);
-                }
-                decision
-            });
-            own_answer(rule, cost, stepped, self.window.remaining(window, since))
-        };
-        let mut answers = RuleAnswers::default();
-        if self.drip_first {
-            answers.push(drip_answer(self.set[0]));
-            answers.push(window_answer(self.set[1]));
-        } else {
-            answers.push(window_answer(self.set[0]));
-            answers.push(drip_answer(self.set[1]));
-        }
-        Ok(answers)
+        Ok(self.rules.each(
+            (drip, now),
+            cost,
+            decided,
+            window_step,
+            self.rules.window.remaining(window, since),
+        ))
     }
 }

@@ -400,14 +400,8 @@ impl Fields {
 ///   where the drip's does, which can only be stricter.
 #[derive(Clone, Debug)]
 pub struct WindowPair {
-    drip: WordRule,
-    window: WindowRule,
+    rules: DripWindow,
     fields: Fields,
-    /// Whether the drip rule is the first of the set (answers are in the
-    /// set's order).
-    drip_first: bool,
-    set: RuleSet,
-    strictest: usize,
 }
 
 /// One client's state under a [`WindowPair`]: both rules' fields in one
@@ -432,18 +426,113 @@ pub(super) fn join_word(drip: u64, part: u64) -> u128 {
     u128::from(drip) | (u128::from(part) << 63)
 }
 
-/// The drip rule and the window rule of `rules` in the set's order, if
-/// they are one of each: the rules and whether the drip rule comes first.
-pub(super) fn drip_and_window(rules: &RuleSet) -> Option<(WordRule, WindowRule, bool)> {
-    let [first, second] = rules.rules() else {
-        return None;
-    };
-    match (WordRule::new(*first), WindowRule::new(*second)) {
-        (Some(drip), Some(window)) => Some((drip, window, true)),
-        _ => match (WordRule::new(*second), WindowRule::new(*first)) {
-            (Some(drip), Some(window)) => Some((drip, window, false)),
-            _ => None,
-        },
+/// A drip rule and a window rule in their set's order: what both window
+/// pairs share.
+#[derive(Clone, Debug)]
+pub(super) struct DripWindow {
+    pub(super) drip: WordRule,
+    pub(super) window: WindowRule,
+    /// Whether the drip rule is the first of the set (answers are in the
+    /// set's order).
+    drip_first: bool,
+    set: RuleSet,
+    /// The index of the rule with the smallest limit.
+    strictest: usize,
+}
+
+impl DripWindow {
+    /// The rules of `rules`, if they are one drip rule and one window rule.
+    pub(super) fn new(rules: &RuleSet) -> Option<Self> {
+        let [first, second] = rules.rules() else {
+            return None;
+        };
+        let (drip, window, drip_first) = match (WordRule::new(*first), WindowRule::new(*second)) {
+            (Some(drip), Some(window)) => (drip, window, true),
+            _ => (WordRule::new(*second)?, WindowRule::new(*first)?, false),
+        };
+        Some(Self {
+            drip,
+            window,
+            drip_first,
+            set: rules.clone(),
+            strictest: usize::from(second.config().limit() < first.config().limit()),
+        })
+    }
+
+    pub(super) fn set(&self) -> &RuleSet {
+        &self.set
+    }
+
+    /// The strictest rule's limit and window, as a pair reports them.
+    pub(super) fn config(&self) -> Config {
+        self.set[self.strictest].config()
+    }
+
+    pub(super) fn kind(&self) -> PolicyKind {
+        self.set[self.strictest].policy()
+    }
+
+    /// Whether the strictest rule is the drip rule.
+    pub(super) fn strictest_drips(&self) -> bool {
+        (self.strictest == 0) == self.drip_first
+    }
+
+    pub(super) fn forgets_after(&self) -> u64 {
+        self.drip.config().window().max(self.window.forgets_after())
+    }
+
+    /// Both rules' steps combined as the contract combines them, in the
+    /// set's order (`combine::two`): the decision, and both next values
+    /// when both admit.
+    #[inline(always)]
+    pub(super) fn combine<W>(
+        &self,
+        dripped: Step<u64>,
+        windowed: Step<W>,
+        drip_remaining: impl FnOnce() -> u64,
+        window_remaining: impl FnOnce() -> u64,
+    ) -> (Decision, Option<(u64, W)>) {
+        if self.drip_first {
+            combine::two(dripped, windowed, drip_remaining, window_remaining)
+        } else {
+            let (decision, next) =
+                combine::two(windowed, dripped, window_remaining, drip_remaining);
+            (decision, next.map(|(window, drip)| (drip, window)))
+        }
+    }
+
+    /// Each rule's own answer for a request of cost `cost` decided
+    /// `decided`, in the set's order: the drip rule's from its word at a
+    /// time (`drip`), the window rule's from its step for `cost` (asked
+    /// only of a refusal) and its `remaining`.
+    pub(super) fn each(
+        &self,
+        (drip, now): (u64, u64),
+        cost: u64,
+        decided: &Decision,
+        window_step: impl FnOnce() -> Decision,
+        window_remaining: u64,
+    ) -> RuleAnswers {
+        let refused = |limit: u64| !decided.allowed && cost >= 1 && cost <= limit;
+        let (drip_rule, window_rule) = if self.drip_first {
+            (self.set[0], self.set[1])
+        } else {
+            (self.set[1], self.set[0])
+        };
+        let stepped =
+            refused(drip_rule.config().limit()).then(|| self.drip.step(drip, now, cost).decision);
+        let drip_answer = own_answer(drip_rule, cost, stepped, self.drip.remaining(drip, now));
+        let stepped = refused(window_rule.config().limit()).then(window_step);
+        let window_answer = own_answer(window_rule, cost, stepped, window_remaining);
+        let mut answers = RuleAnswers::default();
+        if self.drip_first {
+            answers.push(drip_answer);
+            answers.push(window_answer);
+        } else {
+            answers.push(window_answer);
+            answers.push(drip_answer);
+        }
+        answers
     }
 }
 
@@ -464,21 +553,10 @@ impl WindowPair {
     ///
     /// [`ConfigError::RuleCount`] unless [`WindowPair::fits`].
     pub fn from_rules(rules: &RuleSet) -> Result<Self, ConfigError> {
-        let (drip, window, drip_first) =
-            drip_and_window(rules).ok_or(ConfigError::RuleCount { count: rules.len() })?;
-        let fields = Fields::fit(&window, drip.config().window())
+        let rules = DripWindow::new(rules).ok_or(ConfigError::RuleCount { count: rules.len() })?;
+        let fields = Fields::fit(&rules.window, rules.drip.config().window())
             .ok_or(ConfigError::RuleCount { count: 2 })?;
-        let [first, second] = rules.rules() else {
-            unreachable!("two rules");
-        };
-        Ok(Self {
-            drip,
-            window,
-            fields,
-            drip_first,
-            set: rules.clone(),
-            strictest: usize::from(second.config().limit() < first.config().limit()),
-        })
+        Ok(Self { rules, fields })
     }
 
     /// Whether `rules` can be a window pair: a drip rule and a window rule
@@ -504,44 +582,38 @@ impl WindowPair {
     #[inline(always)]
     fn step(&self, words: u128, now: u64, cost: u64) -> Step<u128> {
         let Read { drip, judged, now } = self.read(words, now);
-        let dripped = self.drip.step(drip, now, cost);
+        let dripped = self.rules.drip.step(drip, now, cost);
         // What the window rule's admission leaves is read only when both
         // admit, and then only if it can be the smaller of the two.
-        let (mut decision, counts) = self.window.decide(judged, now, cost, false);
+        let (mut decision, counts) = self.rules.window.decide(judged, now, cost, false);
         if let (Some(counts), true) = (counts, dripped.next.is_some()) {
-            decision.remaining = self.window.left(judged, counts, dripped.decision.remaining);
+            decision.remaining = self
+                .rules
+                .window
+                .left(judged, counts, dripped.decision.remaining);
         }
         let windowed = Step {
             decision,
             next: counts,
         };
-        let drip_remaining = || self.drip.remaining(drip, now);
-        let window_remaining = || self.window.remaining_in(judged);
-        let fields = self.fields;
-        let join =
-            move |drip: u64, counts: Counts| join_word(drip, fields.join(counts, judged.end, drip));
-        if self.drip_first {
-            let (decision, next) =
-                combine::two(dripped, windowed, drip_remaining, window_remaining);
-            Step {
-                decision,
-                next: next.map(|(d, c)| join(d, c)),
-            }
-        } else {
-            let (decision, next) =
-                combine::two(windowed, dripped, window_remaining, drip_remaining);
-            Step {
-                decision,
-                next: next.map(|(c, d)| join(d, c)),
-            }
+        let drip_remaining = || self.rules.drip.remaining(drip, now);
+        let window_remaining = || self.rules.window.remaining_in(judged);
+        let (decision, next) =
+            self.rules
+                .combine(dripped, windowed, drip_remaining, window_remaining);
+        Step {
+            decision,
+            next: next
+                .map(|(drip, counts)| join_word(drip, self.fields.join(counts, judged.end, drip))),
         }
     }
 
     fn remaining_of(&self, words: u128, now: u64) -> u64 {
         let Read { drip, judged, now } = self.read(words, now);
-        self.drip
+        self.rules
+            .drip
             .remaining(drip, now)
-            .min(self.window.remaining_in(judged))
+            .min(self.rules.window.remaining_in(judged))
     }
 
     /// The state holding the drip word `drip`, and `counts` in the window
@@ -585,7 +657,7 @@ impl Policy for WindowPair {
     }
 
     fn config(&self) -> Config {
-        self.set[self.strictest].config()
+        self.rules.config()
     }
 
     fn new_state(&self) -> WindowPairState {
@@ -601,7 +673,7 @@ impl Policy for WindowPair {
             previous: 0,
             current: 0,
         };
-        self.state(self.drip.begin(origin), counts, end)
+        self.state(self.rules.drip.begin(origin), counts, end)
     }
 
     /// Always inlined, as `check_within`.
@@ -614,7 +686,7 @@ impl Policy for WindowPair {
     fn check_n(&self, state: &WindowPairState, now: u64, cost: u64) -> Result<Decision, Retired> {
         if cost == 0 || cost > self.config().limit() {
             let remaining = self.remaining(state, now)?;
-            return Ok(beyond(&self.set, cost, remaining).expect("cost 0 or above a limit"));
+            return Ok(beyond(self.rules.set(), cost, remaining).expect("cost 0 or above a limit"));
         }
         self.check_within(state, now, cost)
     }
@@ -661,7 +733,7 @@ impl Policy for WindowPair {
     fn retire_if_idle(&self, state: &WindowPairState, now: u64) -> bool {
         cell::retire_if(&state.words, |words| {
             let Read { drip, judged, now } = self.read(words, now);
-            WordRule::idle(drip, now) && self.window.idle_in(judged)
+            WordRule::idle(drip, now) && self.rules.window.idle_in(judged)
         })
     }
 
@@ -670,11 +742,11 @@ impl Policy for WindowPair {
     fn retire_spent(&self, state: &WindowPairState, now: u64) -> Spent {
         let (words, _) = cell::retire(&state.words);
         let Read { drip, judged, now } = self.read(words, now);
-        if (self.strictest == 0) == self.drip_first {
-            return self.drip.spent(drip, now);
+        if self.rules.strictest_drips() {
+            return self.rules.drip.spent(drip, now);
         }
         Spent {
-            count: self.window.config().limit() - self.window.remaining_in(judged),
+            count: self.rules.window.config().limit() - self.rules.window.remaining_in(judged),
             // A call before the window is judged at its start.
             at: now.saturating_add(judged.before),
         }
@@ -689,9 +761,9 @@ impl Policy for WindowPair {
         let counts = Counts {
             previous: 0,
             // At most L <= 2^32 − 1.
-            current: spent.min(self.window.config().limit()) as u32,
+            current: spent.min(self.rules.window.config().limit()) as u32,
         };
-        self.state(self.drip.spent_word(spent, now), counts, end)
+        self.state(self.rules.drip.spent_word(spent, now), counts, end)
     }
 
     fn is_retired(&self, state: &WindowPairState) -> bool {
@@ -712,19 +784,19 @@ impl Policy for WindowPair {
     }
 
     fn forgets_after(&self) -> u64 {
-        self.drip.config().window().max(self.window.forgets_after())
+        self.rules.forgets_after()
     }
 
     fn kind(&self) -> PolicyKind {
-        self.set[self.strictest].policy()
+        self.rules.kind()
     }
 
     fn rule_set(&self) -> RuleSet {
-        self.set.clone()
+        self.rules.set().clone()
     }
 
     fn in_ticks_of(&self, tick: Tick) -> Result<Self, ConfigError> {
-        Self::from_rules(&self.set.in_ticks_of(tick)?)
+        Self::from_rules(&self.rules.set().in_ticks_of(tick)?)
     }
 
     fn each(
@@ -735,25 +807,12 @@ impl Policy for WindowPair {
         decided: &Decision,
     ) -> Result<RuleAnswers, Retired> {
         let Read { drip, judged, now } = self.read(cell::read(&state.words)?, now);
-        let refused = |limit: u64| !decided.allowed && cost >= 1 && cost <= limit;
-        let drip_answer = |rule: Rule| {
-            let stepped =
-                refused(rule.config().limit()).then(|| self.drip.step(drip, now, cost).decision);
-            own_answer(rule, cost, stepped, self.drip.remaining(drip, now))
-        };
-        let window_answer = |rule: Rule| {
-            let stepped = refused(rule.config().limit())
-                .then(|| self.window.decide(judged, now, cost, true).0);
-            own_answer(rule, cost, stepped, self.window.remaining_in(judged))
-        };
-        let mut answers = RuleAnswers::default();
-        if self.drip_first {
-            answers.push(drip_answer(self.set[0]));
-            answers.push(window_answer(self.set[1]));
-        } else {
-            answers.push(window_answer(self.set[0]));
-            answers.push(drip_answer(self.set[1]));
-        }
-        Ok(answers)
+        Ok(self.rules.each(
+            (drip, now),
+            cost,
+            decided,
+            || self.rules.window.decide(judged, now, cost, true).0,
+            self.rules.window.remaining_in(judged),
+        ))
     }
 }
