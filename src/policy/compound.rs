@@ -220,7 +220,7 @@ impl Compound {
     ///
     /// # Errors
     ///
-    /// What a rule's policy refuses (nothing, for checked [`Rule`]s).
+    /// What a rule's policy refuses (nothing, for checked [`Rule`](crate::Rule)s).
     pub fn from_rules(rules: &RuleSet) -> Result<Self, ConfigError> {
         let policies = rules
             .iter()
