@@ -14,7 +14,7 @@
 
 use std::time::Duration;
 
-use floodgate::policy::{Compound, Gcra, Pair, Policy, TokenBucket, WindowPair};
+use floodgate::policy::{Compound, Gcra, Pair, Policy, SlidingWindow, TokenBucket, WindowPair};
 use floodgate::{Config, Limiter, PolicyKind, QuantaClock, Rule, RuleSet};
 
 use super::{take_turns, Keys, Runner, Subject};
@@ -41,6 +41,9 @@ pub(super) enum Setup {
     /// With a `sliding-window` quota: the snapshot design, its log's view
     /// over a shared ring.
     SlidingWindow,
+    /// The `sliding-window` quota alone: what a log among the rules is
+    /// measured against.
+    LogAlone,
     /// With a `fixed-window` and a `sliding-window-counter` quota: the
     /// snapshot design.
     Three,
@@ -50,13 +53,14 @@ pub(super) enum Setup {
 }
 
 impl Setup {
-    const ALL: [Setup; 8] = [
+    const ALL: [Setup; 9] = [
         Setup::One,
         Setup::Pair,
         Setup::FixedWindow,
         Setup::FixedWindowSnapshot,
         Setup::Counter,
         Setup::SlidingWindow,
+        Setup::LogAlone,
         Setup::Three,
         Setup::TwoLimiters,
     ];
@@ -69,6 +73,7 @@ impl Setup {
             Setup::FixedWindowSnapshot => "  the same, snapshot",
             Setup::Counter => "gcra + sl-window-counter",
             Setup::SlidingWindow => "gcra + sliding-window",
+            Setup::LogAlone => "  the log alone",
             Setup::Three => "gcra + fixed + counter",
             Setup::TwoLimiters => "two limiters in turn",
         }
@@ -77,7 +82,7 @@ impl Setup {
     /// The design the row runs, for `--json`.
     fn design(self) -> &'static str {
         match self {
-            Setup::One => "one rule",
+            Setup::One | Setup::LogAlone => "one rule",
             Setup::Pair => "pair",
             Setup::FixedWindow | Setup::Counter => "window pair",
             Setup::FixedWindowSnapshot | Setup::SlidingWindow | Setup::Three => "snapshot",
@@ -92,7 +97,7 @@ impl Setup {
             Setup::Pair | Setup::TwoLimiters => &[PolicyKind::TokenBucket],
             Setup::FixedWindow | Setup::FixedWindowSnapshot => &[PolicyKind::FixedWindow],
             Setup::Counter => &[PolicyKind::SlidingWindowCounter],
-            Setup::SlidingWindow => &[PolicyKind::SlidingWindow],
+            Setup::SlidingWindow | Setup::LogAlone => &[PolicyKind::SlidingWindow],
             Setup::Three => &[PolicyKind::FixedWindow, PolicyKind::SlidingWindowCounter],
         }
     }
@@ -101,7 +106,7 @@ impl Setup {
     /// targets); none for the rows it is measured against.
     fn target(self) -> Option<f64> {
         match self {
-            Setup::One | Setup::TwoLimiters | Setup::FixedWindowSnapshot => None,
+            Setup::One | Setup::TwoLimiters | Setup::FixedWindowSnapshot | Setup::LogAlone => None,
             Setup::Pair | Setup::FixedWindow | Setup::Counter => Some(1.5),
             Setup::SlidingWindow => Some(3.0),
             Setup::Three => Some(2.0),
@@ -139,7 +144,11 @@ fn rules(config: Config, quotas: &[PolicyKind]) -> RuleSet {
 
 /// The rule set's text (for `--json`), or the one rule's.
 pub(super) fn rules_text(setup: Setup, config: Config) -> String {
-    rules(config, setup.quotas()).to_string()
+    let rules = rules(config, setup.quotas());
+    match setup {
+        Setup::LogAlone => rules[1].to_string(),
+        _ => rules.to_string(),
+    }
 }
 
 /// Two limiters in turn, as an application would call them.
@@ -173,6 +182,9 @@ fn build(setup: Setup, config: Config) -> Box<dyn Runner> {
                 Compound::from_rules(&made).expect("valid rules"),
             ))
         }
+        Setup::LogAlone => Box::new(Limiter::<u64, SlidingWindow>::new(
+            SlidingWindow::new(made[1].config()).expect("a valid quota"),
+        )),
         Setup::TwoLimiters => Box::new(TwoLimiters {
             burst: Limiter::new(Gcra::new(config).expect("the bench's quota")),
             quota: Limiter::new(TokenBucket::new(made[1].config()).expect("a valid quota")),
@@ -190,7 +202,12 @@ pub(super) const MEMORY_CLIENTS: u64 = 100_000;
 pub(super) fn bytes_per_client(config: Config) -> Vec<(Setup, f64)> {
     Setup::ALL
         .iter()
-        .filter(|&&setup| !matches!(setup, Setup::SlidingWindow | Setup::FixedWindowSnapshot))
+        .filter(|&&setup| {
+            !matches!(
+                setup,
+                Setup::SlidingWindow | Setup::LogAlone | Setup::FixedWindowSnapshot
+            )
+        })
         .map(|&setup| {
             let meter = Meter::start();
             let runner = build(setup, config);
@@ -271,8 +288,8 @@ pub(super) fn rows(
 }
 
 /// The rows as a table, the memory row, and the targets: the pairs at most
-/// 1.5 times one rule's check, a log among the rules at most 3 times, three
-/// rules at most twice; on the uniform stream every several-rules row at
+/// 1.5 times one rule's check, a log among the rules at most 3 times (and
+/// at most 3 times the log alone's), three rules at most twice; on the uniform stream every several-rules row at
 /// most the two limiters in turn; the README's pair at most twice one
 /// rule's bytes per client.
 pub(super) fn table(rows: &[RuleRow], memory: &[(Setup, f64)]) -> String {
@@ -320,6 +337,21 @@ pub(super) fn table(rows: &[RuleRow], memory: &[(Setup, f64)]) -> String {
                 ", {:.2}x two limiters' (<= 1x: {})",
                 row.vs_two,
                 verdict(row.vs_two <= 1.0),
+            ));
+        }
+        if row.setup == Setup::SlidingWindow {
+            let alone = rows
+                .iter()
+                .find(|other| {
+                    other.setup == Setup::LogAlone
+                        && other.keys == row.keys
+                        && other.threads == row.threads
+                })
+                .map_or(f64::NAN, |other| other.ops_per_sec);
+            let vs_log = alone / row.ops_per_sec;
+            out.push_str(&format!(
+                ", {vs_log:.2}x the log alone's (<= 3x: {})",
+                verdict(vs_log <= 3.0),
             ));
         }
         out.push('\n');
