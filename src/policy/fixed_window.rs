@@ -4,7 +4,7 @@
 //! iff `c + n <= L` in the current window, and adds `n` to its count in one
 //! CAS.
 
-use super::{sealed, until, window_start, Policy, Retired, Spent};
+use super::{sealed, spent_window_word, until, window_spent, Policy, Retired, Spent};
 use crate::cell::{self, transition, AtomicWord, Step, WindowWord};
 use crate::sync::AtomicU128;
 use crate::{Config, ConfigError, Decision, PolicyKind};
@@ -88,26 +88,16 @@ impl FixedWindow {
         self.current(word, now).current == 0
     }
 
-    /// What a word had spent, judged no earlier than the start of its
-    /// window, the latest time it reflects: a carried spend lands in that
-    /// window, never in the one before it.
+    /// What a word had spent (`window_spent`).
     pub(super) fn spent_of(&self, word: u128, now: u64) -> Spent {
-        let at = now.max(window_start(word, self.config.window()));
-        Spent {
-            count: self.config.limit() - self.remaining_of(word, at),
-            at,
-        }
+        window_spent(self.config, word, now, |word, at| {
+            self.remaining_of(word, at)
+        })
     }
 
     /// The word of a state that has spent `min(spent, L)` at `now`.
     pub(super) fn spent_word(&self, spent: u64, now: u64) -> u128 {
-        WindowWord {
-            window: WindowWord::index(now, self.config.window()),
-            previous: 0,
-            // At most L <= 2^32 − 1 (the 32-bit field).
-            current: spent.min(self.config.limit()) as u32,
-        }
-        .pack()
+        spent_window_word(self.config, spent, now)
     }
 }
 

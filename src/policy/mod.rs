@@ -314,6 +314,37 @@ fn window_start(word: u128, window: u64) -> u64 {
     crate::cell::WindowWord::unpack(word).window * window
 }
 
+/// What a window policy's `WindowWord` had spent, judged no earlier than
+/// the start of its window, the latest time it reflects (a carried spend
+/// lands in that window, never in the one before it): `L − remaining(at)`,
+/// `remaining` the policy's own.
+fn window_spent(
+    config: Config,
+    word: u128,
+    now: u64,
+    remaining: impl Fn(u128, u64) -> u64,
+) -> Spent {
+    let at = now.max(window_start(word, config.window()));
+    Spent {
+        count: config.limit() - remaining(word, at),
+        at,
+    }
+}
+
+/// The `WindowWord` of a window policy's state that has spent
+/// `min(spent, L)` at `now`: the count in the window that holds `now`,
+/// none before it (for `sliding-window-counter`, `remaining` is then
+/// `⌈(L·W − spent·W) / W⌉ = L − spent`).
+fn spent_window_word(config: Config, spent: u64, now: u64) -> u128 {
+    crate::cell::WindowWord {
+        window: crate::cell::WindowWord::index(now, config.window()),
+        previous: 0,
+        // At most L <= 2^32 − 1 (the 32-bit field).
+        current: spent.min(config.limit()) as u32,
+    }
+    .pack()
+}
+
 /// Ticks from `now` to `at`; `u64::MAX` when `at` is not after `now`: a
 /// window of one tick stopped at its last index (`cell::WindowWord`) never
 /// ends, so a request refused there is never admitted.

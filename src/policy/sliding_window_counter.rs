@@ -7,7 +7,7 @@
 //! `p·(W − e) + (c + n − 1)·W < L·W`, then `c += n`, in one CAS. The
 //! products are below 2^33 · 2^64 (`p, c, n <= L < 2^32`), exact in `i128`.
 
-use super::{sealed, until, window_start, Policy, Retired, Spent};
+use super::{sealed, spent_window_word, until, window_spent, Policy, Retired, Spent};
 use crate::cell::{self, transition, AtomicWord, Step, WindowWord};
 use crate::sync::AtomicU128;
 use crate::{Config, ConfigError, Decision, PolicyKind};
@@ -226,27 +226,16 @@ impl SlidingWindowCounter {
         counts.previous == 0 && counts.current == 0
     }
 
-    /// What a word had spent, judged no earlier than the start of its
-    /// window (as `fixed-window`).
+    /// What a word had spent (`window_spent`, as `fixed-window`).
     pub(super) fn spent_of(&self, word: u128, now: u64) -> Spent {
-        let at = now.max(window_start(word, self.config.window()));
-        Spent {
-            count: self.config.limit() - self.remaining_at(word, at),
-            at,
-        }
+        window_spent(self.config, word, now, |word, at| {
+            self.remaining_at(word, at)
+        })
     }
 
-    /// The word of a state that has spent `min(spent, L)` at `now`: the
-    /// count lands in the current window, with no previous count, so
-    /// `remaining` is `⌈(L·W − spent·W) / W⌉ = L − spent`.
+    /// The word of a state that has spent `min(spent, L)` at `now`.
     pub(super) fn spent_word(&self, spent: u64, now: u64) -> u128 {
-        WindowWord {
-            window: WindowWord::index(now, self.config.window()),
-            previous: 0,
-            // At most L <= 2^32 − 1 (the 32-bit field).
-            current: spent.min(self.config.limit()) as u32,
-        }
-        .pack()
+        spent_window_word(self.config, spent, now)
     }
 }
 

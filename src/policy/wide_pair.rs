@@ -141,9 +141,7 @@ impl WideWindowPair {
     ///
     /// [`ConfigError::RuleCount`] unless [`WideWindowPair::fits`].
     pub fn from_rules(rules: &RuleSet) -> Result<Self, ConfigError> {
-        let rules = DripWindow::new(rules).ok_or(ConfigError::RuleCount { count: rules.len() })?;
-        let fields = Fields::fit(&rules.window, rules.drip.config().window())
-            .ok_or(ConfigError::RuleCount { count: 2 })?;
+        let (rules, fields) = DripWindow::fitted(rules, Fields::fit)?;
         Ok(Self { rules, fields })
     }
 

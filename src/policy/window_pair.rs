@@ -1,8 +1,9 @@
 //! A drip rule (`gcra`, `token-bucket`, `leaky-bucket`) beside a window
 //! rule (`fixed-window`, `sliding-window-counter`) in one 16-byte word,
 //! decided by one compare-and-swap: the burst limit and the daily quota at
-//! about one rule's cost, with no allocation, no pointer and, within a
-//! window, no division.
+//! about one rule's cost, with no allocation, no pointer, and no division to
+//! find the window a call falls in (one rule alone divides its time by `W`
+//! on every call).
 //!
 //! The window rule keeps the end of its window instead of an index from the
 //! client's origin: the end carries the grid's phase, so the state needs no
@@ -309,9 +310,9 @@ impl Fields {
     }
 
     /// The window a call at `now` (stopped at the horizon) is judged in,
-    /// from the stored counts and the end of their window. Within a window,
-    /// no division: only a call a window or more after the stored one
-    /// divides, to find how many windows passed.
+    /// from the stored counts and the end of their window. No division
+    /// within the stored window or the next: only a call two or more
+    /// windows after the stored one divides, to find how many passed.
     #[inline(always)]
     fn judge(self, counts: Counts, end: u64, now: u64) -> Judged {
         let (end, now128, width) = (u128::from(end), u128::from(now), u128::from(self.width));
@@ -459,6 +460,23 @@ impl DripWindow {
         })
     }
 
+    /// The rules of `rules` with the fields of a word that holds them
+    /// (`fit`, given the window rule and the drip rule's window).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::RuleCount`] unless `rules` are a drip rule and a
+    /// window rule whose fields `fit`.
+    pub(super) fn fitted<F>(
+        rules: &RuleSet,
+        fit: impl FnOnce(&WindowRule, u64) -> Option<F>,
+    ) -> Result<(Self, F), ConfigError> {
+        let rules = Self::new(rules).ok_or(ConfigError::RuleCount { count: rules.len() })?;
+        let fields = fit(&rules.window, rules.drip.config().window())
+            .ok_or(ConfigError::RuleCount { count: 2 })?;
+        Ok((rules, fields))
+    }
+
     pub(super) fn set(&self) -> &RuleSet {
         &self.set
     }
@@ -553,9 +571,7 @@ impl WindowPair {
     ///
     /// [`ConfigError::RuleCount`] unless [`WindowPair::fits`].
     pub fn from_rules(rules: &RuleSet) -> Result<Self, ConfigError> {
-        let rules = DripWindow::new(rules).ok_or(ConfigError::RuleCount { count: rules.len() })?;
-        let fields = Fields::fit(&rules.window, rules.drip.config().window())
-            .ok_or(ConfigError::RuleCount { count: 2 })?;
+        let (rules, fields) = DripWindow::fitted(rules, Fields::fit)?;
         Ok(Self { rules, fields })
     }
 
