@@ -119,6 +119,7 @@ mod config;
 mod decision;
 pub mod export;
 mod factory;
+mod frame;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;

@@ -173,6 +173,11 @@ pub(crate) use self::model::sync::atomic::{
 #[cfg(floodgate_loom)]
 pub(crate) use self::model::sync::{Mutex, MutexGuard};
 
+/// Thread-locals under the models: theirs, since a model's threads are not
+/// threads of their own (`frame`'s spares; std's `thread_local!` elsewhere).
+#[cfg(floodgate_loom)]
+pub(crate) use self::model::thread_local;
+
 /// Lets the thread whose step this one waits for run: a wait of the cold
 /// path only (a slot being filled, moved or removed by another thread),
 /// which a known client's check reaches only while its own state is being

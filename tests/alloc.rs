@@ -301,3 +301,57 @@ fn two_rules_in_one_word_allocate_nothing_on_a_known_client() {
         assert_eq!(allocations, 0, "{text}");
     }
 }
+
+/// Any other rule set (three rules, two windows, a `sliding-window` log
+/// among the rules, two logs) keeps its rules' words in a frame that each
+/// admission replaces with the thread's spare and keeps the replaced one
+/// as the next spare (`policy::Compound`): after the thread's first
+/// admission, a known client's checks, admitted and refused, allocate
+/// nothing.
+#[test]
+fn any_rule_set_allocates_nothing_on_a_known_client() {
+    for text in [
+        "gcra:10/1ms,fixed-window:10000/1d,sliding-window-counter:1000/1s",
+        "gcra:10/1ms,sliding-window:100/1s",
+        "fixed-window:20/1ms,sliding-window-counter:1000/1s",
+        "sliding-window:10/1ms,sliding-window:1000/1s,token-bucket:5/1ms",
+        "gcra:1/1ms,gcra:2/1ms,gcra:3/1ms,gcra:4/1ms,gcra:5/1ms,gcra:6/1ms,gcra:7/1ms,gcra:8/1ms",
+    ] {
+        let rules: floodgate::RuleSet = text.parse().unwrap();
+        let limiter = floodgate::build_rules::<u64, _>(
+            &rules,
+            floodgate::Engine::LockFree,
+            ManualClock::new(0),
+            floodgate::Bounds::new(),
+        )
+        .unwrap();
+        // Three clients (no table grows, as above), each created, then
+        // admitted once more: that first admission of a known client made
+        // the thread's spare frame.
+        for key in 0..3 {
+            limiter.check_at(&key, 0);
+            assert!(limiter.check_at(&key, 10_000_000).allowed(), "{text}");
+        }
+        let (mut admitted, mut refused) = (0, 0);
+        let allocations = allocations_in(|| {
+            for at in 0..10_000u64 {
+                // 100 µs apart per call, three clients in turn: each client
+                // is asked every 300 µs, under `gcra:10/1ms`'s and the
+                // others' bursts and above their rates, so both answers run.
+                if limiter
+                    .check_at(&(at % 3), 20_000_000 + at * 100_000)
+                    .allowed()
+                {
+                    admitted += 1;
+                } else {
+                    refused += 1;
+                }
+            }
+        });
+        assert!(
+            admitted > 0 && refused > 0,
+            "{text}: {admitted} admitted, {refused} refused"
+        );
+        assert_eq!(allocations, 0, "{text}");
+    }
+}

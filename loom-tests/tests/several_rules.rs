@@ -1,10 +1,12 @@
 //! Several rules on one client (`policy::Pair`, one 16-byte CAS over two
 //! one-word rules; `policy::WindowPair` and `policy::WideWindowPair`, one
 //! over a drip rule and a window rule, without and with the origin;
-//! `policy::Compound`, a snapshot swapped by pointer),
-//! raced under loom: the step racing itself, a reader of every rule, the
-//! table's rebuild, a sweep and `forget`; each with a `sliding-window` rule
-//! too, whose log's ring the snapshots share and helpers write. Every model checks that each
+//! `policy::Compound`, a frame of words swapped by a versioned 16-byte CAS
+//! and recycled through the threads' spares), raced under loom: the step
+//! racing itself, a reader of every rule, the table's rebuild, a sweep and
+//! `forget`, a reader of a frame that is being reused for another client;
+//! each with a `sliding-window` rule too, whose log's ring the frames share
+//! and helpers write. Every model checks that each
 //! rule spent exactly what the others did (no thread sees one rule spent
 //! and another not) and that admissions are exact.
 #![cfg(floodgate_loom)]
@@ -23,8 +25,8 @@ const COMPOUND: &str = "gcra:2/20ticks,fixed-window:3/10ticks";
 const WINDOW_PAIR: &str = COMPOUND;
 /// The counter beside a drip rule: two counts and the index in the word.
 const COUNTER_PAIR: &str = "leaky-bucket:2/20ticks,sliding-window-counter:3/10ticks";
-/// A log among the rules: its view over a ring every snapshot shares,
-/// whose latest entry a helper writes after the snapshot's CAS.
+/// A log among the rules: its view over a ring every frame shares, whose
+/// latest entry a helper writes after the frame's CAS.
 const LOG: &str = "sliding-window:2/10ticks,gcra:3/30ticks";
 
 fn limiter<P: Policy>(
@@ -126,6 +128,47 @@ fn a_rebuild_races_a_check<P: Policy>(make: fn(&RuleSet) -> P, rules: &'static s
         assert!(!limiter.check_at(&1, 0).allowed());
         assert_eq!(limiter.tracked_clients(), 2);
     });
+}
+
+/// Limits large enough for a weighted admission: client 2 spends 3 of
+/// both rules where client 1 spends 1, so a frame read as client 1's that
+/// holds client 2's words (or half of them) shows.
+const RECYCLED: &str = "gcra:4/40ticks,fixed-window:5/10ticks";
+
+/// A frame replaced on one client becomes the replacing thread's spare,
+/// and that thread's next admission fills it with another client's words
+/// (`frame`'s module docs). Here a writer admits client 1 (client 1's old
+/// frame becomes its spare) and then client 2 (that frame is written with
+/// client 2's words and published there), while a reader reads client 1,
+/// perhaps from the old frame as it is being rewritten: every look finds
+/// client 1 as it was (spent 1 of each rule) or as the writer left it
+/// (spent 2 of each), never client 2's words (4) nor a mix of both.
+fn a_recycled_frame_is_never_read_as_its_old_client(rules: &'static str) {
+    floodgate_loom_tests::model(move || {
+        let limiter = limiter(compound, rules, Bounds::new());
+        assert!(limiter.check_at(&1, 0).allowed());
+        assert!(limiter.check_n_at(&2, 0, 3).allowed());
+        let writer = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || {
+                assert!(limiter.check_at(&1, 0).allowed());
+                assert!(limiter.check_at(&2, 0).allowed());
+            })
+        };
+        let seen = spent(&limiter, 1, 0);
+        assert!(
+            seen == [1, 1] || seen == [2, 2],
+            "client 1 read from a frame being reused: {seen:?}"
+        );
+        writer.join().unwrap();
+        assert_eq!(spent(&limiter, 1, 0), vec![2, 2]);
+        assert_eq!(spent(&limiter, 2, 0), vec![4, 4]);
+    });
+}
+
+#[test]
+fn a_recycled_frame_is_never_read_as_its_old_client_of_two_rules() {
+    a_recycled_frame_is_never_read_as_its_old_client(RECYCLED);
 }
 
 #[test]

@@ -101,16 +101,6 @@ impl AnyPolicy {
         })
     }
 
-    /// Whether its states count time from the client's origin (the
-    /// windows' grid and the log), rather than from tick 0 (the drip
-    /// policies, whose state begins at the origin).
-    pub(crate) fn keeps_origin(&self) -> bool {
-        matches!(
-            self,
-            Self::SlidingWindow(_) | Self::FixedWindow(_) | Self::SlidingWindowCounter(_)
-        )
-    }
-
     /// The rules of `rules`: one policy, or several.
     ///
     /// # Errors
@@ -141,10 +131,6 @@ impl AnyPolicy {
         }
     }
 
-    pub(crate) fn begin(&self, origin: u64) -> AnyState {
-        making!(self, |p| p.begin(origin))
-    }
-
     pub(crate) fn spent_state(&self, spent: u64, now: u64) -> AnyState {
         making!(self, |p| p.spent_state(spent, now))
     }
@@ -157,47 +143,6 @@ impl AnyPolicy {
         cost: u64,
     ) -> Result<Decision, Retired> {
         with_pair!(self, state, |p, s| p.check_n(s, now, cost))
-    }
-
-    /// `check_within` on a state no other thread can reach.
-    #[inline]
-    pub(crate) fn check_unshared(
-        &self,
-        state: AnyState,
-        now: u64,
-        cost: u64,
-    ) -> (AnyState, Decision) {
-        match (self, state) {
-            (Self::SlidingWindow(p), AnyState::SlidingWindow(s)) => {
-                let (s, d) = p.check_unshared(s, now, cost);
-                (AnyState::SlidingWindow(s), d)
-            }
-            (Self::TokenBucket(p), AnyState::TokenBucket(s)) => {
-                let (s, d) = p.check_unshared(s, now, cost);
-                (AnyState::TokenBucket(s), d)
-            }
-            (Self::FixedWindow(p), AnyState::FixedWindow(s)) => {
-                let (s, d) = p.check_unshared(s, now, cost);
-                (AnyState::FixedWindow(s), d)
-            }
-            (Self::SlidingWindowCounter(p), AnyState::SlidingWindowCounter(s)) => {
-                let (s, d) = p.check_unshared(s, now, cost);
-                (AnyState::SlidingWindowCounter(s), d)
-            }
-            (Self::Gcra(p), AnyState::Schedule(s)) => {
-                let (s, d) = p.check_unshared(s, now, cost);
-                (AnyState::Schedule(s), d)
-            }
-            (Self::LeakyBucket(p), AnyState::Schedule(s)) => {
-                let (s, d) = p.check_unshared(s, now, cost);
-                (AnyState::Schedule(s), d)
-            }
-            (Self::Several(p), AnyState::Several(s)) => {
-                let (s, d) = p.check_unshared(s, now, cost);
-                (AnyState::Several(s), d)
-            }
-            _ => unreachable!("a state is made by its own policy"),
-        }
     }
 
     #[inline]
@@ -215,27 +160,6 @@ impl AnyPolicy {
 
     pub(crate) fn is_retired(&self, state: &AnyState) -> bool {
         with_pair!(self, state, |p, s| p.is_retired(s))
-    }
-
-    pub(crate) fn duplicate(&self, state: &AnyState) -> AnyState {
-        match (self, state) {
-            (Self::SlidingWindow(p), AnyState::SlidingWindow(s)) => {
-                AnyState::SlidingWindow(p.duplicate(s))
-            }
-            (Self::TokenBucket(p), AnyState::TokenBucket(s)) => {
-                AnyState::TokenBucket(p.duplicate(s))
-            }
-            (Self::FixedWindow(p), AnyState::FixedWindow(s)) => {
-                AnyState::FixedWindow(p.duplicate(s))
-            }
-            (Self::SlidingWindowCounter(p), AnyState::SlidingWindowCounter(s)) => {
-                AnyState::SlidingWindowCounter(p.duplicate(s))
-            }
-            (Self::Gcra(p), AnyState::Schedule(s)) => AnyState::Schedule(p.duplicate(s)),
-            (Self::LeakyBucket(p), AnyState::Schedule(s)) => AnyState::Schedule(p.duplicate(s)),
-            (Self::Several(p), AnyState::Several(s)) => AnyState::Several(p.duplicate(s)),
-            _ => unreachable!("a state is made by its own policy"),
-        }
     }
 
     pub(crate) fn forgets_after(&self) -> u64 {

@@ -7,41 +7,85 @@ use crate::cell::Step;
 use crate::decision::NEVER;
 use crate::{Decision, Rule, RuleAnswer, RuleSet};
 
-/// Combines the rules' own decisions on one request (the contract):
-/// admitted iff all admit, with the smallest `remaining` and the largest
-/// `delay`; else refused, with the smallest `remaining(now)` and the
-/// largest `retry_after`, by the first rule that waits that long. A
+/// The rules' own decisions on one request combined as the contract
+/// combines them, one rule at a time (no array of decisions on the hot
+/// path): admitted iff all admit, with the smallest `remaining` and the
+/// largest `delay`; else refused, with the smallest `remaining(now)` and
+/// the largest `retry_after`, by the first rule that waits that long. A
 /// refusing rule's decision carries its `remaining(now)`; a rule that would
-/// admit counted the request in its decision, so its `remaining(now)` comes
-/// from `remaining_now`, asked only while the smallest is above 0.
-#[inline]
-pub(super) fn combine(decisions: &[Decision], remaining_now: impl Fn(usize) -> u64) -> Decision {
-    if decisions.iter().all(|d| d.allowed) {
-        let mut admitted = decisions[0];
-        for d in &decisions[1..] {
-            admitted.remaining = admitted.remaining.min(d.remaining);
-            admitted.delay = admitted.delay.max(d.delay);
-        }
-        return admitted;
+/// admit counted the request in its decision, so its `remaining(now)` is
+/// asked for (`Verdict::decision`), only while the smallest is above 0.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Verdict {
+    /// The first rule's decision, with the smallest `remaining` and the
+    /// largest `delay` of the admissions: the answer if every rule admits.
+    admitted: Decision,
+    /// The refusals so far: the smallest `remaining`, the longest wait and
+    /// the first rule that waits it.
+    refused: Option<(u64, u64, usize)>,
+    /// The rules that admitted, one bit each (`MAX_RULES` fits).
+    admitting: u32,
+}
+
+impl Verdict {
+    /// The first rule's decision.
+    #[inline(always)]
+    pub(super) fn new(first: Decision) -> Self {
+        let mut verdict = Self {
+            admitted: first,
+            refused: None,
+            admitting: 0,
+        };
+        verdict.add(0, first);
+        verdict
     }
-    let mut remaining = u64::MAX;
-    let mut by = 0;
-    let mut retry_after = 0;
-    for (i, d) in decisions.iter().enumerate() {
-        if !d.allowed {
-            remaining = remaining.min(d.remaining);
-            if d.retry_after > retry_after {
-                retry_after = d.retry_after;
-                by = i;
+
+    /// Rule `i`'s decision (in the set's order, after rule 0's).
+    #[inline(always)]
+    pub(super) fn add(&mut self, i: usize, decision: Decision) {
+        if decision.allowed {
+            self.admitted.remaining = self.admitted.remaining.min(decision.remaining);
+            self.admitted.delay = self.admitted.delay.max(decision.delay);
+            self.admitting |= 1 << i;
+            return;
+        }
+        self.refused = Some(match self.refused {
+            None => (decision.remaining, decision.retry_after, i),
+            Some((remaining, wait, by)) => {
+                let remaining = remaining.min(decision.remaining);
+                if decision.retry_after > wait {
+                    (remaining, decision.retry_after, i)
+                } else {
+                    (remaining, wait, by)
+                }
             }
-        }
+        });
     }
-    for (i, d) in decisions.iter().enumerate() {
-        if d.allowed && remaining > 0 {
-            remaining = remaining.min(remaining_now(i));
-        }
+
+    /// Whether every rule so far admitted.
+    #[inline(always)]
+    pub(super) fn admits(&self) -> bool {
+        self.refused.is_none()
     }
-    Decision::reject(remaining, retry_after).by_rule(by)
+
+    /// The combined decision; `remaining_now(i)` is asked of the rules that
+    /// admitted a refused request, in order, while the answer is above 0.
+    #[inline(always)]
+    pub(super) fn decision<E>(
+        self,
+        mut remaining_now: impl FnMut(usize) -> Result<u64, E>,
+    ) -> Result<Decision, E> {
+        let Some((mut remaining, wait, by)) = self.refused else {
+            return Ok(self.admitted);
+        };
+        let mut admitting = self.admitting;
+        while admitting != 0 && remaining > 0 {
+            let i = admitting.trailing_zeros() as usize;
+            admitting &= admitting - 1;
+            remaining = remaining.min(remaining_now(i)?);
+        }
+        Ok(Decision::reject(remaining, wait).by_rule(by))
+    }
 }
 
 /// The answer for a cost no step decides: 0 (admitted, nothing changes),

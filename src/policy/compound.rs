@@ -7,212 +7,162 @@
 //! Two rules that fit one 16-byte word take one CAS on it instead
 //! ([`Pair`](super::Pair), [`WindowPair`](super::WindowPair)); this is the
 //! design for any other mix, up to [`MAX_RULES`](crate::MAX_RULES). The
-//! client's state is a pointer to an immutable snapshot of every rule's
-//! state; a decision reads each rule in place, steps copies of the rules it
-//! must (`Policy::duplicate`, then the rule's own `check_unshared`) and, if
-//! every rule admits, publishes a new snapshot with one compare-and-swap
-//! of the pointer. A refusal writes nothing. A `sliding-window` rule keeps
-//! a view of its log over a ring that every snapshot of the client shares
-//! (`sliding_window::LogView`), so no step copies a log. Outgrown snapshots
-//! are freed through `crossbeam-epoch`, so a reader's snapshot is never
-//! freed under it (and so a pointer is never reused while a CAS could
-//! compare it: no ABA). An admission allocates its snapshot: the price of
-//! atomicity over states of several words, measured in `floodgate bench`.
+//! client's rules keep their state words side by side in a frame
+//! (`crate::frame`): a drip rule its one word, a window rule its two, a
+//! `sliding-window` log its count of entries, its latest entry and where
+//! its window began (four),
+//! over a ring that every frame of the client shares
+//! (`sliding_window::LogView`), so no step copies a log. A decision reads
+//! a validated copy of the frame, steps every rule on it with the rule's
+//! own pure step and, if every rule admits, publishes the new words with
+//! one 16-byte CAS of the client's control word (a version and the frame's
+//! address). The frame published is the thread's spare, and the one it
+//! replaces becomes the spare: after a thread's first admission, no
+//! decision allocates, and none pins anything but the crate's own epoch
+//! collector, which a keyed check holds already. A refusal writes nothing.
 //!
 //! It is lock-free as the one-rule CAS loops are (`cell::transition`): a
-//! pass repeats only when its CAS lost to another thread's successful one.
+//! pass repeats only when another thread's CAS succeeded since its read.
 //!
 //! Each rule keeps the times it keeps alone: a drip rule counts from tick
 //! 0 and begins at the client's origin, a window rule counts from the
-//! origin (kept in the snapshot) and judges an earlier call at the origin,
+//! origin (kept in the state) and judges an earlier call at the origin,
 //! that much later (`Limiter::decide`'s `lag`). So every rule answers
 //! exactly what it would answer alone, and the limiter keeps no origin
 //! (`Origin = ()`).
 
-use super::any::{AnyPolicy, AnyState};
-use super::combine::{beyond, combine, own_answer};
-use super::sliding_window::{LogView, Moved};
-use super::{sealed, Policy, Retired, Spent};
-use crate::sync::{AtomicPtr, Ordering};
+use std::sync::Arc;
+
+use super::combine::{beyond, own_answer, Verdict};
+use super::pair::WordRule;
+use super::sliding_window::{copied_ring, LogView, LogWords, Moved};
+use super::window_pair::{judge, Counts, Judged, WindowRule};
+use super::{sealed, Policy, Retired, SlidingWindow, Spent};
+use crate::cell::schedule_time;
+use crate::frame::{Framed, MAX_WORDS};
+use crate::limiter::since_origin;
+use crate::sync::AtomicU128;
 use crate::{Config, ConfigError, Decision, PolicyKind, RuleAnswers, RuleSet, Tick, MAX_RULES};
 
 // Compound ----------------------------------------------------------------
 
 /// Any rules (one to [`MAX_RULES`]), decided in one atomic step on a
-/// snapshot of all their states, swapped by one pointer CAS (module docs).
+/// frame of all their states, swapped by one 16-byte CAS (module docs).
 #[derive(Clone, Debug)]
 pub struct Compound {
-    rules: Box<[AnyPolicy]>,
+    parts: Box<[Part]>,
+    /// Where each rule's words begin in a frame.
+    offsets: [usize; MAX_RULES],
+    /// Which ring each `sliding-window` rule keeps its entries in.
+    rings: [usize; MAX_RULES],
+    /// Words in a frame.
+    len: usize,
     set: RuleSet,
     strictest: usize,
 }
 
-/// One client's state under a [`Compound`]: a pointer to the snapshot of
-/// its rules' states, with the retirement mark `R` in its lowest bit (a
-/// `Snapshot` is 8-aligned, so the bit is otherwise 0).
+/// The words of the copies most decisions make (`check_within`).
+const SMALL_FRAME: usize = 8;
+
+/// One rule, as a frame keeps it.
+#[derive(Clone, Copy, Debug)]
+enum Part {
+    /// `gcra`, `leaky-bucket` or `token-bucket`: one word, from tick 0.
+    Drip(WordRule),
+    /// `fixed-window` or `sliding-window-counter`: two words, the start
+    /// of the stored window in the clock's ticks (the client's origin and
+    /// whole windows after it) and its counts, judged as
+    /// [`WindowPair`](super::WindowPair) judges them: no division unless two
+    /// or more windows passed.
+    Window(WindowRule),
+    /// `sliding-window`: the entries committed, the latest one and where
+    /// its window began (four words), from the origin, over a ring of the
+    /// client's.
+    Log(SlidingWindow),
+}
+
+impl Part {
+    fn words(&self) -> usize {
+        match self {
+            Self::Drip(_) => 1,
+            Self::Window(_) => 2,
+            Self::Log(_) => 4,
+        }
+    }
+
+    fn forgets_after(&self) -> u64 {
+        match self {
+            Self::Drip(rule) => rule.config().window(),
+            Self::Window(rule) => rule.forgets_after(),
+            Self::Log(rule) => rule.forgets_after(),
+        }
+    }
+}
+
+/// One client's state under a [`Compound`]: its frame, its origin, and the
+/// rings of its `sliding-window` rules.
 pub struct CompoundState {
-    current: AtomicPtr<Snapshot>,
-}
-
-/// Every rule's state as of one instant, never changed once published
-/// (a decision steps copies): a reader needs no lock and sees one instant.
-#[derive(Debug)]
-struct Snapshot {
-    /// The client's origin: window rules count from it.
+    framed: Framed,
     origin: u64,
-    states: Box<[RuleState]>,
-}
-
-/// One rule's state in a snapshot: its policy's own state, stepped on a
-/// copy; or, for `sliding-window`, a view of the log over a ring every
-/// snapshot of the client shares, whose step copies nothing
-/// ([`LogView`]).
-#[derive(Debug)]
-enum RuleState {
-    Own(AnyState),
-    Log(LogView),
-}
-
-/// A compound step's answer: the decision, and the states to publish if
-/// every rule admitted.
-type Stepped = (Decision, Option<Box<[RuleState]>>);
-
-const MARK: usize = 1;
-
-fn is_marked(ptr: *mut Snapshot) -> bool {
-    ptr as usize & MARK != 0
-}
-
-fn marked(ptr: *mut Snapshot) -> *mut Snapshot {
-    (ptr as usize | MARK) as *mut Snapshot
-}
-
-fn unmarked(ptr: *mut Snapshot) -> *mut Snapshot {
-    (ptr as usize & !MARK) as *mut Snapshot
-}
-
-/// Reclamation of outgrown snapshots: `crossbeam-epoch`'s pin and deferred
-/// free. Under the loom cfg a retired snapshot is kept (a model's few are
-/// freed with the process), as `sync::TableCell` keeps tables there: the
-/// models check the CAS protocol, not the collector.
-#[cfg(not(floodgate_loom))]
-mod reclaim {
-    use super::Snapshot;
-
-    pub(super) struct Pin(crossbeam_epoch::Guard);
-
-    pub(super) fn pin() -> Pin {
-        Pin(crossbeam_epoch::pin())
-    }
-
-    /// A snapshot no longer reachable from its state.
-    struct Garbage(*mut Snapshot);
-
-    // SAFETY: a `Snapshot` is `Send` (plain words, atomics and `Arc`s of
-    // atomics), and the pointer is the collector's alone once retired.
-    unsafe impl Send for Garbage {}
-
-    impl Garbage {
-        fn free(self) {
-            // SAFETY: made by `Box::into_raw`, unlinked by the CAS that
-            // retired it, and freed once, by the collector.
-            drop(unsafe { Box::from_raw(self.0) });
-        }
-    }
-
-    impl Pin {
-        /// Frees `snapshot` once no pinned thread can still hold it.
-        ///
-        /// # Safety
-        ///
-        /// `snapshot` came from `Box::into_raw` and was just unlinked by a
-        /// successful CAS, so only threads pinned now can hold it.
-        pub(super) unsafe fn retire(&self, snapshot: *mut Snapshot) {
-            let garbage = Garbage(snapshot);
-            // SAFETY: the caller's promise; the collector runs the free
-            // after every thread pinned now has unpinned.
-            unsafe { self.0.defer_unchecked(move || garbage.free()) };
-        }
-    }
-}
-
-#[cfg(floodgate_loom)]
-mod reclaim {
-    use super::Snapshot;
-
-    pub(super) struct Pin;
-
-    pub(super) fn pin() -> Pin {
-        Pin
-    }
-
-    impl Pin {
-        /// Keeps the snapshot (module docs).
-        pub(super) unsafe fn retire(&self, _: *mut Snapshot) {}
-    }
-}
-
-impl CompoundState {
-    fn new(snapshot: Snapshot) -> Self {
-        Self {
-            current: AtomicPtr::new(Box::into_raw(Box::new(snapshot))),
-        }
-    }
-
-    /// The current snapshot and its pointer as loaded (mark included).
-    ///
-    /// Acquire pairs with the Release of the CAS that published it, so
-    /// the snapshot's contents, written before, are seen.
-    #[inline]
-    fn load<'p>(&self, _pin: &'p reclaim::Pin) -> (*mut Snapshot, &'p Snapshot) {
-        let ptr = self.current.load(Ordering::Acquire);
-        // SAFETY: never null; published whole (above); and freed only
-        // through `Pin::retire` after it was replaced, once every thread
-        // pinned as this one is has unpinned, or with the state itself,
-        // which no call outlives (the store frees a table's states only
-        // when no call can reach them).
-        (ptr, unsafe { &*unmarked(ptr) })
-    }
-
-    /// Marks the state retired; whether this call did. Progress: the CAS
-    /// fails only when another thread published a snapshot (or marked it).
-    fn retire(&self) -> bool {
-        let mut current = self.current.load(Ordering::Acquire);
-        loop {
-            if is_marked(current) {
-                return false;
-            }
-            match self.current.compare_exchange(
-                current,
-                marked(current),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => return true,
-                Err(actual) => current = actual,
-            }
-        }
-    }
-}
-
-impl Drop for CompoundState {
-    fn drop(&mut self) {
-        let ptr = unmarked(self.current.load(Ordering::Acquire));
-        // SAFETY: the state owns its current snapshot, and no call
-        // outlives the state (`load`).
-        drop(unsafe { Box::from_raw(ptr) });
-    }
+    rings: Box<[Arc<[AtomicU128]>]>,
 }
 
 impl std::fmt::Debug for CompoundState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let pin = reclaim::pin();
-        let (ptr, snapshot) = self.load(&pin);
         f.debug_struct("CompoundState")
-            .field("retired", &is_marked(ptr))
-            .field("snapshot", snapshot)
-            .finish()
+            .field("origin", &self.origin)
+            .field("frame", &self.framed)
+            .finish_non_exhaustive()
     }
+}
+
+#[inline(always)]
+fn wide(words: &[u64], at: usize) -> u128 {
+    u128::from(words[at]) | (u128::from(words[at + 1]) << 64)
+}
+
+#[inline(always)]
+fn put_wide(words: &mut [u64], at: usize, value: u128) {
+    words[at] = value as u64;
+    words[at + 1] = (value >> 64) as u64;
+}
+
+/// A window rule's counts as a frame keeps them: the previous window's in
+/// the high half, the current one's in the low half.
+#[inline(always)]
+fn counts_of(word: u64) -> Counts {
+    Counts {
+        previous: (word >> 32) as u32,
+        current: word as u32,
+    }
+}
+
+#[inline(always)]
+fn counts_word(counts: Counts) -> u64 {
+    (u64::from(counts.previous) << 32) | u64::from(counts.current)
+}
+
+#[inline(always)]
+fn log_words(words: &[u64], at: usize) -> LogWords {
+    (words[at], wide(words, at + 1), words[at + 3])
+}
+
+#[inline(always)]
+fn put_log(words: &mut [u64], at: usize, (n, latest, from): LogWords) {
+    words[at] = n;
+    put_wide(words, at + 1, latest);
+    words[at + 3] = from;
+}
+
+/// A call at `now` before the origin is judged at it, `lag` later: a
+/// refusal waits that much longer (each window rule alone, as
+/// `Policy::measured_from_earlier`).
+#[inline(always)]
+fn lagged(mut decision: Decision, lag: u64) -> Decision {
+    if lag != 0 && !decision.allowed {
+        decision.retry_after = decision.retry_after.saturating_add(lag);
+    }
+    decision
 }
 
 impl Compound {
@@ -222,152 +172,256 @@ impl Compound {
     ///
     /// What a rule's policy refuses (nothing, for checked [`Rule`](crate::Rule)s).
     pub fn from_rules(rules: &RuleSet) -> Result<Self, ConfigError> {
-        let policies = rules
-            .iter()
-            .map(|rule| AnyPolicy::new(*rule))
-            .collect::<Result<Box<[_]>, _>>()?;
+        let mut parts = Vec::with_capacity(rules.len());
+        for rule in rules.iter() {
+            let part = match rule.policy() {
+                PolicyKind::SlidingWindow => Part::Log(SlidingWindow::new(rule.config())?),
+                _ => match (WordRule::new(*rule), WindowRule::new(*rule)) {
+                    (Some(drip), _) => Part::Drip(drip),
+                    (None, Some(window)) => Part::Window(window),
+                    // What the rule's own policy refuses (every other
+                    // policy is a drip or a window rule).
+                    (None, None) => match super::any::AnyPolicy::new(*rule) {
+                        Err(error) => return Err(error),
+                        Ok(_) => unreachable!("a drip or a window rule"),
+                    },
+                },
+            };
+            parts.push(part);
+        }
+        let mut offsets = [0; MAX_RULES];
+        let mut rings = [0; MAX_RULES];
+        let (mut len, mut logs) = (0, 0);
+        for (i, part) in parts.iter().enumerate() {
+            offsets[i] = len;
+            len += part.words();
+            if let Part::Log(_) = part {
+                rings[i] = logs;
+                logs += 1;
+            }
+        }
+        // A frame holds at least two words: one rule alone takes a
+        // policy of its own, but a set of one may still be asked for here.
+        let len = len.max(2);
         let strictest = rules
             .iter()
             .position(|r| r.config().limit() == rules.strictest().config().limit())
             .unwrap_or(0);
         Ok(Self {
-            rules: policies,
+            parts: parts.into_boxed_slice(),
+            offsets,
+            rings,
+            len,
             set: rules.clone(),
             strictest,
         })
     }
 
-    /// Where rule `rule` judges a call at `now`: its own time, and how far
-    /// before the origin the call came (window rules, `Limiter::decide`).
-    #[inline]
-    fn judged(rule: &AnyPolicy, origin: u64, now: u64) -> (u64, u64) {
-        if rule.keeps_origin() {
-            crate::limiter::since_origin(origin, now)
-        } else {
-            (now, 0)
-        }
+    /// Rule `i`'s log over the client's ring, as `words` have it.
+    #[inline(always)]
+    fn view<'s>(&self, i: usize, state: &'s CompoundState, words: &[u64]) -> LogView<'s> {
+        LogView::new(
+            &state.rings[self.rings[i]],
+            log_words(words, self.offsets[i]),
+        )
     }
 
-    /// Rule `rule`'s state for a client created at `origin`, or one that
-    /// has spent `spent` (`Some`) in a tier's times.
-    fn rule_state(rule: &AnyPolicy, origin: u64, spent: Option<Spent>) -> RuleState {
-        match (rule, spent) {
-            (AnyPolicy::SlidingWindow(log), None) => RuleState::Log(log.view_begin()),
-            (AnyPolicy::SlidingWindow(log), Some(spent)) => {
-                RuleState::Log(log.view_spent(spent.count, spent.at))
+    /// The window a call at `now` (stopped at the horizon) is judged in by
+    /// the window rule whose words begin at `at`.
+    #[inline(always)]
+    fn judged(rule: &WindowRule, words: &[u64], at: usize, now: u64) -> Judged {
+        let width = rule.config().window();
+        judge(
+            counts_of(words[at + 1]),
+            u128::from(words[at]) + u128::from(width),
+            now,
+            width,
+        )
+    }
+
+    /// The start of the window `judged`, as a frame keeps it: the end less
+    /// a window, at most the later of the call's time and the stored
+    /// start, both below 2^63 (the clock stops at the horizon), so it fits.
+    #[inline(always)]
+    fn start_of(rule: &WindowRule, judged: Judged) -> u64 {
+        (judged.end - u128::from(rule.config().window())) as u64
+    }
+
+    /// A window rule's words as the rule's own `WindowWord` (counted from
+    /// the client's origin, as alone), for the cold paths that hand a
+    /// rule's state to the rule: the start's whole windows past the origin.
+    fn window_word(rule: &WindowRule, words: &[u64], at: usize, origin: u64) -> u128 {
+        let counts = counts_of(words[at + 1]);
+        crate::cell::WindowWord {
+            window: words[at].saturating_sub(schedule_time(origin)) / rule.config().window(),
+            previous: counts.previous,
+            current: counts.current,
+        }
+        .pack()
+    }
+
+    /// The words of a window rule whose own `WindowWord` is `word`, its
+    /// windows counted from `origin`.
+    fn window_words(rule: &WindowRule, word: u128, origin: u64, words: &mut [u64], at: usize) {
+        let word = crate::cell::WindowWord::unpack(word);
+        let start = u128::from(word.window) * u128::from(rule.config().window())
+            + u128::from(schedule_time(origin));
+        words[at] = u64::try_from(start).unwrap_or(u64::MAX);
+        words[at + 1] = counts_word(Counts {
+            previous: word.previous,
+            current: word.current,
+        });
+    }
+
+    /// Rule `i`'s own decision on `words` for `1 <= cost <= L`, writing
+    /// its next words into `next` if it admits; `Moved` if a log's ring
+    /// showed the frame stale.
+    #[inline(always)]
+    fn part_step(
+        &self,
+        i: usize,
+        state: &CompoundState,
+        words: &[u64],
+        now: u64,
+        cost: u64,
+        next: &mut [u64],
+    ) -> Result<Decision, Moved> {
+        let at = self.offsets[i];
+        Ok(match &self.parts[i] {
+            Part::Drip(rule) => {
+                let step = rule.step(words[at], schedule_time(now), cost);
+                if let Some(word) = step.next {
+                    next[at] = word;
+                }
+                step.decision
             }
-            (_, None) => RuleState::Own(rule.begin(origin)),
-            (_, Some(spent)) => RuleState::Own(rule.spent_state(spent.count, spent.at)),
+            Part::Window(rule) => {
+                let now = schedule_time(now);
+                let judged = Self::judged(rule, words, at, now);
+                let (decision, counts) = rule.decide(judged, now, cost, true);
+                if let Some(counts) = counts {
+                    next[at] = Self::start_of(rule, judged);
+                    next[at + 1] = counts_word(counts);
+                }
+                decision
+            }
+            Part::Log(rule) => {
+                let (since, lag) = since_origin(state.origin, now);
+                let (decision, admitted) =
+                    rule.view_check(&self.view(i, state, words), since, cost)?;
+                if let Some(log) = admitted {
+                    put_log(next, at, log);
+                }
+                lagged(decision, lag)
+            }
+        })
+    }
+
+    /// Rule `i`'s `remaining` at `now` on `words`; `Moved` if a log's ring
+    /// showed the frame stale.
+    #[inline]
+    fn part_remaining(
+        &self,
+        i: usize,
+        state: &CompoundState,
+        words: &[u64],
+        now: u64,
+    ) -> Result<u64, Moved> {
+        let at = self.offsets[i];
+        match &self.parts[i] {
+            Part::Drip(rule) => Ok(rule.remaining(words[at], schedule_time(now))),
+            Part::Window(rule) => {
+                Ok(rule.remaining_in(Self::judged(rule, words, at, schedule_time(now))))
+            }
+            Part::Log(rule) => rule.view_remaining(
+                &self.view(i, state, words),
+                since_origin(state.origin, now).0,
+            ),
         }
     }
 
-    /// Rule `i`'s `remaining` at `now`; `Moved` if the snapshot is stale.
-    fn rule_remaining(&self, i: usize, snapshot: &Snapshot, now: u64) -> Result<u64, Moved> {
-        let rule = &self.rules[i];
-        let (at, _) = Self::judged(rule, snapshot.origin, now);
-        match (rule, &snapshot.states[i]) {
-            (AnyPolicy::SlidingWindow(log), RuleState::Log(view)) => log.view_remaining(view, at),
-            (_, RuleState::Own(state)) => Ok(rule
-                .remaining(state, at)
-                .expect("a snapshot's states are never retired")),
-            _ => unreachable!("a rule's state is made by the rule"),
-        }
-    }
-
-    fn remaining_of(&self, snapshot: &Snapshot, now: u64) -> Result<u64, Moved> {
+    fn remaining_of(&self, state: &CompoundState, words: &[u64], now: u64) -> Result<u64, Moved> {
         let mut least = u64::MAX;
-        for i in 0..self.rules.len() {
-            least = least.min(self.rule_remaining(i, snapshot, now)?);
+        for i in 0..self.parts.len() {
+            least = least.min(self.part_remaining(i, state, words, now)?);
         }
         Ok(least)
     }
 
-    /// Rule `i`'s own decision, for `1 <= cost <= L`, and its state after
-    /// it (on a copy of its own state; a log's view copies nothing).
-    fn rule_step(
+    /// Every rule's step on `words`: the decision, and whether every rule
+    /// admitted (then `next` holds the words to publish); `Moved` if a
+    /// log's ring showed the frame stale.
+    ///
+    /// A refusal answers the smallest `remaining(now)` of all rules (the
+    /// contract), so the rules that would have admitted are asked theirs.
+    #[inline(always)]
+    fn step(
         &self,
-        i: usize,
-        snapshot: &Snapshot,
+        state: &CompoundState,
+        words: &[u64],
         now: u64,
         cost: u64,
-    ) -> Result<(Option<RuleState>, Decision), Moved> {
-        let rule = &self.rules[i];
-        let (at, lag) = Self::judged(rule, snapshot.origin, now);
-        let (state, decision) = match (rule, &snapshot.states[i]) {
-            (AnyPolicy::SlidingWindow(log), RuleState::Log(view)) => {
-                let (decision, next) = log.view_check(view, at, cost)?;
-                (next.map(RuleState::Log), decision)
-            }
-            (_, RuleState::Own(state)) => {
-                let (state, decision) = rule.check_unshared(rule.duplicate(state), at, cost);
-                (Some(RuleState::Own(state)), decision)
-            }
-            _ => unreachable!("a rule's state is made by the rule"),
-        };
-        if lag == 0 {
-            Ok((state, decision))
-        } else {
-            Ok((state, rule.measured_from_earlier(decision, lag)))
+        next: &mut [u64],
+    ) -> Result<(Decision, bool), Moved> {
+        let mut verdict = Verdict::new(self.part_step(0, state, words, now, cost, next)?);
+        for i in 1..self.parts.len() {
+            verdict.add(i, self.part_step(i, state, words, now, cost, next)?);
         }
+        let admitted = verdict.admits();
+        let decision = verdict.decision(|i| self.part_remaining(i, state, words, now))?;
+        Ok((decision, admitted))
     }
 
-    /// Every rule's step on `snapshot`: the decision, and the states to
-    /// publish if every rule admitted; `Moved` if the snapshot is stale.
+    /// `check_within` with copies of `N` words (at least the frame's).
     ///
-    /// A rule admits a request of cost `n` iff `n` single requests at
-    /// `now` would all be admitted (the contract's "Weighted requests"),
-    /// that is iff its `remaining(now) >= n`: so each rule is first read
-    /// in place, and only the rules whose step is needed are stepped (all
-    /// of them for an admission, whose new states are published; the
-    /// refusing ones for a refusal, for their waits).
-    fn step(&self, snapshot: &Snapshot, now: u64, cost: u64) -> Result<Stepped, Moved> {
-        let k = self.rules.len();
-        let mut remaining = [0u64; MAX_RULES];
-        for (i, left) in remaining.iter_mut().enumerate().take(k) {
-            *left = self.rule_remaining(i, snapshot, now)?;
-        }
-        let remaining = &remaining[..k];
-        let mut decisions = [Decision::default(); MAX_RULES];
-        if remaining.iter().all(|&left| left >= cost) {
-            let mut next = Vec::with_capacity(k);
-            for (i, decision) in decisions.iter_mut().enumerate().take(k) {
-                let (state, decided) = self.rule_step(i, snapshot, now, cost)?;
-                *decision = decided;
-                next.extend(state);
+    /// Linearised at the CAS that publishes the new frame (an admission),
+    /// or at the first load of the control word of the copy it judged (a
+    /// refusal).
+    ///
+    /// Progress: a pass repeats only when its CAS failed, which a strong
+    /// CAS does only when another thread published a frame (or marked the
+    /// state) since this pass's read, or when a log's ring showed the copy
+    /// stale, which also takes another thread's published frame
+    /// (`LogView`): lock-free, never a wait.
+    #[inline(always)]
+    fn check_in<const N: usize>(
+        &self,
+        state: &CompoundState,
+        now: u64,
+        cost: u64,
+    ) -> Result<Decision, Retired> {
+        let mut words = [0; N];
+        let mut next = [0; N];
+        loop {
+            let seen = state.framed.read(&mut words);
+            if seen.retired() {
+                return Err(Retired);
             }
-            let decision = combine(&decisions[..k], |_| 0);
-            debug_assert!(decision.allowed && next.len() == k, "{decisions:?}");
-            return Ok((decision, decision.allowed.then(|| next.into_boxed_slice())));
-        }
-        for (i, decision) in decisions.iter_mut().enumerate().take(k) {
-            *decision = if remaining[i] >= cost {
-                Decision::admit(remaining[i])
-            } else {
-                Decision {
-                    remaining: remaining[i],
-                    ..self.rule_step(i, snapshot, now, cost)?.1
-                }
+            let Ok((decision, admitted)) = self.step(state, &words, now, cost, &mut next) else {
+                continue;
             };
+            // Every rule admitted, so every rule wrote its words in `next`.
+            if !admitted || state.framed.publish(seen, &next)? {
+                return Ok(decision);
+            }
         }
-        Ok((combine(&decisions[..k], |i| remaining[i]), None))
     }
 
-    /// Runs `read` on the current snapshot until it answers: a stale
-    /// snapshot (`Moved`) is followed by a newer one. Progress: `Moved`
-    /// means another thread's CAS published a newer snapshot (or marked the
-    /// state) since the load, and the next pass reads that one.
+    /// Runs `read` on a validated copy of the current frame until it
+    /// answers: a copy a log's ring showed stale (`Moved`) is followed by a
+    /// newer one. Progress: `Moved` means another thread's CAS published a
+    /// newer frame since the copy was read, and the next pass reads that.
     fn read_current<T>(
         &self,
         state: &CompoundState,
-        read: impl Fn(&Snapshot) -> Result<T, Moved>,
+        read: impl Fn(&[u64]) -> Result<T, Moved>,
     ) -> Result<T, Retired> {
-        let pin = reclaim::pin();
+        let mut words = [0; MAX_WORDS];
         loop {
-            let (ptr, snapshot) = state.load(&pin);
-            if is_marked(ptr) {
+            if state.framed.read(&mut words).retired() {
                 return Err(Retired);
             }
-            if let Ok(answer) = read(snapshot) {
+            if let Ok(answer) = read(&words) {
                 return Ok(answer);
             }
         }
@@ -377,22 +431,24 @@ impl Compound {
     /// as its own `retire_spent` judges (a tier's carry-over keeps every
     /// rule's spend, not only the strictest one's).
     pub(crate) fn retire_spent_each(&self, state: &CompoundState, now: u64) -> Vec<Spent> {
-        state.retire();
-        let pin = reclaim::pin();
-        let (_, snapshot) = state.load(&pin);
-        (0..self.rules.len())
-            .map(|i| self.spent_of(i, snapshot, now))
+        state.framed.retire();
+        let mut words = [0; MAX_WORDS];
+        state.framed.read(&mut words);
+        (0..self.parts.len())
+            .map(|i| self.spent_of(i, state, &words, now))
             .collect()
     }
 
-    /// Rule `i`'s spend in a retired snapshot.
-    fn spent_of(&self, i: usize, snapshot: &Snapshot, now: u64) -> Spent {
-        let rule = &self.rules[i];
-        let (at, _) = Self::judged(rule, snapshot.origin, now);
-        match (rule, &snapshot.states[i]) {
-            (AnyPolicy::SlidingWindow(log), RuleState::Log(view)) => log.view_spent_at(view, at),
-            (_, RuleState::Own(state)) => rule.retire_spent(&rule.duplicate(state), at),
-            _ => unreachable!("a rule's state is made by the rule"),
+    /// Rule `i`'s spend in a retired frame.
+    fn spent_of(&self, i: usize, state: &CompoundState, words: &[u64], now: u64) -> Spent {
+        let at = self.offsets[i];
+        let (since, _) = since_origin(state.origin, now);
+        match &self.parts[i] {
+            Part::Drip(rule) => rule.spent(words[at], schedule_time(now)),
+            Part::Window(rule) => {
+                rule.spent(Self::window_word(rule, words, at, state.origin), since)
+            }
+            Part::Log(rule) => rule.view_spent_at(&self.view(i, state, words), since),
         }
     }
 
@@ -400,31 +456,46 @@ impl Compound {
     /// client's origin) whose rule `i` has spent `spent[i]`, or the last
     /// spend given for a rule beyond them.
     pub(crate) fn spent_state_each(&self, spent: &[Spent]) -> CompoundState {
-        CompoundState::new(Snapshot {
+        let mut words = [0u64; MAX_WORDS];
+        let mut rings = Vec::new();
+        for (i, part) in self.parts.iter().enumerate() {
+            let Spent { count, at: now } = spent[i.min(spent.len() - 1)];
+            let at = self.offsets[i];
+            match part {
+                Part::Drip(rule) => words[at] = rule.spent_word(count, schedule_time(now)),
+                Part::Window(rule) => {
+                    Self::window_words(rule, rule.spent_word(count, now), 0, &mut words, at);
+                }
+                Part::Log(rule) => {
+                    let (ring, log) = rule.view_spent(count, now);
+                    rings.push(ring);
+                    put_log(&mut words, at, log);
+                }
+            }
+        }
+        CompoundState {
+            framed: Framed::new(&words[..self.len]),
             origin: 0,
-            states: self
-                .rules
-                .iter()
-                .enumerate()
-                .map(|(i, rule)| Self::rule_state(rule, 0, Some(spent[i.min(spent.len() - 1)])))
-                .collect(),
-        })
+            rings: rings.into_boxed_slice(),
+        }
     }
 
-    /// A snapshot that goes on from `snapshot`: each rule's own state
-    /// copied, each log's view sharing its ring (`deep` copies the ring
-    /// too, for a state that must not share it).
-    fn continued(&self, snapshot: &Snapshot, deep: bool) -> Snapshot {
-        Snapshot {
-            origin: snapshot.origin,
-            states: self
-                .rules
+    /// A state that goes on from `state`'s frame `words`: its logs share
+    /// their rings (`deep` copies the rings too, for a state that must not
+    /// share them).
+    fn continued(&self, state: &CompoundState, words: &[u64], deep: bool) -> CompoundState {
+        CompoundState {
+            framed: Framed::new(&words[..self.len]),
+            origin: state.origin,
+            rings: state
+                .rings
                 .iter()
-                .zip(snapshot.states.iter())
-                .map(|(rule, state)| match state {
-                    RuleState::Own(state) => RuleState::Own(rule.duplicate(state)),
-                    RuleState::Log(view) if deep => RuleState::Log(view.deep_copy()),
-                    RuleState::Log(view) => RuleState::Log(view.clone()),
+                .map(|ring| {
+                    if deep {
+                        copied_ring(ring)
+                    } else {
+                        Arc::clone(ring)
+                    }
                 })
                 .collect(),
         }
@@ -458,14 +529,31 @@ impl Policy for Compound {
     /// Each rule begun as it begins alone: a drip rule at `origin`, a
     /// window rule at tick 0 of its own times, which count from `origin`.
     fn begin(&self, origin: u64) -> CompoundState {
-        CompoundState::new(Snapshot {
+        let mut words = [0u64; MAX_WORDS];
+        let mut rings = Vec::new();
+        for (i, part) in self.parts.iter().enumerate() {
+            let at = self.offsets[i];
+            match part {
+                Part::Drip(rule) => words[at] = rule.begin(origin),
+                Part::Window(rule) => Self::window_words(
+                    rule,
+                    crate::cell::WindowWord::default().pack(),
+                    origin,
+                    &mut words,
+                    at,
+                ),
+                Part::Log(rule) => {
+                    let (ring, log) = rule.view_begin();
+                    rings.push(ring);
+                    put_log(&mut words, at, log);
+                }
+            }
+        }
+        CompoundState {
+            framed: Framed::new(&words[..self.len]),
             origin,
-            states: self
-                .rules
-                .iter()
-                .map(|rule| Self::rule_state(rule, origin, None))
-                .collect(),
-        })
+            rings: rings.into_boxed_slice(),
+        }
     }
 
     #[inline]
@@ -477,49 +565,30 @@ impl Policy for Compound {
         self.check_within(state, now, cost)
     }
 
-    /// Linearised at the CAS that publishes the new snapshot (an
-    /// admission), or at the load of the snapshot it judged (a refusal).
-    ///
-    /// Progress: a pass repeats only when its CAS failed, which a strong
-    /// CAS does only when another thread published a snapshot (or marked
-    /// the state) since this pass's load, or when a log's ring showed the
-    /// snapshot stale, which also takes another thread's published
-    /// snapshot (`LogView`): lock-free, never a wait.
+    /// Always inlined, as `check_within`.
+    #[inline(always)]
+    fn check(&self, state: &CompoundState, now: u64) -> Result<Decision, Retired> {
+        self.check_within(state, now, 1)
+    }
+
+    /// Linearised and lock-free as `Compound::check_in` says. Always
+    /// inlined into the limiter's hot path: returned from a call, the
+    /// decision is stored field by field and loaded back wider, a store
+    /// forward that stalls (a third of a decision's time, measured).
+    #[inline(always)]
     fn check_within(
         &self,
         state: &CompoundState,
         now: u64,
         cost: u64,
     ) -> Result<Decision, Retired> {
-        let pin = reclaim::pin();
-        loop {
-            let (ptr, snapshot) = state.load(&pin);
-            if is_marked(ptr) {
-                return Err(Retired);
-            }
-            let Ok((decision, next)) = self.step(snapshot, now, cost) else {
-                continue;
-            };
-            let Some(states) = next else {
-                return Ok(decision);
-            };
-            let new = Box::into_raw(Box::new(Snapshot {
-                origin: snapshot.origin,
-                states,
-            }));
-            // AcqRel: Release publishes the new snapshot's contents to the
-            // next loader; Acquire on failure for the retry's reads.
-            if state
-                .current
-                .compare_exchange(ptr, new, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-            {
-                // SAFETY: from `Box::into_raw`, unlinked by this CAS.
-                unsafe { pin.retire(ptr) };
-                return Ok(decision);
-            }
-            // SAFETY: never published: this thread's alone.
-            drop(unsafe { Box::from_raw(new) });
+        // The copies live on the stack, as small as the frame allows: most
+        // rule sets (three rules, or a log beside a drip rule) fit the
+        // small ones, which cost a decision a quarter of the zeroing.
+        if self.len <= SMALL_FRAME {
+            self.check_in::<SMALL_FRAME>(state, now, cost)
+        } else {
+            self.check_in::<MAX_WORDS>(state, now, cost)
         }
     }
 
@@ -529,61 +598,52 @@ impl Policy for Compound {
         now: u64,
         cost: u64,
     ) -> (CompoundState, Decision) {
-        let ptr = state.current.load(Ordering::Relaxed);
-        debug_assert!(!is_marked(ptr), "a new state is never retired");
-        // SAFETY: the state is this call's alone (no other thread can
-        // reach it yet), so is its snapshot.
-        let snapshot = unsafe { &mut *ptr };
-        let (decision, next) = self
-            .step(snapshot, now, cost)
+        let mut words = [0; MAX_WORDS];
+        state.framed.read(&mut words);
+        let mut next = [0; MAX_WORDS];
+        let (decision, admitted) = self
+            .step(&state, &words, now, cost, &mut next)
             .expect("no other thread moves a new state's log");
-        if let Some(states) = next {
-            snapshot.states = states;
+        if admitted {
+            state.framed.write_unshared(&next);
         }
         (state, decision)
     }
 
     fn remaining(&self, state: &CompoundState, now: u64) -> Result<u64, Retired> {
-        self.read_current(state, |snapshot| self.remaining_of(snapshot, now))
+        self.read_current(state, |words| self.remaining_of(state, words, now))
     }
 
     /// Idle when every rule is, each judged as it is alone (a window rule
-    /// never before the origin); marked with one CAS on the snapshot that
+    /// never before the origin); marked with one CAS on the frame that
     /// was judged, so an admission since then keeps it.
     fn retire_if_idle(&self, state: &CompoundState, now: u64) -> bool {
-        let pin = reclaim::pin();
         // Progress: the CAS fails only when another thread published a
-        // snapshot since the load; the next pass judges that one.
+        // frame since the read; the next pass judges that one.
+        let mut copy = [0; MAX_WORDS];
         loop {
-            let (ptr, snapshot) = state.load(&pin);
-            if is_marked(ptr) {
+            let seen = state.framed.read(&mut copy);
+            if seen.retired() {
                 return false;
             }
-            let idle = self.rules.iter().enumerate().all(|(i, rule)| {
-                let at = if rule.keeps_origin() {
-                    match now.checked_sub(snapshot.origin) {
-                        Some(since) => since,
-                        None => return false,
+            let words = &copy;
+            let since = now.checked_sub(state.origin);
+            let idle = self.parts.iter().enumerate().all(|(i, part)| {
+                let at = self.offsets[i];
+                match part {
+                    Part::Drip(_) => WordRule::idle(words[at], schedule_time(now)),
+                    Part::Window(rule) => {
+                        let judged = Self::judged(rule, words, at, schedule_time(now));
+                        judged.before == 0 && rule.idle_in(judged)
                     }
-                } else {
-                    now
-                };
-                match (rule, &snapshot.states[i]) {
-                    (AnyPolicy::SlidingWindow(log), RuleState::Log(view)) => {
-                        log.view_idle(view, at)
-                    }
-                    (_, RuleState::Own(state)) => rule.retire_if_idle(&rule.duplicate(state), at),
-                    _ => unreachable!("a rule's state is made by the rule"),
+                    Part::Log(rule) => since
+                        .is_some_and(|since| rule.view_idle(&self.view(i, state, words), since)),
                 }
             });
             if !idle {
                 return false;
             }
-            if state
-                .current
-                .compare_exchange(ptr, marked(ptr), Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-            {
+            if state.framed.retire_if_unchanged(seen) {
                 return true;
             }
         }
@@ -591,10 +651,10 @@ impl Policy for Compound {
 
     /// The strictest rule's spend (what a carry-over of one count keeps).
     fn retire_spent(&self, state: &CompoundState, now: u64) -> Spent {
-        state.retire();
-        let pin = reclaim::pin();
-        let (_, snapshot) = state.load(&pin);
-        self.spent_of(self.strictest, snapshot, now)
+        state.framed.retire();
+        let mut words = [0; MAX_WORDS];
+        state.framed.read(&mut words);
+        self.spent_of(self.strictest, state, &words, now)
     }
 
     fn spent_state(&self, spent: u64, now: u64) -> CompoundState {
@@ -605,31 +665,31 @@ impl Policy for Compound {
     }
 
     fn is_retired(&self, state: &CompoundState) -> bool {
-        is_marked(state.current.load(Ordering::Acquire))
+        state.framed.is_retired()
     }
 
     /// The state frozen, and continued in a new one whose logs share their
     /// rings: a call that raced with the freeze looks the client up again
     /// and goes on through the new state, on the same ring.
     fn relocate(&self, state: &CompoundState) -> Option<CompoundState> {
-        if !state.retire() {
+        if !state.framed.retire() {
             return None;
         }
-        let pin = reclaim::pin();
-        let (_, snapshot) = state.load(&pin);
-        Some(CompoundState::new(self.continued(snapshot, false)))
+        let mut words = [0; MAX_WORDS];
+        state.framed.read(&mut words);
+        Some(self.continued(state, &words, false))
     }
 
     fn duplicate(&self, state: &CompoundState) -> CompoundState {
-        let pin = reclaim::pin();
-        let (_, snapshot) = state.load(&pin);
-        CompoundState::new(self.continued(snapshot, true))
+        let mut words = [0; MAX_WORDS];
+        state.framed.read(&mut words);
+        self.continued(state, &words, true)
     }
 
     fn forgets_after(&self) -> u64 {
-        self.rules
+        self.parts
             .iter()
-            .map(AnyPolicy::forgets_after)
+            .map(Part::forgets_after)
             .max()
             .unwrap_or(0)
     }
@@ -668,12 +728,13 @@ impl Policy for Compound {
         cost: u64,
         decided: &Decision,
     ) -> Result<RuleAnswers, Retired> {
-        self.read_current(state, |snapshot| {
+        self.read_current(state, |words| {
             let mut answers = RuleAnswers::default();
-            for i in 0..self.rules.len() {
+            let mut scratch = [0u64; MAX_WORDS];
+            for i in 0..self.parts.len() {
                 let limit = self.set[i].config().limit();
                 let stepped = if !decided.allowed && cost >= 1 && cost <= limit {
-                    Some(self.rule_step(i, snapshot, now, cost)?.1)
+                    Some(self.part_step(i, state, words, now, cost, &mut scratch)?)
                 } else {
                     None
                 };
@@ -681,7 +742,7 @@ impl Policy for Compound {
                     self.set[i],
                     cost,
                     stepped,
-                    self.rule_remaining(i, snapshot, now)?,
+                    self.part_remaining(i, state, words, now)?,
                 ));
             }
             Ok(answers)

@@ -278,7 +278,8 @@ impl SlidingWindow {
     }
 
     /// How many of the last `L` entries before entry `n` are still inside
-    /// the window at `now`; `Moved` if the ring changed meanwhile.
+    /// the window at `now`, given that those before entry `from` are not
+    /// (0 when nothing is known); `Moved` if the ring changed meanwhile.
     ///
     /// Times rise with the entry number, so the expired ones are a prefix.
     /// Gallop in from both ends (1, 2, 4, … slots from each), then bisect
@@ -289,11 +290,13 @@ impl SlidingWindow {
     fn in_window(
         &self,
         n: u64,
+        from: u64,
         now: u64,
         read: &impl Fn(u64) -> Result<LogSlot, Moved>,
     ) -> Result<u64, Moved> {
         let expired = |entry| Ok::<_, Moved>(self.expired(read(entry)?.time, now));
-        let mut low = n.saturating_sub(self.config.limit()); // [first, low) expired
+        // [first, low) expired
+        let mut low = n.saturating_sub(self.config.limit()).max(from.min(n));
         let mut high = n; // [high, n) inside
         let mut stride = 1;
         while high - low > 2 * stride {
@@ -323,17 +326,20 @@ impl SlidingWindow {
     }
 
     /// The units inside the window at `now` (at least the latest entry's
-    /// time) of the `n` entries ending in `latest`.
+    /// time) of the `n` entries ending in `latest`, those before `from`
+    /// known to have left it (`in_window`), and how many entries are
+    /// inside.
     #[inline]
     fn units_inside(
         &self,
         n: u64,
+        from: u64,
         latest: LogSlot,
         now: u64,
         read: &impl Fn(u64) -> Result<LogSlot, Moved>,
-    ) -> Result<u64, Moved> {
+    ) -> Result<(u64, u64), Moved> {
         let limit = self.config.limit();
-        let inside = self.in_window(n, now, read)?;
+        let inside = self.in_window(n, from, now, read)?;
         let units = if inside == 0 {
             0
         } else if inside >= limit {
@@ -348,7 +354,7 @@ impl SlidingWindow {
         };
         // Exact for the entries of one snapshot; the bound only keeps a read
         // the caller will discard from underflowing `L − units`.
-        Ok(units.min(limit))
+        Ok((units.min(limit), inside))
     }
 
     /// Ticks from `now` until a request of cost `cost`, refused at `at`,
@@ -358,6 +364,7 @@ impl SlidingWindow {
     fn retry_after(
         &self,
         snapshot: &Snapshot,
+        from: u64,
         at: u64,
         now: u64,
         cost: u64,
@@ -368,7 +375,7 @@ impl SlidingWindow {
         // The entries inside are [n − inside, n); the one sought is among
         // them (the latest one qualifies: 0 <= L − cost).
         let room = limit - cost;
-        let mut low = n - self.in_window(n, at, read)?;
+        let mut low = n - self.in_window(n, from, at, read)?;
         let mut high = n - 1;
         while low < high {
             let middle = low + (high - low) / 2;
@@ -396,7 +403,8 @@ impl SlidingWindow {
             let snapshot = state.snapshot()?;
             let now = now.max(snapshot.latest.time);
             let read = |entry| state.read(entry);
-            let Ok(used) = self.units_inside(snapshot.n, snapshot.latest, now, &read) else {
+            let Ok((used, _)) = self.units_inside(snapshot.n, 0, snapshot.latest, now, &read)
+            else {
                 continue;
             };
             return Ok(self.config.limit() - used);
@@ -411,35 +419,56 @@ impl SlidingWindow {
 }
 
 /// A `sliding-window` rule among several ([`Compound`](super::Compound)):
-/// the log as of one snapshot of the client's rules, over a ring that every
-/// snapshot of the client shares, so that a decision copies nothing.
+/// the log as of one frame of the client's rules, over a ring that every
+/// frame of the client shares, so that a decision copies nothing.
 ///
-/// A snapshot holds `n`, the entries committed as of it, and the latest of
-/// them, entry `n − 1`, which it *publishes*: the compound's pointer CAS
-/// that installs the snapshot is the entry's commit, and the ring is only
-/// written afterwards, by whoever reads the snapshot first (`help`: one
+/// A frame holds `n`, the entries committed as of it, and the latest of
+/// them, entry `n − 1`, which it *publishes*: the compound's CAS that
+/// installs the frame is the entry's commit, and the ring is only
+/// written afterwards, by whoever reads the frame first (`help`: one
 /// CAS of slot `(n − 1) mod L` from entry `n − 1 − L` to entry `n − 1`, or
-/// nothing if it holds entry `n − 1` already). A snapshot of `n + 1`
+/// nothing if it holds entry `n − 1` already). A frame of `n + 1`
 /// entries is only ever made from one of `n` whose entry `n − 1` its maker
-/// wrote first, so while a snapshot is current every entry but its latest
+/// wrote first, so while a frame is current every entry but its latest
 /// is in the ring, and only its latest may wait for a helper. Each entry
-/// is committed once, by one successful pointer CAS, so every helper of
-/// it writes the same word; a helper holding an older snapshot finds its
-/// slot already moved on (the sequence number says so) and its CAS, which
-/// expects the older word, fails harmlessly: a slot never holds the same
-/// word twice (module docs). A reader of an older snapshot that finds a
-/// slot overwritten answers `Moved`, and loads the compound's pointer
-/// again, which then shows a newer snapshot: another thread's CAS landed.
-#[derive(Clone, Debug)]
-pub(crate) struct LogView {
-    ring: Arc<[AtomicU128]>,
-    /// Entries committed as of this snapshot.
+/// is committed once, by one successful CAS of the compound, so every
+/// helper of it writes the same word; a helper holding an older frame finds
+/// its slot already moved on (the sequence number says so) and its CAS,
+/// which expects the older word, fails harmlessly: a slot never holds the
+/// same word twice (module docs). A reader of an older frame that finds a
+/// slot overwritten answers `Moved`, and loads the compound's word
+/// again, which then shows a newer frame: another thread's CAS landed.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LogView<'r> {
+    ring: &'r [AtomicU128],
+    /// Entries committed as of this frame.
     n: u64,
     /// Entry `n − 1` (time 0, no units, if there is none).
     latest: LogSlot,
+    /// The entries before this one had left the window at the latest
+    /// entry's time, so they have at every time a decision judges at (at
+    /// least that one): where counting what is inside begins
+    /// (`in_window`), so a log that is partly expired costs a few reads,
+    /// not a search of the ring.
+    from: u64,
 }
 
-impl LogView {
+/// A log among several rules as its frame keeps it: the entries committed,
+/// the latest entry (packed) and where its window began (`LogView::from`).
+pub(crate) type LogWords = (u64, u128, u64);
+
+impl<'r> LogView<'r> {
+    /// The view a frame's words give over `ring`.
+    #[inline]
+    pub(crate) fn new(ring: &'r [AtomicU128], (n, latest, from): LogWords) -> Self {
+        Self {
+            ring,
+            n,
+            latest: LogSlot::unpack(latest),
+            from,
+        }
+    }
+
     #[inline]
     fn slot(&self, entry: u64) -> &AtomicU128 {
         // L fits usize (at most 2^20 − 1), so the remainder does too.
@@ -465,7 +494,7 @@ impl LogView {
     ///
     /// Progress: the CAS fails only when the slot changed since the load,
     /// which only a helper writing this same entry (then the next pass
-    /// finds it) or, for an older snapshot, the ring moving on (`Moved`)
+    /// finds it) or, for an older frame, the ring moving on (`Moved`)
     /// does.
     fn help(&self) -> Result<(), Moved> {
         let Some(entry) = self.n.checked_sub(1) else {
@@ -500,71 +529,73 @@ impl LogView {
             }
         }
     }
+}
 
-    /// A view with a ring of its own, holding the same entries: O(L).
-    pub(crate) fn deep_copy(&self) -> Self {
-        Self {
-            ring: self
-                .ring
-                .iter()
-                .map(|slot| AtomicU128::new(slot.load(Ordering::Acquire)))
-                .collect(),
-            ..self.clone()
-        }
-    }
+/// A ring of its own holding the same entries as `ring`: O(L).
+pub(crate) fn copied_ring(ring: &[AtomicU128]) -> Arc<[AtomicU128]> {
+    ring.iter()
+        .map(|slot| AtomicU128::new(slot.load(Ordering::Acquire)))
+        .collect()
 }
 
 impl SlidingWindow {
-    /// A new client's log among several rules.
-    pub(crate) fn view_begin(&self) -> LogView {
+    /// A new client's log among several rules: its ring and its words.
+    pub(crate) fn view_begin(&self) -> (Arc<[AtomicU128]>, LogWords) {
         self.view_spent(0, 0)
     }
 
-    /// A log with `spent` units admitted at `now` (as `spent_state`).
-    pub(crate) fn view_spent(&self, spent: u64, now: u64) -> LogView {
+    /// A log with `spent` units admitted at `now` (as `spent_state`): its
+    /// ring and its words.
+    pub(crate) fn view_spent(&self, spent: u64, now: u64) -> (Arc<[AtomicU128]>, LogWords) {
         let state = self.spent_state(spent, now);
         let n = state.committed.load(Ordering::Acquire);
-        let latest = match n.checked_sub(1) {
-            Some(last) => state.read(last).unwrap_or(LogSlot {
-                sequence: 0,
-                units: 0,
-                time: 0,
-            }),
-            None => LogSlot {
-                sequence: 0,
-                units: 0,
-                time: 0,
-            },
+        let none = LogSlot {
+            sequence: 0,
+            units: 0,
+            time: 0,
         };
-        LogView {
-            ring: state.ring,
-            n,
-            latest,
-        }
+        let latest = match n.checked_sub(1) {
+            Some(last) => state.read(last).unwrap_or(none),
+            None => none,
+        };
+        (state.ring, (n, latest.pack(), 0))
     }
 
     /// `remaining` at `now` as of `view`.
-    pub(crate) fn view_remaining(&self, view: &LogView, now: u64) -> Result<u64, Moved> {
+    pub(crate) fn view_remaining(&self, view: &LogView<'_>, now: u64) -> Result<u64, Moved> {
         view.help()?;
         let at = now.max(view.latest.time);
-        let used = self.units_inside(view.n, view.latest, at, &|entry| view.read(entry))?;
+        let (used, _) = self.units_inside(view.n, view.from, view.latest, at, &|entry| {
+            view.read(entry)
+        })?;
         Ok(self.config.limit() - used)
     }
 
     /// The decision on a request of cost `1 <= cost <= L` at `now` as of
-    /// `view`, and, if admitted, the view that commits it (the caller's
-    /// snapshot CAS is the commit; the ring is written by a later `help`).
+    /// `view`, and, if admitted, the words of the frame that commits it
+    /// (the caller's CAS is the commit; the ring is written by a later
+    /// `help`).
     pub(crate) fn view_check(
         &self,
-        view: &LogView,
+        view: &LogView<'_>,
         now: u64,
         cost: u64,
-    ) -> Result<(Decision, Option<LogView>), Moved> {
+    ) -> Result<(Decision, Option<LogWords>), Moved> {
         view.help()?;
         let limit = self.config.limit();
         let read = |entry| view.read(entry);
         let at = now.max(view.latest.time);
-        let used = self.units_inside(view.n, view.latest, at, &read)?;
+        if view.n >= limit && cost == 1 {
+            // As the log alone: if the oldest of the last L entries is
+            // still inside the window, all L are, and none is left.
+            let oldest = read(view.n - limit)?;
+            if !self.expired(oldest.time, at) {
+                let free_at = u128::from(oldest.time) + u128::from(self.config.window());
+                let retry_after = u64::try_from(free_at - u128::from(now)).unwrap_or(u64::MAX);
+                return Ok((Decision::reject(0, retry_after), None));
+            }
+        }
+        let (used, inside) = self.units_inside(view.n, view.from, view.latest, at, &read)?;
         if used + cost > limit {
             let snapshot = Snapshot {
                 n: view.n,
@@ -572,7 +603,7 @@ impl SlidingWindow {
                 oldest: view.latest,
                 latest: view.latest,
             };
-            let retry_after = self.retry_after(&snapshot, at, now, cost, &read)?;
+            let retry_after = self.retry_after(&snapshot, view.from, at, now, cost, &read)?;
             return Ok((Decision::reject(limit - used, retry_after), None));
         }
         let admitted = LogSlot {
@@ -583,30 +614,29 @@ impl SlidingWindow {
         };
         Ok((
             Decision::admit(limit - used - cost),
-            Some(LogView {
-                ring: Arc::clone(&view.ring),
-                n: view.n + 1,
-                latest: admitted,
-            }),
+            // Entries before the first inside at `at` have left the window
+            // for good: the new latest entry's time is `at`.
+            Some((view.n + 1, admitted.pack(), view.n - inside)),
         ))
     }
 
     /// Idle at `now` as of `view`: no entry inside the window.
-    pub(crate) fn view_idle(&self, view: &LogView, now: u64) -> bool {
+    pub(crate) fn view_idle(&self, view: &LogView<'_>, now: u64) -> bool {
         view.n == 0 || self.expired(view.latest.time, now)
     }
 
     /// What `view` had spent, judged no earlier than its newest entry (as
     /// `retire_spent`). The view is a retired state's, whose ring no chain
-    /// of snapshots moves on; were it moved, the whole limit counts as
+    /// of frames moves on; were it moved, the whole limit counts as
     /// spent, the stricter answer.
-    pub(crate) fn view_spent_at(&self, view: &LogView, now: u64) -> Spent {
+    pub(crate) fn view_spent_at(&self, view: &LogView<'_>, now: u64) -> Spent {
         let at = now.max(view.latest.time);
-        let count = match view
-            .help()
-            .and_then(|()| self.units_inside(view.n, view.latest, at, &|entry| view.read(entry)))
-        {
-            Ok(used) => used,
+        let count = match view.help().and_then(|()| {
+            self.units_inside(view.n, view.from, view.latest, at, &|entry| {
+                view.read(entry)
+            })
+        }) {
+            Ok((used, _)) => used,
             Err(Moved) => self.config.limit(),
         };
         Spent { count, at }
@@ -660,11 +690,11 @@ impl Policy for SlidingWindow {
                 let retry_after = u64::try_from(free_at - u128::from(now)).unwrap_or(u64::MAX);
                 return Ok(Decision::reject(0, retry_after));
             }
-            let Ok(used) = self.units_inside(n, latest, at, &read) else {
+            let Ok((used, _)) = self.units_inside(n, 0, latest, at, &read) else {
                 continue;
             };
             if used + cost > limit {
-                let Ok(retry_after) = self.retry_after(&snapshot, at, now, cost, &read) else {
+                let Ok(retry_after) = self.retry_after(&snapshot, 0, at, now, cost, &read) else {
                     continue;
                 };
                 return Ok(Decision::reject(limit - used, retry_after));
@@ -812,8 +842,8 @@ impl SlidingWindow {
         let n = state.frozen_entries();
         let latest = self.frozen_latest(state);
         let read = |entry| Ok(state.frozen(entry));
-        match self.units_inside(n, latest, now.max(latest.time), &read) {
-            Ok(used) => self.config.limit() - used,
+        match self.units_inside(n, 0, latest, now.max(latest.time), &read) {
+            Ok((used, _)) => self.config.limit() - used,
             Err(Moved) => unreachable!("a frozen ring does not move"),
         }
     }

@@ -119,7 +119,7 @@ impl WindowRule {
     /// `1 <= cost <= L`: the decision, and the counts to store if admitted
     /// (`counted` as in [`step`](Self::step)).
     #[inline(always)]
-    fn decide(
+    pub(super) fn decide(
         &self,
         judged: Judged,
         now: u64,
@@ -159,7 +159,7 @@ impl WindowRule {
     /// at most itself, so `L − c − p` bounds what it leaves from below, and
     /// above `other` no division is needed.
     #[inline(always)]
-    fn left(&self, judged: Judged, counts: Counts, other: u64) -> u64 {
+    pub(super) fn left(&self, judged: Judged, counts: Counts, other: u64) -> u64 {
         let open = self
             .config()
             .limit()
@@ -176,7 +176,7 @@ impl WindowRule {
     /// Whether the window a call is judged in leaves the rule idle: it has
     /// no admission (and for the counter, neither had the one before).
     #[inline]
-    fn idle_in(&self, judged: Judged) -> bool {
+    pub(super) fn idle_in(&self, judged: Judged) -> bool {
         let counts = judged.counts;
         match self {
             Self::Fixed(_) => counts.current == 0,
@@ -186,7 +186,7 @@ impl WindowRule {
 
     /// `remaining` on the window a call is judged in.
     #[inline]
-    fn remaining_in(&self, judged: Judged) -> u64 {
+    pub(super) fn remaining_in(&self, judged: Judged) -> u64 {
         match self {
             Self::Fixed(p) => p.config().limit() - u64::from(judged.counts.current),
             Self::Counter(p) => p.remaining_of(judged.view(p.config().window()).0),
@@ -197,22 +197,22 @@ impl WindowRule {
 /// A window rule's counts: the current window's, and the previous one's
 /// (always 0 for `fixed-window`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Counts {
-    previous: u32,
-    current: u32,
+pub(super) struct Counts {
+    pub(super) previous: u32,
+    pub(super) current: u32,
 }
 
 /// The window a call is judged in: the one that holds its time, or the
 /// stored one for a call before it (time went back), judged at its start.
 #[derive(Clone, Copy, Debug)]
-struct Judged {
-    counts: Counts,
+pub(super) struct Judged {
+    pub(super) counts: Counts,
     /// The window's end, in the clock's ticks (stopped at the horizon).
-    end: u128,
+    pub(super) end: u128,
     /// Ticks from the window's start to the call.
     elapsed: u64,
     /// Ticks from the call to the window's start, for a call before it.
-    before: u64,
+    pub(super) before: u64,
 }
 
 impl Judged {
@@ -310,55 +310,64 @@ impl Fields {
     }
 
     /// The window a call at `now` (stopped at the horizon) is judged in,
-    /// from the stored counts and the end of their window. No division
-    /// within the stored window or the next: only a call two or more
-    /// windows after the stored one divides, to find how many passed.
+    /// from the stored counts and the end of their window (`judge`).
     #[inline(always)]
     fn judge(self, counts: Counts, end: u64, now: u64) -> Judged {
-        let (end, now128, width) = (u128::from(end), u128::from(now), u128::from(self.width));
-        if now128 < end {
-            let back = end - now128;
-            return if back <= width {
-                Judged {
-                    counts,
-                    end,
-                    // back <= W < 2^63: exact.
-                    elapsed: (width - back) as u64,
-                    before: 0,
-                }
-            } else {
-                Judged {
-                    counts,
-                    end,
-                    elapsed: 0,
-                    before: (back - width) as u64,
-                }
-            };
-        }
-        let passed = now128 - end;
-        if passed < width {
-            // The next window: the stored current count is its previous.
-            return Judged {
-                counts: Counts {
-                    previous: counts.current,
-                    current: 0,
-                },
-                end: end + width,
-                elapsed: passed as u64,
+        judge(counts, u128::from(end), now, self.width)
+    }
+}
+
+/// The window a call at `now` (stopped at the horizon) is judged in, from
+/// the stored counts and the end of their window, `width` ticks wide. No
+/// division within the stored window or the next: only a call two or more
+/// windows after the stored one divides, to find how many passed.
+#[inline(always)]
+pub(super) fn judge(counts: Counts, end: u128, now: u64, width: u64) -> Judged {
+    let (now128, width) = (u128::from(now), u128::from(width));
+    if now128 < end {
+        let back = end - now128;
+        return if back <= width {
+            Judged {
+                counts,
+                end,
+                // back <= W < 2^64: exact.
+                elapsed: (width - back) as u64,
                 before: 0,
-            };
-        }
-        // Two or more windows on: nothing counts any more.
-        let windows = passed / width;
-        Judged {
+            }
+        } else {
+            Judged {
+                counts,
+                end,
+                // back − W is the window's start less `now`, below the
+                // start, which every layout keeps below 2^64.
+                elapsed: 0,
+                before: (back - width) as u64,
+            }
+        };
+    }
+    let passed = now128 - end;
+    if passed < width {
+        // The next window: the stored current count is its previous.
+        return Judged {
             counts: Counts {
-                previous: 0,
+                previous: counts.current,
                 current: 0,
             },
-            end: end + (windows + 1) * width,
-            elapsed: (passed - windows * width) as u64,
+            end: end + width,
+            elapsed: passed as u64,
             before: 0,
-        }
+        };
+    }
+    // Two or more windows on: nothing counts any more.
+    let windows = passed / width;
+    Judged {
+        counts: Counts {
+            previous: 0,
+            current: 0,
+        },
+        end: end + (windows + 1) * width,
+        elapsed: (passed - windows * width) as u64,
+        before: 0,
     }
 }
 

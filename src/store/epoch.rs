@@ -75,6 +75,13 @@
 //! later pin's scope is stored (Release) after the earlier pin's last read,
 //! which the collect's free is then ordered after.
 //!
+//! Frames (`crate::frame`, several rules' states) are retired here too,
+//! rarely and in bags (a thread's spares when it exits, dropped clients'
+//! frames 64 at a time), as garbage of every store: a frame moves from
+//! client to client of any store, so any pin may be reading one, and every
+//! pin holds them back. A read of a frame under a pin of some store keeps
+//! that pin as it is (`Guard::frames`), without widening it.
+//!
 //! A collect never waits: what it cannot free yet stays, and the next
 //! unpin that sees `pending` tries again (at most once every
 //! [`RETRY_EVERY`] unpins of a thread, so a thread stalled inside a pin
@@ -493,6 +500,10 @@ mod global {
 
     static COLLECTOR: Collector = Collector::new();
 
+    /// The scope of a frames pin (`Guard::frames`): no store's, so it
+    /// reaches no table (stores' scopes count up from 1 and never get here).
+    const FRAMES_ONLY: u64 = u64::MAX;
+
     thread_local! {
         /// The calling thread's record. A `const` cell of a type with no
         /// destructor, so that reading it is one load with no lazy-init or
@@ -541,6 +552,26 @@ mod global {
                 COLLECTOR.enter(record, scope).then_some(record),
                 std::marker::PhantomData,
                 scope,
+            )
+        }
+
+        /// A pin under which frames (`crate::frame`) are read. Frames
+        /// are garbage of every store, which any pin holds back, so a pin
+        /// the thread holds already, of any store, is kept as it is (not
+        /// widened, as `in_store` would); else one of every store is taken.
+        /// It reaches no store's tables (`FRAMES_ONLY`).
+        #[inline(always)]
+        pub(crate) fn frames() -> Self {
+            let record = match RECORD.get() {
+                Some(record) => record,
+                None => first_record(),
+            };
+            // Relaxed: only this thread writes its record's `pinned`.
+            let pinned = record.pinned.load(Ordering::Relaxed) != super::UNPINNED;
+            Guard(
+                (!pinned && COLLECTOR.enter(record, EVERY_STORE)).then_some(record),
+                std::marker::PhantomData,
+                FRAMES_ONLY,
             )
         }
 
