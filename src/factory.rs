@@ -419,7 +419,7 @@ where
 /// `fixed-window` or `sliding-window-counter` rule
 /// ([`WindowPair`](crate::policy::WindowPair), or with the origin beside
 /// the word, [`WideWindowPair`](crate::policy::WideWindowPair)); any
-/// others, a snapshot swapped by pointer
+/// others, a frame of words swapped by one 16-byte CAS
 /// ([`Compound`](crate::policy::Compound)).
 ///
 /// # Errors

@@ -158,6 +158,8 @@ impl Drop for Owned {
         // SAFETY: made by `allocate` with `len` words, owned by this value
         // alone, and freed once, here.
         drop(unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(self.frame, self.len)) });
+        #[cfg(all(test, not(floodgate_loom)))]
+        tests::FREED[self.len].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -467,5 +469,54 @@ impl std::fmt::Debug for Framed {
             .field("retired", &seen.retired())
             .field("words", &&words[..self.len])
             .finish()
+    }
+}
+
+#[cfg(all(test, not(floodgate_loom)))]
+mod tests {
+    use super::{Framed, MAX_WORDS, SLOTS};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Frames freed, by length: a test counts only its own length's, so
+    /// tests running beside it do not move its count.
+    pub(super) static FREED: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
+
+    /// A thread's frames go back when it exits: its spare, and the frames
+    /// of the clients it dropped (one to its empty spare slot, the rest to
+    /// its bag), are handed to the collector, which frees each once.
+    #[test]
+    fn an_exiting_threads_frames_are_all_freed_once() {
+        // A length no other test uses.
+        const LEN: usize = MAX_WORDS - 1;
+        let before = FREED[LEN].load(Ordering::Relaxed);
+        std::thread::spawn(|| {
+            let clients: Vec<Framed> = (0..3).map(|i| Framed::new(&[i; LEN])).collect();
+            let mut words = [0; MAX_WORDS];
+            for client in &clients {
+                let seen = client.read(&mut words);
+                words[0] += 1;
+                // The first publication makes the thread's spare: four
+                // frames in all, three clients' and one spare.
+                assert_eq!(client.publish(seen, &words), Ok(true));
+                let mut again = [0; MAX_WORDS];
+                client.read(&mut again);
+                assert_eq!(again[..LEN], words[..LEN], "the words published");
+            }
+            drop(clients);
+        })
+        .join()
+        .unwrap();
+        // Freed once no pin older than the hand-over is held: other tests'
+        // pins end, and a collect frees what they held back.
+        for _ in 0..10_000 {
+            crate::store::epoch::collect();
+            let freed = FREED[LEN].load(Ordering::Relaxed) - before;
+            assert!(freed <= 4, "{freed} frees of four frames");
+            if freed == 4 {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        panic!("the exited thread's frames were not all freed");
     }
 }

@@ -64,8 +64,23 @@
 //!   check what the frozen path computes, not that its orderings suffice.
 //!   That part rests on the argument just given.
 //!
+//! * **Nor the frames' validated reads** (`frame`, several rules). A
+//!   reader copies a frame's words (real loom atomics) between two loads
+//!   of the client's 128-bit control word, and a thread that reuses a
+//!   replaced frame stores into it after a Release fence; that a copy
+//!   which saw such a store also sees the changed control word is a
+//!   cross-location ordering (the fences pair up), and the stand-in makes
+//!   it hold whatever the fences say. The model of a frame being reused
+//!   (`a_recycled_frame_is_never_read_as_its_old_client`) checks that
+//!   every copy is validated (without the second load it fails), not that
+//!   the fences suffice; that rests on `frame`'s argument, the seqlock's.
+//!   Under the models a thread's spare frames are loom's thread-locals
+//!   (`thread_local` below), since a model's threads are not threads of
+//!   their own.
+//!
 //! (FIXME: loom does not model the orderings of the 128-bit words; the
-//! frozen path's rest on the argument above, not on the models. Nor can the
+//! frozen path's and the frames' rest on the arguments above, not on the
+//! models. Nor can the
 //! hardware be relied on to hide the gap: on AArch64 an `Acquire` load of a
 //! 128-bit word may be a load-acquire pair, weaker than the mutex.)
 //!

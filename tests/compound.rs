@@ -112,7 +112,7 @@ proptest! {
     }
 
     /// Both lock-free designs answer alike on any rules they both take,
-    /// time going backwards included: the 16-byte pair and the snapshot
+    /// time going backwards included: the 16-byte pair and the frame
     /// run each rule's own step.
     #[test]
     fn both_lock_free_designs_agree(
@@ -293,7 +293,7 @@ fn racing_on_the_real_clock_never_exceeds_any_rule() {
     assert!(admitted >= 50, "the burst is admitted: {admitted}");
 }
 
-/// Two one-word rules take the 16-byte word; the others, the snapshot.
+/// Two one-word rules take the 16-byte word; the others, a frame.
 #[test]
 fn the_design_follows_the_rules() {
     assert!(Pair::fits(&"gcra:1/1s,leaky-bucket:5/1m".parse().unwrap()));

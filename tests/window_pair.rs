@@ -135,7 +135,7 @@ fn compound(rules: &RuleSet) -> Limiter<u64, Compound, ManualClock> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(1024))]
 
-    /// Both words answer as the snapshot of whole indices does, time going
+    /// Both words answer as the general design's frame does, time going
     /// back included, on every rule set each takes.
     #[test]
     fn the_words_answer_as_whole_indices_do(rules in edge_rules(), trace in trace(true)) {
@@ -149,7 +149,7 @@ proptest! {
         }
         for (name, word) in words {
             for (i, call) in trace.iter().enumerate() {
-                prop_assert_eq!(word[i], general[i], "{} {}: call {} {:?} (word, snapshot)", name, rules, i, call);
+                prop_assert_eq!(word[i], general[i], "{} {}: call {} {:?} (word, frame)", name, rules, i, call);
             }
         }
     }
@@ -169,7 +169,7 @@ proptest! {
 /// The pairs each word takes. The origin-free word holds the window's end
 /// in `bits(2D + W)` beside the counts; the wide one, the index's low bits
 /// beside them, as many as `⌊2D / W⌋ + 2` windows need; the rest are the
-/// snapshot's.
+/// frame's.
 #[test]
 fn each_word_takes_the_pairs_whose_fields_fit() {
     let fits = |text: &str| {
@@ -292,7 +292,7 @@ fn the_counter_tells_apart_gaps_across_two_index_bits() {
 
 /// The oldest client the words hold: up to the clock's horizon
 /// (2^62 − 1), where both rules' time stops, each word answers as the
-/// snapshot; past it, to `u64::MAX`, without a panic.
+/// frame; past it, to `u64::MAX`, without a panic.
 #[test]
 fn the_oldest_client_at_the_horizon() {
     let rules: RuleSet = "gcra:2/10ticks,sliding-window-counter:3/7ticks"

@@ -33,19 +33,20 @@ pub(super) enum Setup {
     /// With a `fixed-window` quota (the README's pair): one 16-byte CAS,
     /// no origin.
     FixedWindow,
-    /// The same rules in the snapshot design, which took them before they
-    /// had a word of their own: the figure the word is measured against.
-    FixedWindowSnapshot,
+    /// The same rules in the general design (a frame of words swapped by
+    /// one CAS), which took them before they had a word of their own: the
+    /// figure the word is measured against.
+    FixedWindowFrame,
     /// With a `sliding-window-counter` quota: one 16-byte CAS, no origin.
     Counter,
-    /// With a `sliding-window` quota: the snapshot design, its log's view
+    /// With a `sliding-window` quota: the general design, its log's view
     /// over a shared ring.
     SlidingWindow,
     /// The `sliding-window` quota alone: what a log among the rules is
     /// measured against.
     LogAlone,
     /// With a `fixed-window` and a `sliding-window-counter` quota: the
-    /// snapshot design.
+    /// general design.
     Three,
     /// Two limiters, the burst then a `token-bucket` quota, one after the
     /// other.
@@ -57,7 +58,7 @@ impl Setup {
         Setup::One,
         Setup::Pair,
         Setup::FixedWindow,
-        Setup::FixedWindowSnapshot,
+        Setup::FixedWindowFrame,
         Setup::Counter,
         Setup::SlidingWindow,
         Setup::LogAlone,
@@ -70,7 +71,7 @@ impl Setup {
             Setup::One => "gcra alone",
             Setup::Pair => "gcra + token-bucket",
             Setup::FixedWindow => "gcra + fixed-window",
-            Setup::FixedWindowSnapshot => "  the same, snapshot",
+            Setup::FixedWindowFrame => "  the same, in a frame",
             Setup::Counter => "gcra + sl-window-counter",
             Setup::SlidingWindow => "gcra + sliding-window",
             Setup::LogAlone => "  the log alone",
@@ -85,7 +86,7 @@ impl Setup {
             Setup::One | Setup::LogAlone => "one rule",
             Setup::Pair => "pair",
             Setup::FixedWindow | Setup::Counter => "window pair",
-            Setup::FixedWindowSnapshot | Setup::SlidingWindow | Setup::Three => "snapshot",
+            Setup::FixedWindowFrame | Setup::SlidingWindow | Setup::Three => "frame",
             Setup::TwoLimiters => "two limiters",
         }
     }
@@ -95,7 +96,7 @@ impl Setup {
         match self {
             Setup::One => &[],
             Setup::Pair | Setup::TwoLimiters => &[PolicyKind::TokenBucket],
-            Setup::FixedWindow | Setup::FixedWindowSnapshot => &[PolicyKind::FixedWindow],
+            Setup::FixedWindow | Setup::FixedWindowFrame => &[PolicyKind::FixedWindow],
             Setup::Counter => &[PolicyKind::SlidingWindowCounter],
             Setup::SlidingWindow | Setup::LogAlone => &[PolicyKind::SlidingWindow],
             Setup::Three => &[PolicyKind::FixedWindow, PolicyKind::SlidingWindowCounter],
@@ -106,7 +107,7 @@ impl Setup {
     /// targets); none for the rows it is measured against.
     fn target(self) -> Option<f64> {
         match self {
-            Setup::One | Setup::TwoLimiters | Setup::FixedWindowSnapshot | Setup::LogAlone => None,
+            Setup::One | Setup::TwoLimiters | Setup::FixedWindowFrame | Setup::LogAlone => None,
             Setup::Pair | Setup::FixedWindow | Setup::Counter => Some(1.5),
             Setup::SlidingWindow => Some(3.0),
             Setup::Three => Some(2.0),
@@ -177,7 +178,7 @@ fn build(setup: Setup, config: Config) -> Box<dyn Runner> {
         Setup::FixedWindow | Setup::Counter => Box::new(Limiter::<u64, WindowPair>::new(
             WindowPair::from_rules(&made).expect("a drip rule and a window rule that fit"),
         )),
-        Setup::SlidingWindow | Setup::Three | Setup::FixedWindowSnapshot => {
+        Setup::SlidingWindow | Setup::Three | Setup::FixedWindowFrame => {
             Box::new(Limiter::<u64, Compound>::new(
                 Compound::from_rules(&made).expect("valid rules"),
             ))
@@ -205,7 +206,7 @@ pub(super) fn bytes_per_client(config: Config) -> Vec<(Setup, f64)> {
         .filter(|&&setup| {
             !matches!(
                 setup,
-                Setup::SlidingWindow | Setup::LogAlone | Setup::FixedWindowSnapshot
+                Setup::SlidingWindow | Setup::LogAlone | Setup::FixedWindowFrame
             )
         })
         .map(|&setup| {

@@ -8,11 +8,11 @@
 //! ([`Pair`](super::Pair), [`WindowPair`](super::WindowPair)); this is the
 //! design for any other mix, up to [`MAX_RULES`](crate::MAX_RULES). The
 //! client's rules keep their state words side by side in a frame
-//! (`crate::frame`): a drip rule its one word, a window rule its two, a
-//! `sliding-window` log its count of entries, its latest entry and where
-//! its window began (four),
-//! over a ring that every frame of the client shares
-//! (`sliding_window::LogView`), so no step copies a log. A decision reads
+//! (`crate::frame`): a drip rule its one word, a window rule its two (the
+//! start of its window and its counts), a `sliding-window` log its count
+//! of entries, its latest entry and where its window began (four), over a
+//! ring that every frame of the client shares (`sliding_window::LogView`),
+//! so no step copies a log. A decision reads
 //! a validated copy of the frame, steps every rule on it with the rule's
 //! own pure step and, if every rule admits, publishes the new words with
 //! one 16-byte CAS of the client's control word (a version and the frame's
@@ -25,17 +25,20 @@
 //! pass repeats only when another thread's CAS succeeded since its read.
 //!
 //! Each rule keeps the times it keeps alone: a drip rule counts from tick
-//! 0 and begins at the client's origin, a window rule counts from the
-//! origin (kept in the state) and judges an earlier call at the origin,
-//! that much later (`Limiter::decide`'s `lag`). So every rule answers
-//! exactly what it would answer alone, and the limiter keeps no origin
-//! (`Origin = ()`).
+//! 0 and begins at the client's origin; a window rule's windows start at
+//! the origin and whole windows after it (its stored start carries that
+//! phase, as [`WindowPair`](super::WindowPair)'s end does), and a call
+//! before its window is judged at the window's start, that much later; a
+//! log counts from the origin (kept in the state) and judges an earlier
+//! call at the origin, that much later (`Limiter::decide`'s `lag`). So
+//! every rule answers exactly what it would answer alone, and the limiter
+//! keeps no origin (`Origin = ()`).
 
 use std::sync::Arc;
 
 use super::combine::{beyond, own_answer, Verdict};
 use super::pair::WordRule;
-use super::sliding_window::{copied_ring, LogView, LogWords, Moved};
+use super::sliding_window::{LogView, LogWords, Moved};
 use super::window_pair::{judge, Counts, Judged, WindowRule};
 use super::{sealed, Policy, Retired, SlidingWindow, Spent};
 use crate::cell::schedule_time;
@@ -480,24 +483,13 @@ impl Compound {
         }
     }
 
-    /// A state that goes on from `state`'s frame `words`: its logs share
-    /// their rings (`deep` copies the rings too, for a state that must not
-    /// share them).
-    fn continued(&self, state: &CompoundState, words: &[u64], deep: bool) -> CompoundState {
+    /// A state that goes on from `state`'s frame `words`, its logs sharing
+    /// their rings.
+    fn continued(&self, state: &CompoundState, words: &[u64]) -> CompoundState {
         CompoundState {
             framed: Framed::new(&words[..self.len]),
             origin: state.origin,
-            rings: state
-                .rings
-                .iter()
-                .map(|ring| {
-                    if deep {
-                        copied_ring(ring)
-                    } else {
-                        Arc::clone(ring)
-                    }
-                })
-                .collect(),
+            rings: state.rings.clone(),
         }
     }
 }
@@ -677,13 +669,7 @@ impl Policy for Compound {
         }
         let mut words = [0; MAX_WORDS];
         state.framed.read(&mut words);
-        Some(self.continued(state, &words, false))
-    }
-
-    fn duplicate(&self, state: &CompoundState) -> CompoundState {
-        let mut words = [0; MAX_WORDS];
-        state.framed.read(&mut words);
-        self.continued(state, &words, true)
+        Some(self.continued(state, &words))
     }
 
     fn forgets_after(&self) -> u64 {

@@ -174,12 +174,6 @@ impl Policy for FixedWindow {
         AtomicU128::is_retired(state.word.load_word())
     }
 
-    fn duplicate(&self, state: &FixedWindowState) -> FixedWindowState {
-        FixedWindowState {
-            word: AtomicU128::new(AtomicU128::unmarked(state.word.load_word())),
-        }
-    }
-
     fn relocate(&self, state: &FixedWindowState) -> Option<FixedWindowState> {
         let (word, retired_now) = cell::retire(&state.word);
         retired_now.then(|| FixedWindowState {

@@ -207,13 +207,6 @@ impl Gcra {
         })
     }
 
-    /// The schedule in a word of its own.
-    pub(super) fn duplicate_state(state: &GcraState) -> GcraState {
-        GcraState {
-            tat: AtomicU64::new(AtomicU64::unmarked(state.tat.load_word())),
-        }
-    }
-
     /// A state holding the schedule `word`.
     pub(super) fn state_of(word: u64) -> GcraState {
         GcraState {
@@ -285,10 +278,6 @@ impl Policy for Gcra {
 
     fn is_retired(&self, state: &GcraState) -> bool {
         Self::is_retired_state(state)
-    }
-
-    fn duplicate(&self, state: &GcraState) -> GcraState {
-        Self::duplicate_state(state)
     }
 
     fn relocate(&self, state: &GcraState) -> Option<GcraState> {

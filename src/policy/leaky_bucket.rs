@@ -78,10 +78,6 @@ impl Policy for LeakyBucket {
         Gcra::is_retired_state(state)
     }
 
-    fn duplicate(&self, state: &GcraState) -> GcraState {
-        Gcra::duplicate_state(state)
-    }
-
     fn relocate(&self, state: &GcraState) -> Option<GcraState> {
         Gcra::relocate_state(state)
     }

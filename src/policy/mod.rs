@@ -6,10 +6,7 @@
 //! or knows about other clients. Times are ticks since the client's origin.
 
 pub(crate) mod any;
-// A client's rules' snapshot behind one pointer, freed by epoch: every
-// `unsafe` block there says why it is sound.
 mod combine;
-#[allow(unsafe_code)]
 mod compound;
 mod fixed_window;
 mod gcra;
@@ -212,14 +209,6 @@ pub trait Policy: sealed::Sealed + Send + Sync + Sized + 'static {
 
     /// Whether the state was retired.
     fn is_retired(&self, state: &Self::State) -> bool;
-
-    /// A state that answers every call as `state` does now, in a word of
-    /// its own: a step on a copy no other thread can reach
-    /// (`check_unshared`) leaves `state` as it was. Several rules keep
-    /// their states in a snapshot no one changes, and step on copies
-    /// ([`Compound`]).
-    #[doc(hidden)]
-    fn duplicate(&self, state: &Self::State) -> Self::State;
 
     /// Which policy a limiter built on this one reports
     /// ([`RateLimiter::policy`](crate::RateLimiter::policy)): `KIND`, or

@@ -318,12 +318,6 @@ impl Policy for Pair {
         })
     }
 
-    fn duplicate(&self, state: &PairState) -> PairState {
-        PairState {
-            words: AtomicU128::new(AtomicU128::unmarked(state.words.load_word())),
-        }
-    }
-
     fn forgets_after(&self) -> u64 {
         self.set
             .iter()

@@ -531,13 +531,6 @@ impl<'r> LogView<'r> {
     }
 }
 
-/// A ring of its own holding the same entries as `ring`: O(L).
-pub(crate) fn copied_ring(ring: &[AtomicU128]) -> Arc<[AtomicU128]> {
-    ring.iter()
-        .map(|slot| AtomicU128::new(slot.load(Ordering::Acquire)))
-        .collect()
-}
-
 impl SlidingWindow {
     /// A new client's log among several rules: its ring and its words.
     pub(crate) fn view_begin(&self) -> (Arc<[AtomicU128]>, LogWords) {
@@ -791,22 +784,6 @@ impl Policy for SlidingWindow {
 
     fn is_retired(&self, state: &SlidingWindowState) -> bool {
         state.snapshot().is_err()
-    }
-
-    /// A ring of its own with the same slots: O(L). The slots are copied
-    /// as they are (sequence numbers and all), so the copy holds the same
-    /// entries and answers as the original did when it was read; it is
-    /// only ever taken of a ring no thread changes (a snapshot of several
-    /// rules, [`Compound`](super::Compound)).
-    fn duplicate(&self, state: &SlidingWindowState) -> SlidingWindowState {
-        SlidingWindowState {
-            committed: AtomicU64::new(state.committed.load(Ordering::Acquire)),
-            ring: state
-                .ring
-                .iter()
-                .map(|slot| AtomicU128::new(slot.load(Ordering::Acquire)))
-                .collect(),
-        }
     }
 
     /// The ring is not frozen but shared: the old table's entry and the

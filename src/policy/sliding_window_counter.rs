@@ -180,8 +180,10 @@ impl SlidingWindowCounter {
     /// The step on the counts as seen at `now` (`view`, or a caller's own
     /// view in times of its own: [`WindowPair`](super::WindowPair)), for a
     /// cost `1 <= cost <= L`: the decision, and the counts to store if
-    /// admitted.
-    #[inline]
+    /// admitted. Always inlined: with the pairs and the frames calling it
+    /// too, the compiler stopped inlining it into the counter's own check,
+    /// which then called it (one-rule rows of `floodgate bench`).
+    #[inline(always)]
     pub(super) fn step_view(
         &self,
         view: View,
@@ -309,12 +311,6 @@ impl Policy for SlidingWindowCounter {
 
     fn is_retired(&self, state: &SlidingWindowCounterState) -> bool {
         AtomicU128::is_retired(state.word.load_word())
-    }
-
-    fn duplicate(&self, state: &SlidingWindowCounterState) -> SlidingWindowCounterState {
-        SlidingWindowCounterState {
-            word: AtomicU128::new(AtomicU128::unmarked(state.word.load_word())),
-        }
     }
 
     fn relocate(&self, state: &SlidingWindowCounterState) -> Option<SlidingWindowCounterState> {

@@ -229,12 +229,6 @@ impl Policy for TokenBucket {
         AtomicU64::is_retired(state.full_at.load_word())
     }
 
-    fn duplicate(&self, state: &TokenBucketState) -> TokenBucketState {
-        TokenBucketState {
-            full_at: AtomicU64::new(AtomicU64::unmarked(state.full_at.load_word())),
-        }
-    }
-
     fn relocate(&self, state: &TokenBucketState) -> Option<TokenBucketState> {
         let (full_at, retired_now) = cell::retire(&state.full_at);
         retired_now.then(|| TokenBucketState {

@@ -402,13 +402,6 @@ impl Policy for WideWindowPair {
         })
     }
 
-    fn duplicate(&self, state: &WideWindowPairState) -> WideWindowPairState {
-        WideWindowPairState {
-            words: AtomicU128::new(AtomicU128::unmarked(state.words.load_word())),
-            origin: state.origin,
-        }
-    }
-
     fn forgets_after(&self) -> u64 {
         self.rules.forgets_after()
     }

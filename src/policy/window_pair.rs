@@ -802,12 +802,6 @@ impl Policy for WindowPair {
         })
     }
 
-    fn duplicate(&self, state: &WindowPairState) -> WindowPairState {
-        WindowPairState {
-            words: AtomicU128::new(AtomicU128::unmarked(state.words.load_word())),
-        }
-    }
-
     fn forgets_after(&self) -> u64 {
         self.rules.forgets_after()
     }
