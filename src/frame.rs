@@ -253,9 +253,10 @@ fn first_spare(words: &[u64]) -> Words {
 }
 
 /// Makes `frame` (`len` words, the caller's) this thread's spare of that
-/// length. Only a thread that gave its spare away has an empty slot, so a
-/// full slot is the thread's destructors' (its keeper ran), and the frame
-/// is handed over at once.
+/// length. The slot is empty: the publication calling this emptied it
+/// (`take_spare`), and nothing of this thread ran since. Were it not, the
+/// frame it held is handed over rather than lost; so is `frame` if the
+/// thread's locals are gone.
 #[inline(always)]
 fn keep_spare(len: usize, frame: Words) {
     match SPARES.try_with(|spares| spares[len].replace(frame)) {

@@ -9,7 +9,8 @@
 //! design for any other mix, up to [`MAX_RULES`](crate::MAX_RULES). The
 //! client's rules keep their state words side by side in a frame
 //! (`crate::frame`): a drip rule its one word, a window rule its two (the
-//! start of its window and its counts), a `sliding-window` log its count
+//! start of its window and its counts; for a window of 2^62 ticks or
+//! more, its own `WindowWord`), a `sliding-window` log its count
 //! of entries, its latest entry and where its window began (four), over a
 //! ring that every frame of the client shares (`sliding_window::LogView`),
 //! so no step copies a log. A decision reads
@@ -31,8 +32,10 @@
 //! before its window is judged at the window's start, that much later; a
 //! log counts from the origin (kept in the state) and judges an earlier
 //! call at the origin, that much later (`Limiter::decide`'s `lag`). So
-//! every rule answers exactly what it would answer alone, and the limiter
-//! keeps no origin (`Origin = ()`).
+//! every rule answers exactly what it would answer alone (a drip rule's
+//! time stops at the clock's horizon, 2^62 − 1 ticks, as it does alone; a
+//! window rule's and a log's do not), and the limiter keeps no origin
+//! (`Origin = ()`).
 
 use std::sync::Arc;
 
@@ -64,6 +67,11 @@ pub struct Compound {
     strictest: usize,
 }
 
+/// From how long a window a window rule keeps its own `WindowWord`
+/// (`Part::LongWindow`): the judged view of a counter counts the window
+/// as its second, so `2W` must fit a `u64`.
+const LONG_WINDOW: u64 = 1 << 62;
+
 /// The words of the copies most decisions make (`check_within`).
 const SMALL_FRAME: usize = 8;
 
@@ -78,6 +86,10 @@ enum Part {
     /// [`WindowPair`](super::WindowPair) judges them: no division unless two
     /// or more windows passed.
     Window(WindowRule),
+    /// A window rule whose window is 2^62 ticks or more (146 years of
+    /// nanoseconds), where a counter's judged view would not fit a `u64`:
+    /// its own `WindowWord` (two words), counted from the origin, as alone.
+    LongWindow(WindowRule),
     /// `sliding-window`: the entries committed, the latest one and where
     /// its window began (four words), from the origin, over a ring of the
     /// client's.
@@ -88,7 +100,7 @@ impl Part {
     fn words(&self) -> usize {
         match self {
             Self::Drip(_) => 1,
-            Self::Window(_) => 2,
+            Self::Window(_) | Self::LongWindow(_) => 2,
             Self::Log(_) => 4,
         }
     }
@@ -96,7 +108,7 @@ impl Part {
     fn forgets_after(&self) -> u64 {
         match self {
             Self::Drip(rule) => rule.config().window(),
-            Self::Window(rule) => rule.forgets_after(),
+            Self::Window(rule) | Self::LongWindow(rule) => rule.forgets_after(),
             Self::Log(rule) => rule.forgets_after(),
         }
     }
@@ -181,6 +193,9 @@ impl Compound {
                 PolicyKind::SlidingWindow => Part::Log(SlidingWindow::new(rule.config())?),
                 _ => match (WordRule::new(*rule), WindowRule::new(*rule)) {
                     (Some(drip), _) => Part::Drip(drip),
+                    (None, Some(window)) if window.config().window() >= LONG_WINDOW => {
+                        Part::LongWindow(window)
+                    }
                     (None, Some(window)) => Part::Window(window),
                     // What the rule's own policy refuses (every other
                     // policy is a drip or a window rule).
@@ -229,8 +244,10 @@ impl Compound {
         )
     }
 
-    /// The window a call at `now` (stopped at the horizon) is judged in by
-    /// the window rule whose words begin at `at`.
+    /// The window a call at `now` is judged in by the window rule whose
+    /// words begin at `at`. The clock is not stopped at the horizon, as a
+    /// window rule alone does not stop it: its start and the call's time
+    /// are both at most 2^64 − 1, and `judge` adds in 128 bits.
     #[inline(always)]
     fn judged(rule: &WindowRule, words: &[u64], at: usize, now: u64) -> Judged {
         let width = rule.config().window();
@@ -244,7 +261,7 @@ impl Compound {
 
     /// The start of the window `judged`, as a frame keeps it: the end less
     /// a window, at most the later of the call's time and the stored
-    /// start, both below 2^63 (the clock stops at the horizon), so it fits.
+    /// start, both `u64`s, so it fits one.
     #[inline(always)]
     fn start_of(rule: &WindowRule, judged: Judged) -> u64 {
         (judged.end - u128::from(rule.config().window())) as u64
@@ -256,7 +273,7 @@ impl Compound {
     fn window_word(rule: &WindowRule, words: &[u64], at: usize, origin: u64) -> u128 {
         let counts = counts_of(words[at + 1]);
         crate::cell::WindowWord {
-            window: words[at].saturating_sub(schedule_time(origin)) / rule.config().window(),
+            window: words[at].saturating_sub(origin) / rule.config().window(),
             previous: counts.previous,
             current: counts.current,
         }
@@ -267,8 +284,8 @@ impl Compound {
     /// windows counted from `origin`.
     fn window_words(rule: &WindowRule, word: u128, origin: u64, words: &mut [u64], at: usize) {
         let word = crate::cell::WindowWord::unpack(word);
-        let start = u128::from(word.window) * u128::from(rule.config().window())
-            + u128::from(schedule_time(origin));
+        let start =
+            u128::from(word.window) * u128::from(rule.config().window()) + u128::from(origin);
         words[at] = u64::try_from(start).unwrap_or(u64::MAX);
         words[at + 1] = counts_word(Counts {
             previous: word.previous,
@@ -299,7 +316,6 @@ impl Compound {
                 step.decision
             }
             Part::Window(rule) => {
-                let now = schedule_time(now);
                 let judged = Self::judged(rule, words, at, now);
                 let (decision, counts) = rule.decide(judged, now, cost, true);
                 if let Some(counts) = counts {
@@ -307,6 +323,14 @@ impl Compound {
                     next[at + 1] = counts_word(counts);
                 }
                 decision
+            }
+            Part::LongWindow(rule) => {
+                let (since, lag) = since_origin(state.origin, now);
+                let step = rule.step(wide(words, at), since, cost, true);
+                if let Some(word) = step.next {
+                    put_wide(next, at, word);
+                }
+                lagged(step.decision, lag)
             }
             Part::Log(rule) => {
                 let (since, lag) = since_origin(state.origin, now);
@@ -333,8 +357,9 @@ impl Compound {
         let at = self.offsets[i];
         match &self.parts[i] {
             Part::Drip(rule) => Ok(rule.remaining(words[at], schedule_time(now))),
-            Part::Window(rule) => {
-                Ok(rule.remaining_in(Self::judged(rule, words, at, schedule_time(now))))
+            Part::Window(rule) => Ok(rule.remaining_in(Self::judged(rule, words, at, now))),
+            Part::LongWindow(rule) => {
+                Ok(rule.remaining(wide(words, at), since_origin(state.origin, now).0))
             }
             Part::Log(rule) => rule.view_remaining(
                 &self.view(i, state, words),
@@ -451,6 +476,7 @@ impl Compound {
             Part::Window(rule) => {
                 rule.spent(Self::window_word(rule, words, at, state.origin), since)
             }
+            Part::LongWindow(rule) => rule.spent(wide(words, at), since),
             Part::Log(rule) => rule.view_spent_at(&self.view(i, state, words), since),
         }
     }
@@ -469,6 +495,7 @@ impl Compound {
                 Part::Window(rule) => {
                     Self::window_words(rule, rule.spent_word(count, now), 0, &mut words, at);
                 }
+                Part::LongWindow(rule) => put_wide(&mut words, at, rule.spent_word(count, now)),
                 Part::Log(rule) => {
                     let (ring, log) = rule.view_spent(count, now);
                     rings.push(ring);
@@ -534,6 +561,9 @@ impl Policy for Compound {
                     &mut words,
                     at,
                 ),
+                Part::LongWindow(_) => {
+                    put_wide(&mut words, at, crate::cell::WindowWord::default().pack());
+                }
                 Part::Log(rule) => {
                     let (ring, log) = rule.view_begin();
                     rings.push(ring);
@@ -625,8 +655,11 @@ impl Policy for Compound {
                 match part {
                     Part::Drip(_) => WordRule::idle(words[at], schedule_time(now)),
                     Part::Window(rule) => {
-                        let judged = Self::judged(rule, words, at, schedule_time(now));
+                        let judged = Self::judged(rule, words, at, now);
                         judged.before == 0 && rule.idle_in(judged)
+                    }
+                    Part::LongWindow(rule) => {
+                        since.is_some_and(|since| rule.idle(wide(words, at), since))
                     }
                     Part::Log(rule) => since
                         .is_some_and(|since| rule.view_idle(&self.view(i, state, words), since)),
