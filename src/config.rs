@@ -178,6 +178,14 @@ pub enum ConfigError {
     /// Bounds that can only refuse everyone: a cap of 0 clients that
     /// rejects the ones without room ([`Bounds::validate`](crate::Bounds::validate)).
     RefusesEveryone,
+    /// A tier added twice to one registry
+    /// ([`Tiers::with_tier`](crate::tiers::Tiers::with_tier)): the second
+    /// would silently replace the first. A tier's rules change at run time
+    /// through [`Tiers::reload`](crate::tiers::Tiers::reload).
+    DuplicateTier {
+        /// The tier's name.
+        name: String,
+    },
     /// A rate given as a duration that the clock's tick cannot express
     /// within 0.1 %: the window is not close to a whole number of ticks,
     /// or (for the policies that drip) the interval `window / limit` is not.
@@ -253,6 +261,11 @@ impl fmt::Display for ConfigError {
                 f,
                 "{count} rules: a limiter applies between 1 and {} rules to each client",
                 crate::MAX_RULES
+            ),
+            ConfigError::DuplicateTier { name } => write!(
+                f,
+                "tier {name:?} is added twice: each tier is added once (the default tier \
+                 by `Tiers::new`), and its rules change through `reload`"
             ),
             ConfigError::RefusesEveryone => f.write_str(
                 "max_clients(0) with the overflow rule `reject` refuses every client: \

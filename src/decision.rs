@@ -32,7 +32,7 @@ use crate::Tick;
 ///     Ok(())
 /// }
 /// ```
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct Decision {
     /// Whether the request is admitted.
     pub(crate) allowed: bool,
@@ -56,6 +56,26 @@ pub struct Decision {
 /// wait of `u64::MAX` ticks is at least 584 years, which no client can be
 /// told to honour.
 pub(crate) const NEVER: u64 = u64::MAX;
+
+/// What the accessors answer, not the engine's words: a request that is
+/// never admitted shows `retry_after: None`, not 2^64 − 1 ticks.
+impl std::fmt::Debug for Decision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut debug = f.debug_struct("Decision");
+        debug
+            .field("allowed", &self.allowed())
+            .field("remaining", &self.remaining());
+        if !self.allowed() {
+            debug
+                .field("retry_after", &self.retry_after())
+                .field("refused_by", &self.refused_by());
+        }
+        if self.delay_ticks() != 0 {
+            debug.field("delay", &self.delay());
+        }
+        debug.field("tick", &self.tick()).finish()
+    }
+}
 
 impl Decision {
     /// An admitted request.
@@ -308,6 +328,25 @@ impl RuleAnswers {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Debug says what the accessors say: a request never admitted waits
+    /// `None`, not 2^64 − 1 ticks; an admission shows no wait at all.
+    #[test]
+    fn debug_says_never_as_none() {
+        let never = format!("{:?}", Decision::never_admitted(3));
+        assert!(never.contains("retry_after: None"), "{never}");
+        assert!(!never.contains(&u64::MAX.to_string()), "{never}");
+        let refused = format!(
+            "{:?}",
+            Decision::reject(0, 1_500).in_ticks(Tick::MILLISECOND)
+        );
+        assert!(refused.contains("retry_after: Some(1.5s)"), "{refused}");
+        let admitted = format!("{:?}", Decision::admit(7));
+        assert!(
+            admitted.contains("remaining: 7") && !admitted.contains("retry_after"),
+            "{admitted}"
+        );
+    }
 
     #[test]
     fn durations_follow_the_tick_and_seconds_round_up() {

@@ -41,13 +41,17 @@
 //!
 //! # In an HTTP service
 //!
-//! Build one limiter at start-up, share it (the `Arc` that `build` gives:
-//! clone it, or a `static`) with
-//! every handler, key it by what identifies a client (its IP address, an API
-//! key), and answer a rejection with `429 Too Many Requests` and
-//! `Retry-After: retry_after_secs()`. With the cargo feature `tokio`,
-//! `floodgate::wait` waits for an admission instead of refusing, and sleeps
-//! the leaky bucket's delay.
+//! The cargo feature `http` gives `floodgate::http::RateLimitLayer`, a
+//! tower layer (axum, hyper, tonic) that keys each request (the peer's
+//! address, a header, an extension), asks the limiter once, and answers a
+//! refusal itself: `429 Too Many Requests` with `Retry-After` and the IETF
+//! `RateLimit` headers, a per-route cost where a route costs more
+//! (`README.md`, "In an axum service"). Without it: build one limiter at
+//! start-up, share it (the `Arc` that `build` gives: clone it, or a
+//! `static`) with every handler, key it by what identifies a client, and
+//! answer a rejection with `429` and `Retry-After: retry_after_secs()`.
+//! With `tokio` (which `http` brings), `floodgate::wait` waits for an
+//! admission instead of refusing, and sleeps the leaky bucket's delay.
 //!
 //! # Policies
 //!

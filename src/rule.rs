@@ -120,6 +120,18 @@ pub enum RuleProblem {
     Count(String),
     /// The window's unit is not one of the units.
     Unit(String),
+    /// The window is a number with no unit (`1`): a unit says how long.
+    NoUnit(String),
+    /// The window is longer than the policy keeps: 2^64 − 1 nanoseconds
+    /// (about 584 years), or 2^62 for the policies that drip.
+    WindowTooLong {
+        /// The window as written.
+        window: String,
+        /// The longest window the policy takes, in whole days.
+        longest_days: u64,
+    },
+    /// A comma after a rule: several rules are a [`RuleSet`].
+    Comma,
     /// The window has a fraction (`1.5s`): windows are whole units. Says
     /// the same window in a smaller unit, when there is one (`1500ms`).
     Fraction {
@@ -170,6 +182,24 @@ impl fmt::Display for RuleError {
                 f,
                 "unknown unit {unit:?} (the units are ns, us, ms, s, m, h, d and ticks)"
             ),
+            RuleProblem::NoUnit(window) => write!(
+                f,
+                "the window {window:?} needs a unit, such as 1s, 500ms or 2m (the units \
+                 are ns, us, ms, s, m, h, d and ticks)"
+            ),
+            RuleProblem::WindowTooLong {
+                window,
+                longest_days,
+            } => write!(
+                f,
+                "the window {window:?} is too long: this policy keeps at most \
+                 {longest_days}d (about {} years)",
+                longest_days * 4 / 1461
+            ),
+            RuleProblem::Comma => f.write_str(
+                "a rule ends at its window's unit; several rules are a rule set, joined by \
+                 commas (RuleSet, or --rules)",
+            ),
             RuleProblem::Config(error) => write!(f, "{error}"),
             RuleProblem::NoRule => f.write_str(
                 "expected POLICY:LIMIT/WINDOW, e.g. gcra:100/1s (no rule here; several \
@@ -213,6 +243,11 @@ impl FromStr for Rule {
                 .trim_start_matches(|c: char| c.is_ascii_digit())
                 .len();
         let (count, unit) = window.split_at(digits);
+        if count.is_empty() && !window.starts_with(char::is_alphabetic) {
+            // `-1s`, `+1s`, `.5s`: not a whole number (a bare unit, `/s`,
+            // is one of it).
+            return Err(fail(window_at, RuleProblem::Count(window.into())));
+        }
         let count = if count.is_empty() {
             1
         } else {
@@ -220,6 +255,12 @@ impl FromStr for Rule {
         };
         let unit_at = window_at + digits;
         let unit = unit.trim();
+        if let Some(comma) = unit.find(',') {
+            return Err(fail(unit_at + comma, RuleProblem::Comma));
+        }
+        if unit.is_empty() {
+            return Err(fail(unit_at, RuleProblem::NoUnit(window.into())));
+        }
         if let Some(fraction) = unit.strip_prefix('.') {
             return Err(fail(window_at, fractional(window, digits, fraction)));
         }
@@ -228,23 +269,28 @@ impl FromStr for Rule {
         } else {
             let nanos_per = unit_nanos(unit)
                 .ok_or_else(|| fail(unit_at, RuleProblem::Unit(unit.to_owned())))?;
-            let span = u128::from(count) * u128::from(nanos_per);
-            let span = u64::try_from(span / 1_000_000_000)
-                .map(|secs| Duration::new(secs, (span % 1_000_000_000) as u32))
-                .map_err(|_| {
-                    fail(
-                        window_at,
-                        RuleProblem::Config(ConfigError::WindowTooLong {
-                            window: span,
-                            max: u64::MAX,
-                        }),
-                    )
-                })?;
-            Config::per(limit, span)
+            let span = u64::try_from(u128::from(count) * u128::from(nanos_per))
+                .map_err(|_| fail(window_at, too_long(window, u64::MAX)))?;
+            Config::per(limit, Duration::from_nanos(span))
         };
+        let in_ticks = unit == "ticks" || unit == "tick";
         config
             .and_then(|config| Rule::new(policy, config))
-            .map_err(|error| fail(limit_at, RuleProblem::Config(error)))
+            .map_err(|error| match error {
+                // Said in the units written, not in nanoseconds.
+                ConfigError::WindowTooLong { max, .. } if !in_ticks => {
+                    fail(window_at, too_long(window, max))
+                }
+                error => fail(limit_at, RuleProblem::Config(error)),
+            })
+    }
+}
+
+/// The problem with a window longer than `max_nanos`, as written.
+fn too_long(window: &str, max_nanos: u64) -> RuleProblem {
+    RuleProblem::WindowTooLong {
+        window: window.to_owned(),
+        longest_days: max_nanos / 86_400_000_000_000,
     }
 }
 
@@ -455,12 +501,15 @@ impl FromStr for RuleSet {
     /// that rule; for too many rules, the whole text.
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         let mut rules = Vec::new();
+        let mut at = 0;
         for part in text.split(',') {
+            let start = at;
+            at += part.len() + 1;
             let part = part.trim();
             if part.is_empty() {
                 return Err(RuleError {
                     text: text.to_owned(),
-                    at: 0,
+                    at: start,
                     problem: RuleProblem::NoRule,
                 });
             }
@@ -549,6 +598,39 @@ mod tests {
         assert!(matches!(problem("gcr:1/1s"), (0, RuleProblem::Policy(_))));
         assert_eq!(problem("gcra:-1/1s"), (5, RuleProblem::Limit("-1".into())));
         assert_eq!(problem("gcra:1/1x"), (8, RuleProblem::Unit("x".into())));
+        // A number with no unit, a sign, a comma after the rule, and a
+        // window past 2^64 − 1 ns: each said as written, where it is.
+        assert_eq!(problem("gcra:5/1"), (8, RuleProblem::NoUnit("1".into())));
+        assert_eq!(problem("gcra:5/-1s"), (7, RuleProblem::Count("-1s".into())));
+        assert_eq!(problem("gcra:5/1s,"), (9, RuleProblem::Comma));
+        let too_long = |window: &str, longest_days| RuleProblem::WindowTooLong {
+            window: window.into(),
+            longest_days,
+        };
+        assert_eq!(
+            problem("fixed-window:5/1000000d"),
+            (15, too_long("1000000d", 213_503))
+        );
+        // The policies that drip keep 2^62 ns.
+        assert_eq!(problem("gcra:5/53376d"), (7, too_long("53376d", 53_375)));
+        // The longest windows that fit are taken, and a bare unit is one.
+        assert!("fixed-window:5/213503d".parse::<Rule>().is_ok());
+        assert!("gcra:5/53375d".parse::<Rule>().is_ok());
+        assert!("gcra:5/s".parse::<Rule>().is_ok());
+        let said = |text: &str| text.parse::<Rule>().unwrap_err().to_string();
+        assert!(
+            said("gcra:5/1").contains("needs a unit"),
+            "{}",
+            said("gcra:5/1")
+        );
+        assert!(
+            said("gcra:5/1000000d").contains(
+                "\"1000000d\" is too long: this policy keeps at most 213503d (about 584 years)"
+            ),
+            "{}",
+            said("gcra:5/1000000d")
+        );
+        assert!(said("gcra:5/1s,").contains("joined by commas"));
         assert_eq!(
             problem("gcra:0/1s"),
             (
@@ -587,7 +669,10 @@ mod rule_set_tests {
         let error = "gcra:10/1s,gcra:0/1s".parse::<RuleSet>().unwrap_err();
         assert_eq!((error.text.as_str(), error.at), ("gcra:0/1s", 5));
         let empty = "gcra:10/1s,,gcra:1/1s".parse::<RuleSet>().unwrap_err();
-        assert_eq!(empty.problem, RuleProblem::NoRule);
+        assert_eq!((empty.at, empty.problem), (11, RuleProblem::NoRule));
+        // A trailing comma: nothing after it, said where it is.
+        let trailing = "gcra:5/1s,".parse::<RuleSet>().unwrap_err();
+        assert_eq!((trailing.at, trailing.problem), (10, RuleProblem::NoRule));
         assert_eq!(
             "".parse::<RuleSet>().unwrap_err().problem,
             RuleProblem::NoRule

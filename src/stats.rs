@@ -26,7 +26,8 @@ use crate::{Decision, Overflow};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Stats {
-    /// Requests admitted (0 unless the limiter counts its decisions).
+    /// Requests admitted (0 unless the limiter counts its decisions:
+    /// `decisions_counted`).
     pub admitted: u64,
     /// Requests rejected (0 unless the limiter counts its decisions).
     pub rejected: u64,
@@ -47,6 +48,11 @@ pub struct Stats {
     pub rebuilds: u64,
     /// Sweeps run (on arrivals, at the cap, or asked for).
     pub sweeps: u64,
+    /// Whether the decisions were counted: `false` means `admitted`,
+    /// `rejected`, their units and `overflowed` read 0 because the limiter
+    /// was built without [`Builder::counting`](crate::Builder::counting),
+    /// not because nothing was decided. A sum is counted if any part was.
+    pub decisions_counted: bool,
 }
 
 impl Stats {
@@ -69,6 +75,7 @@ impl std::ops::AddAssign for Stats {
         self.forgotten += other.forgotten;
         self.rebuilds += other.rebuilds;
         self.sweeps += other.sweeps;
+        self.decisions_counted |= other.decisions_counted;
     }
 }
 
@@ -309,6 +316,7 @@ impl Counters {
 
     /// The decisions' part of a snapshot.
     pub(crate) fn fill(&self, stats: &mut Stats) {
+        stats.decisions_counted = true;
         let (mut admitted_extra, mut rejected_extra) = (0u64, 0u64);
         for stripe in self.stripes.iter().chain([&self.shared]) {
             stats.rejected += stripe.decided[0].load(Ordering::Relaxed);

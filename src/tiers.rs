@@ -456,22 +456,31 @@ where
         self
     }
 
-    /// Adds tier `name` (or replaces its rule, if it has no clients yet).
+    /// Adds tier `name`.
     ///
     /// # Errors
     ///
-    /// A [`ConfigError`] if `spec` does not fit the clock's tick.
+    /// A [`ConfigError`] if `spec` does not fit the clock's tick, or
+    /// [`ConfigError::DuplicateTier`] if the registry has a tier of that
+    /// name already (the default tier included): a second would silently
+    /// replace the first. Rules change at run time through
+    /// [`reload`](Self::reload).
     pub fn with_tier(self, name: &str, spec: TierSpec) -> Result<Self, ConfigError> {
         self.with_tier_rules(name, spec.into())
     }
 
-    /// Adds tier `name` applying every rule of `rules` to each client (or
-    /// replaces its rules, if it has no clients yet).
+    /// Adds tier `name` applying every rule of `rules` to each client.
     ///
     /// # Errors
     ///
-    /// A [`ConfigError`] if a rule does not fit the clock's tick.
+    /// A [`ConfigError`] if a rule does not fit the clock's tick, or
+    /// [`ConfigError::DuplicateTier`] as [`with_tier`](Self::with_tier).
     pub fn with_tier_rules(mut self, name: &str, rules: RuleSet) -> Result<Self, ConfigError> {
+        if self.tiers.contains_key(name) {
+            return Err(ConfigError::DuplicateTier {
+                name: name.to_owned(),
+            });
+        }
         let spec = rules.in_ticks_of(self.tick)?;
         self.tiers
             .insert(name.to_owned(), Tier::new(spec, self.bounds, self.counting));

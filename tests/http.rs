@@ -878,3 +878,18 @@ async fn a_server_without_peer_addresses_is_a_500() {
     }
     assert_eq!(limiter.tracked_clients(), 0);
 }
+
+/// The `http` feature brings `floodgate::wait` with it: a service that
+/// limits requests may also wait for an admission, with no second feature
+/// to find.
+#[tokio::test]
+async fn the_http_feature_brings_waiting() {
+    use floodgate::policy::Policy as _;
+    let limiter = floodgate::Limiter::with_clock(
+        floodgate::policy::Gcra::new(floodgate::Config::per_ticks(1, 1_000).unwrap()).unwrap(),
+        floodgate::ManualClock::new(0),
+    )
+    .unwrap();
+    let admitted = floodgate::wait::until_ready(&limiter, &1u64).await;
+    assert!(admitted.is_ok_and(|decision| decision.allowed()));
+}

@@ -101,9 +101,26 @@ fn a_limiter_that_does_not_count_decisions_still_counts_its_store() {
     }
     let stats = limiter.stats().unwrap();
     assert_eq!(stats.decided(), 0);
+    // ...and says so: 0 because nothing counted, not because nothing came.
+    assert!(!stats.decisions_counted);
     assert_eq!(stats.created, 1_000);
     // Growing from 64 slots to hold 1,000 clients takes rebuilds.
     assert!(stats.rebuilds >= 4, "{stats:?}");
+    let counting = Builder::new(PolicyKind::Gcra, 5, Duration::from_secs(1))
+        .clock(ManualClock::new(0))
+        .counting(true)
+        .build::<u64>()
+        .unwrap();
+    assert!(
+        counting.stats().unwrap().decisions_counted,
+        "before any decision too"
+    );
+    let mutex = Builder::new(PolicyKind::Gcra, 5, Duration::from_secs(1))
+        .engine(Engine::Mutex)
+        .clock(ManualClock::new(0))
+        .build::<u64>()
+        .unwrap();
+    assert!(!mutex.stats().unwrap().decisions_counted);
 }
 
 /// Four threads deciding at a frozen clock: every decision is counted once.

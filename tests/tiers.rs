@@ -327,3 +327,45 @@ fn each_tier_is_capped_with_its_overflow_rule() {
         assert_eq!(tiers.remaining("amy"), left, "{rule}");
     }
 }
+
+/// A tier added twice is an error that names it, the default tier too: a
+/// second `with_tier` would have replaced the first without a word.
+#[test]
+fn a_tier_added_twice_is_refused_by_name() {
+    let clock = ManualClock::new(0);
+    let twice = Tiers::<String, _, _>::with_clock(
+        "free",
+        spec(PolicyKind::Gcra, 10, 1_000),
+        by_prefix,
+        clock.clone(),
+    )
+    .unwrap()
+    .with_tier("premium", spec(PolicyKind::Gcra, 100, 1_000))
+    .unwrap()
+    .with_tier("premium", spec(PolicyKind::Gcra, 1_000, 1_000));
+    let Err(error) = twice else {
+        panic!("a second premium tier was taken");
+    };
+    assert_eq!(
+        error,
+        floodgate::ConfigError::DuplicateTier {
+            name: "premium".into()
+        }
+    );
+    assert!(
+        error.to_string().contains("\"premium\" is added twice"),
+        "{error}"
+    );
+    let default_again = Tiers::<String, _, _>::with_clock(
+        "free",
+        spec(PolicyKind::Gcra, 10, 1_000),
+        by_prefix,
+        clock,
+    )
+    .unwrap()
+    .with_tier("free", spec(PolicyKind::Gcra, 20, 1_000));
+    assert!(matches!(
+        default_again,
+        Err(floodgate::ConfigError::DuplicateTier { .. })
+    ));
+}

@@ -303,8 +303,14 @@ fn rules_limiter(args: &Args) -> Result<Arc<dyn RateLimiter<str>>, String> {
     .into_iter()
     .find_map(|(flag, given)| given.then_some(flag));
     if let Some(flag) = clash {
+        // The window flag named as the user wrote it.
+        let window = if args.window.is_some() {
+            "--window"
+        } else {
+            "--window-ms"
+        };
         return Err(format!(
-            "{named}: a rule replaces --policy, --limit and --window-ms, so it does not go \
+            "{named}: a rule replaces --policy, --limit and {window}, so it does not go \
              with {flag}; give either --rule (one or more) or those three"
         ));
     }

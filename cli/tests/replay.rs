@@ -1091,6 +1091,16 @@ fn a_rule_that_clashes_or_does_not_parse_is_refused_by_name() {
         assert_refused(&options, "--rule gcra:10/1s --rule fixed-window:100/1h");
         assert_refused(&options, clash[0]);
     }
+    // The message names the window flag as it was written.
+    let run = floodgate(
+        &["replay", "--rule", "gcra:10/1s", "--window", "1s"],
+        "allow a 0\n",
+    );
+    assert!(
+        run.stderr.contains("--limit and --window,") && !run.stderr.contains("--window-ms"),
+        "{}",
+        run.stderr
+    );
     for (rule, why) in [
         (
             "gcra:10/1000",
