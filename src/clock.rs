@@ -149,7 +149,9 @@ impl QuantaClock {
 
 /// A clock that costs one load per read: nanoseconds, like
 /// [`QuantaClock`], but read from the time `quanta`'s upkeep thread stores
-/// every `resolution` ([`quanta::Clock::recent`]) instead of from the
+/// every `resolution`
+/// ([`quanta::Clock::recent`](https://docs.rs/quanta/0.12/quanta/struct.Clock.html#method.recent))
+/// instead of from the
 /// time-stamp counter. A TSC read and its scaling are a third of a hot
 /// check; this read is a few instructions.
 ///

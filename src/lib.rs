@@ -103,7 +103,9 @@
 //! collect pays the barrier, with Linux's `membarrier`). A known client's
 //! check never waits for a move; a new client's arrival during one waits at
 //! most for another arrival's step before it takes its own. [`Tiers`](tiers::Tiers)
-//! keep their clients in an [`scc::HashIndex`] (lock-free look-ups; one
+//! keep their clients in an
+//! [`scc::HashIndex`](https://docs.rs/scc/3/scc/hash_index/struct.HashIndex.html)
+//! (lock-free look-ups; one
 //! bucket lock to create a client, to carry one over after its tier's rule
 //! changed, and for [`RateLimiter::forget`]). The policies on 128-bit
 //! words are lock-free where the machine has a 16-byte compare-and-swap

@@ -86,6 +86,15 @@ macro_rules! forward_rate_limiter {
         fn check_ruled_n_at(&self, key: &Q, now: u64, cost: u64) -> RuledDecision<'_> {
             (**self).check_ruled_n_at(key, now, cost)
         }
+        fn check_ruled_in_n_at(
+            &self,
+            tier: &str,
+            key: &Q,
+            now: u64,
+            cost: u64,
+        ) -> RuledDecision<'_> {
+            (**self).check_ruled_in_n_at(tier, key, now, cost)
+        }
         #[inline]
         fn check_n_at(&self, key: &Q, now: u64, cost: u64) -> Decision {
             (**self).check_n_at(key, now, cost)
@@ -329,6 +338,31 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
             policy: self.policy(),
             config: self.config(),
             refused_unknown_tier: false,
+            each: RuleAnswers::default(),
+        }
+    }
+
+    /// [`check_ruled_n_at`](Self::check_ruled_n_at) in the tier named
+    /// `tier`, known from the request itself (a plan header a trusted
+    /// gateway sets, an extension an authentication layer added) rather
+    /// than from the key: what the HTTP layer's `tier_from` asks (feature
+    /// `http`). A registry of [`Tiers`](crate::tiers::Tiers) answers a name it
+    /// lacks as it answers its resolver's: counted, logged once per name,
+    /// and answered by the default tier or refused
+    /// ([`reject_unknown_tiers`](crate::tiers::Tiers::reject_unknown_tiers)).
+    ///
+    /// A limiter without tiers (this default) has no name to match: it
+    /// refuses the call as a tier it lacks (`refused_unknown_tier`, never
+    /// admitted), so a tier chosen for a limiter that cannot apply it is an
+    /// error the layer answers `500`, not a silent fallback.
+    fn check_ruled_in_n_at(&self, tier: &str, key: &Q, now: u64, cost: u64) -> RuledDecision<'_> {
+        let _ = (tier, key, now, cost);
+        RuledDecision {
+            decision: Decision::reject(0, NEVER),
+            tier: None,
+            policy: self.policy(),
+            config: self.config(),
+            refused_unknown_tier: true,
             each: RuleAnswers::default(),
         }
     }

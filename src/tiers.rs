@@ -345,7 +345,7 @@ where
     /// use floodgate::tiers::{ByTable, Tiers};
     ///
     /// let plans = ByTable::new([("acme".to_owned(), "premuim")], "free");
-    /// let tiers: Tiers<String, _> = Tiers::new("free", "gcra:10/1s".parse()?, plans)
+    /// let tiers = Tiers::new("free", "gcra:10/1s".parse()?, plans)
     ///     .with_tier("premium", "gcra:100/1s".parse()?)?;
     /// let refused = tiers.checked().unwrap_err();
     /// assert_eq!(refused.name, "premuim");
@@ -361,12 +361,16 @@ where
     }
 }
 
-impl<K, R> Tiers<K, R, QuantaClock>
-where
-    K: Hash + Eq + Clone + 'static,
-{
-    /// A registry whose tier `default_tier` applies `spec`, on the default
-    /// clock (nanoseconds). Add tiers with [`with_tier`](Self::with_tier).
+impl<R> Tiers<String, R, QuantaClock> {
+    /// A registry of clients keyed by `String` (API keys, user ids: looked
+    /// up by `&str`), whose tier `default_tier` applies `spec`, on the
+    /// default clock (nanoseconds). Add tiers with
+    /// [`with_tier`](Self::with_tier).
+    ///
+    /// The key type is fixed here so that nothing else has to name it;
+    /// for other keys (`u64`, `IpAddr`) name it with
+    /// [`with_clock`](Tiers::with_clock):
+    /// `Tiers::<u64, _>::with_clock("free", spec, resolver, QuantaClock::new())`.
     pub fn new(default_tier: &str, spec: TierSpec, resolver: R) -> Self {
         Self::empty(default_tier, resolver, QuantaClock::new()).with_default(spec.into())
     }
@@ -537,9 +541,20 @@ where
         sum
     }
 
-    /// Refuses the calls whose resolver names a tier the registry lacks
-    /// (`retry_after` `u64::MAX`: they can never be admitted), instead of
-    /// answering them by the default tier. Either way they are counted.
+    /// Refuses the calls whose resolver (or the request, through
+    /// [`RateLimiter::check_ruled_in_n_at`]) names a tier the registry
+    /// lacks (`retry_after` `u64::MAX`: they can never be admitted; the
+    /// HTTP layer answers `500` naming the tier), instead of answering them
+    /// by the default tier.
+    ///
+    /// Either way they are counted
+    /// ([`unknown_tier_calls`](Self::unknown_tier_calls)) and each name is
+    /// logged the first time it is seen, as a `tracing` warning, for the
+    /// first 64 names: a log only a subscriber prints
+    /// (`tracing_subscriber::fmt().init()`). Without one, a misspelt tier
+    /// answered by the default tier is silent but for the count and the
+    /// headers, which name the default tier: refuse unknown tiers here to
+    /// make it loud.
     #[must_use]
     pub fn reject_unknown_tiers(mut self) -> Self {
         self.reject_unknown = true;
@@ -712,6 +727,14 @@ where
         R: Resolver<Q>,
     {
         let name = self.resolver.tier(key);
+        self.tier_named(name)
+    }
+
+    /// The tier named `name` and its name, as `tier_of` answers a
+    /// resolver's name: an unknown one counted, logged once, and answered
+    /// by the default tier or refused.
+    #[inline]
+    fn tier_named(&self, name: TierName<'_>) -> Result<(&str, &Tier<K>, Option<String>), String> {
         match self.tiers.get_key_value(&*name) {
             Some((name, tier)) => Ok((name, tier, None)),
             None => self.unknown_tier_of(name.into_owned()),
@@ -841,7 +864,37 @@ where
         K: Borrow<Q>,
         R: Resolver<Q>,
     {
-        match self.tier_of(key) {
+        self.tiered_on(self.tier_of(key), key, now, cost)
+    }
+
+    /// A tiered decision as the headers describe it.
+    fn ruled<'a>(&self, tiered: TieredDecision<'a>) -> RuledDecision<'a> {
+        RuledDecision {
+            decision: tiered.decision,
+            tier: Some(tiered.tier),
+            policy: tiered.rule.policy(),
+            config: tiered.rule.config(),
+            // An unknown name is refused exactly when the registry rejects
+            // unknown tiers (else the default tier answered).
+            refused_unknown_tier: tiered.unknown.is_some() && self.reject_unknown,
+            each: crate::RuleAnswers::default(),
+        }
+    }
+
+    /// The decision in the tier `found` (`tier_of`'s answer, or
+    /// `tier_named`'s).
+    fn tiered_on<'a, Q>(
+        &'a self,
+        found: Result<(&'a str, &'a Tier<K>, Option<String>), String>,
+        key: &Q,
+        now: u64,
+        cost: u64,
+    ) -> TieredDecision<'a>
+    where
+        Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
+        K: Borrow<Q>,
+    {
+        match found {
             Ok((name, tier, unknown)) => {
                 // The rule the call meets: read before the call, so a reload
                 // in between shows the older one.
@@ -989,18 +1042,18 @@ where
         self.check_ruled_n_at(key, now, 1)
     }
 
+    /// The tier named, not the resolver's: see
+    /// [`RateLimiter::check_ruled_in_n_at`]. An unknown name is counted in
+    /// [`unknown_tier_calls`](Tiers::unknown_tier_calls) and logged once,
+    /// as a resolver's is.
+    fn check_ruled_in_n_at(&self, tier: &str, key: &Q, now: u64, cost: u64) -> RuledDecision<'_> {
+        let tiered = self.tiered_on(self.tier_named(TierName::Borrowed(tier)), key, now, cost);
+        self.ruled(tiered)
+    }
+
     fn check_ruled_n_at(&self, key: &Q, now: u64, cost: u64) -> RuledDecision<'_> {
         let tiered = self.check_tiered_n_at(key, now, cost);
-        RuledDecision {
-            decision: tiered.decision,
-            tier: Some(tiered.tier),
-            policy: tiered.rule.policy(),
-            config: tiered.rule.config(),
-            // An unknown name is refused exactly when the registry rejects
-            // unknown tiers (else the default tier answered).
-            refused_unknown_tier: tiered.unknown.is_some() && self.reject_unknown,
-            each: crate::RuleAnswers::default(),
-        }
+        self.ruled(tiered)
     }
 }
 

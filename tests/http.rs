@@ -850,8 +850,104 @@ async fn an_unknown_tier_refused_is_the_servers_500() {
     assert_eq!(misspelt.header("retry-after"), None);
     assert_eq!(misspelt.header("ratelimit"), None);
     assert_eq!(misspelt.header("ratelimit-policy"), None);
+    assert!(
+        misspelt.body.contains("add the tier (Tiers::with_tier)"),
+        "{}",
+        misspelt.body
+    );
     let free = get_with(address, "/", &[("x-api-key", "anon")]).await;
     assert_eq!(free.status, StatusCode::OK);
+}
+
+/// The registry of the issue's proxy example: `free` 2 an hour, `premium`
+/// 5, the tier named by the request.
+fn plans() -> Tiers<String, impl floodgate::tiers::Resolver<str>, ManualClock> {
+    Tiers::with_clock(
+        "free",
+        "gcra:2/1h".parse().unwrap(),
+        |_: &str| "free",
+        ManualClock::new(0),
+    )
+    .unwrap()
+    .with_tier("premium", "gcra:5/1h".parse().unwrap())
+    .unwrap()
+}
+
+/// How many of `tries` requests of `key` naming `plan` (if any) get
+/// through, and the last answer's `RateLimit-Policy`.
+async fn admitted_of(
+    address: SocketAddr,
+    key: &str,
+    plan: Option<&str>,
+    tries: usize,
+) -> (usize, Option<String>) {
+    let mut admitted = 0;
+    let mut policy = None;
+    for _ in 0..tries {
+        let mut headers = vec![("x-key", key)];
+        headers.extend(plan.map(|plan| ("x-plan", plan)));
+        let answer = get_with(address, "/", &headers).await;
+        admitted += usize::from(answer.status == StatusCode::OK);
+        policy = answer.header("ratelimit-policy").map(str::to_owned);
+    }
+    (admitted, policy)
+}
+
+/// The request names its tier: each plan gets its own limit and its
+/// headers name it; a misspelt plan is counted and answered by the default
+/// tier, which its headers then name; no plan at all is the resolver's
+/// choice.
+#[tokio::test]
+async fn the_request_chooses_its_tier() {
+    let tiers = std::sync::Arc::new(plans());
+    let layer = RateLimitLayer::new(tiers.clone(), Header::new("x-key")).tier_header("x-plan");
+    let address = serve(app(layer)).await;
+    let free = admitted_of(address, "a", Some("free"), 4).await;
+    assert_eq!(free, (2, Some(r#""free";q=2;w=3600"#.to_owned())));
+    let premium = admitted_of(address, "b", Some("premium"), 7).await;
+    assert_eq!(premium, (5, Some(r#""premium";q=5;w=3600"#.to_owned())));
+    let misspelt = admitted_of(address, "c", Some("premum"), 4).await;
+    assert_eq!(misspelt, (2, Some(r#""free";q=2;w=3600"#.to_owned())));
+    assert_eq!(tiers.unknown_tier_calls(), 4);
+    let unnamed = admitted_of(address, "d", None, 3).await;
+    assert_eq!(unnamed.0, 2);
+    // The tier named is the state's: client "b" has none in "free" yet.
+    assert_eq!(admitted_of(address, "b", Some("free"), 3).await.0, 2);
+}
+
+/// A tier named for a registry that refuses unknown ones, or for a
+/// limiter without tiers, is the server's 500, saying what to fix.
+#[tokio::test]
+async fn a_named_tier_that_cannot_apply_is_a_500_saying_what_to_fix() {
+    let strict = plans().reject_unknown_tiers();
+    let address = serve(app(
+        RateLimitLayer::new(strict, Header::new("x-key")).tier_header("x-plan")
+    ))
+    .await;
+    let misspelt = get_with(address, "/", &[("x-key", "a"), ("x-plan", "premum")]).await;
+    assert_eq!(misspelt.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(
+        misspelt.body.contains(r#"no tier "premum""#),
+        "{}",
+        misspelt.body
+    );
+    assert_eq!(misspelt.header("ratelimit"), None);
+    let known = get_with(address, "/", &[("x-key", "a"), ("x-plan", "premium")]).await;
+    assert_eq!(known.status, StatusCode::OK);
+
+    let untiered = Builder::new(PolicyKind::Gcra, 10, Duration::from_secs(1))
+        .clock(ManualClock::new(0))
+        .build::<str>()
+        .unwrap();
+    let address = serve(app(
+        RateLimitLayer::new(untiered, Header::new("x-key")).tier_header("x-plan")
+    ))
+    .await;
+    let named = get_with(address, "/", &[("x-key", "a"), ("x-plan", "free")]).await;
+    assert_eq!(named.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(named.body.contains("has no tiers"), "{}", named.body);
+    let unnamed = get_with(address, "/", &[("x-key", "a")]).await;
+    assert_eq!(unnamed.status, StatusCode::OK);
 }
 
 /// A server that gives no peer address is misconfigured, whatever the
@@ -873,7 +969,10 @@ async fn a_server_without_peer_addresses_is_a_500() {
         assert_eq!(answer.status, StatusCode::INTERNAL_SERVER_ERROR);
         assert_eq!(
             answer.body,
-            "Internal Server Error: the rate limiter cannot key requests: see the server's log\n"
+            "Internal Server Error: the rate limiter cannot key requests: the server did not \
+             give the peer's address: with axum, serve \
+             `app.into_make_service_with_connect_info::<SocketAddr>()`; with hyper, insert the \
+             connection's `SocketAddr` in each request's extensions\n"
         );
     }
     assert_eq!(limiter.tracked_clients(), 0);

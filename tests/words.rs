@@ -124,11 +124,12 @@ fn a_misspelt_tier_warns_once_per_name() {
     assert_eq!(tiers.unknown_tier_calls(), 1_004);
 }
 
-/// `checked` on a table resolver needs no type annotations but the key's.
+/// A registry made by `new` names no type: its keys are `String`, so
+/// `with_tier` and `checked` compile before anything looks a client up.
 #[test]
 fn a_table_resolver_is_checked_without_turbofish() {
     let plans = ByTable::new([("acme".to_owned(), "premium")], "free");
-    let tiers: Tiers<String, _> = Tiers::new("free", "gcra:10/1s".parse().unwrap(), plans)
+    let tiers = Tiers::new("free", "gcra:10/1s".parse().unwrap(), plans)
         .with_tier("premium", "gcra:100/1s".parse().unwrap())
         .unwrap()
         .checked()

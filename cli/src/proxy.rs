@@ -29,9 +29,10 @@ use floodgate::http::{
     AsyncLimiter, ForwardedIp, Global, Header, Key, KeyExtractor, MissingKey, Parts, PeerIp,
     RateLimitLayer, DEFAULT_IPV6_PREFIX,
 };
+use floodgate::tiers::Tiers;
 use floodgate::{
-    Bounds, Builder, Config, ConfigError, Decision, Overflow, PolicyKind, RateLimiter, Rule,
-    RuleSet, RuledDecision, MAX_RULES,
+    Bounds, Builder, Config, ConfigError, Decision, Overflow, PolicyKind, QuantaClock, RateLimiter,
+    Rule, RuleSet, RuledDecision, MAX_RULES,
 };
 use floodgate_cli::args::{
     explain, parse_count, parse_duration, parse_in, parse_limit, parse_overflow, parse_policy,
@@ -62,7 +63,7 @@ const STATS_EVERY: Duration = Duration::from_secs(5);
 #[command(after_help = AFTER_HELP)]
 // One of --policy (with --limit and --window) or --rule: a missing quota
 // is refused naming both.
-#[command(group = clap::ArgGroup::new("quota").args(["policy", "rule"]).required(true).multiple(false))]
+#[command(group = clap::ArgGroup::new("quota").args(["policy", "rule", "tier"]).required(true).multiple(false))]
 pub struct Args {
     /// The address to listen on, IP:PORT (port 0: any free port, printed).
     #[arg(long, value_name = "ADDR", value_parser = Checked(parse_listen))]
@@ -77,18 +78,18 @@ pub struct Args {
     /// sliding-window, sliding-window-counter or gcra. leaky-bucket delays
     /// requests within its tolerance instead of rejecting them.
     #[arg(long, value_name = "NAME", value_parser = Checked(parse_policy),
-          required_unless_present = "rule")]
+          required_unless_present_any = ["rule", "tier"])]
     policy: Option<PolicyKind>,
 
     /// Requests admitted per window, per client.
     #[arg(long, value_name = "L", value_parser = Checked(parse_limit),
-          required_unless_present = "rule")]
+          required_unless_present_any = ["rule", "tier"])]
     limit: Option<u64>,
 
     /// The window: a whole number and a unit, such as 1s, 500ms or 2m
     /// (units ns, us, ms, s, m, h, d).
     #[arg(long, value_name = "DURATION", value_parser = Checked(parse_duration),
-          required_unless_present = "rule")]
+          required_unless_present_any = ["rule", "tier"])]
     window: Option<Span>,
 
     /// A rule, POLICY:LIMIT/WINDOW (gcra:10/1s), instead of --policy,
@@ -100,6 +101,23 @@ pub struct Args {
     #[arg(long = "rule", value_name = "POLICY:LIMIT/WINDOW", value_parser = Checked(parse_rule),
           conflicts_with_all = ["policy", "limit", "window"])]
     rule: Vec<Rule>,
+
+    /// A tier of clients and its rules, NAME=RULE[,RULE...]
+    /// (premium=gcra:100/1s,fixed-window:100000/1d), instead of --rule:
+    /// repeat it for each tier; the first is the default tier. Which tier
+    /// a request is in is --tier-header's value (the default tier without
+    /// it). A name no --tier gave is answered by the default tier and
+    /// named once on standard error. The headers name each answer's tier.
+    #[arg(long = "tier", value_name = "NAME=RULES", value_parser = Checked(parse_tier),
+          conflicts_with_all = ["policy", "limit", "window", "rule", "backend"])]
+    tier: Vec<TierArg>,
+
+    /// The header that names each request's tier (--tier). Set it only
+    /// from a gateway in front of the proxy that overwrites it (after
+    /// authenticating the client): a client that may send it picks its
+    /// own tier.
+    #[arg(long, value_name = "HEADER", value_parser = Checked(parse_header_name))]
+    tier_header: Option<HeaderName>,
 
     /// What a client is: its address (behind --trusted-proxy, the
     /// forwarded one), one global limit, or the value of a header (an API
@@ -174,7 +192,45 @@ Examples:
   floodgate proxy --listen 127.0.0.1:8080 --upstream http://127.0.0.1:3000 \\
                   --policy gcra --limit 100 --window 1m
   floodgate proxy --listen 127.0.0.1:8080 --upstream http://127.0.0.1:3000 \\
-                  --rule gcra:10/1s --rule fixed-window:10000/1d";
+                  --rule gcra:10/1s --rule fixed-window:10000/1d
+  floodgate proxy --listen 127.0.0.1:8080 --upstream http://127.0.0.1:3000 \\
+                  --key header:x-key --tier free=gcra:2/1h --tier premium=gcra:5/1h \\
+                  --tier-header x-plan";
+
+/// A `--tier`: its name and rules.
+#[derive(Clone, Debug)]
+struct TierArg {
+    name: String,
+    rules: RuleSet,
+}
+
+fn parse_tier(text: &str) -> Result<TierArg, String> {
+    const FORM: &str = "expected NAME=RULE[,RULE...], such as premium=gcra:100/1s";
+    let (name, rules) = text.split_once('=').ok_or(FORM)?;
+    if name.is_empty() || name.chars().any(|c| c.is_whitespace() || c == ',') {
+        return Err(format!(
+            "the tier name {name:?} is empty or has a space or comma: {FORM}"
+        ));
+    }
+    let mut parsed = Vec::new();
+    for rule in rules.split(',') {
+        parsed.push(parse_rule(rule).map_err(|why| format!("tier {name}: {rule:?}: {why}"))?);
+    }
+    let rules = RuleSet::new(parsed).map_err(|error| match error {
+        ConfigError::RuleCount { count } => {
+            format!("tier {name}: {count} rules: a tier applies at most {MAX_RULES}")
+        }
+        error => format!("tier {name}: {error}"),
+    })?;
+    Ok(TierArg {
+        name: name.to_owned(),
+        rules,
+    })
+}
+
+fn parse_header_name(text: &str) -> Result<HeaderName, String> {
+    HeaderName::from_bytes(text.as_bytes()).map_err(|_| format!("{text:?} is not a header name"))
+}
 
 /// What `--key` names.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -308,6 +364,24 @@ struct Counted {
 }
 
 impl AsyncLimiter<Client> for Counted {
+    /// In memory only: `--tier` goes without `--backend`.
+    async fn check_ruled_in_n(&self, tier: &str, key: &Client, cost: u64) -> RuledDecision<'_> {
+        let ruled = match &self.store {
+            Store::Memory(limiter) => limiter.check_ruled_in_n_at(tier, key, limiter.now(), cost),
+            #[cfg(feature = "redis")]
+            Store::Redis(redis) => match key {
+                Client::Ip(ip) => {
+                    AsyncLimiter::<IpAddr>::check_ruled_in_n(redis, tier, ip, cost).await
+                }
+                Client::Text(text) => {
+                    AsyncLimiter::<str>::check_ruled_in_n(redis, tier, text, cost).await
+                }
+            },
+        };
+        self.stats.count(&ruled.decision);
+        ruled
+    }
+
     async fn check_ruled_n(&self, key: &Client, cost: u64) -> RuledDecision<'_> {
         let ruled = match &self.store {
             Store::Memory(limiter) => limiter.check_ruled_n_at(key, limiter.now(), cost),
@@ -359,6 +433,9 @@ fn explained(error: &ConfigError, args: &Args) -> String {
 /// The rules the flags give: each --rule, or the one of --policy, --limit
 /// and --window (clap lets through either set, never both nor neither).
 fn rules(args: &Args) -> Result<RuleSet, String> {
+    if let Some(default) = args.tier.first() {
+        return Ok(default.rules.clone());
+    }
     let rules = match (args.policy, args.limit, &args.window) {
         (Some(policy), Some(limit), Some(window)) => vec![Config::per(limit, window.duration())
             .and_then(|config| Rule::new(policy, config))
@@ -415,6 +492,9 @@ pub fn run(args: Args) -> ExitCode {
             "proxy,redis",
         ));
     }
+    if args.tier_header.is_some() && args.tier.is_empty() {
+        return usage("--tier-header names a tier of --tier: give the tiers with --tier");
+    }
     let rules = match rules(&args) {
         Ok(rules) => rules,
         Err(message) => return usage(message),
@@ -461,6 +541,9 @@ async fn store(args: &Args, rules: &RuleSet, bounds: Bounds) -> Result<Store, Ex
         }
         return Ok(Store::Redis(redis));
     }
+    if let Some((default, others)) = args.tier.split_first() {
+        return tiers(default, others, bounds).map_err(usage);
+    }
     // Counting decisions is an atomic add per check on the thread's own
     // cache line: the price of `/metrics` and nothing beside a forward.
     Builder::from_rules(rules)
@@ -472,6 +555,34 @@ async fn store(args: &Args, rules: &RuleSet, bounds: Bounds) -> Result<Store, Ex
         .build::<Client>()
         .map(Store::Memory)
         .map_err(|error| usage(explained(&error, args)))
+}
+
+/// The registry of `--tier`: `default` first, the tier of every request
+/// that names none.
+fn tiers(default: &TierArg, others: &[TierArg], bounds: Bounds) -> Result<Store, String> {
+    // The process's whole life: one name, never freed, so the resolver
+    // answers it without an allocation per request.
+    let name: &'static str = Box::leak(default.name.clone().into_boxed_str());
+    let tier_error = |tier: &TierArg, error: ConfigError| match error {
+        ConfigError::DuplicateTier { name } => format!("--tier {name} is given twice"),
+        error => format!("--tier {}: {error}", tier.name),
+    };
+    let mut tiers = Tiers::with_clock_rules(
+        name,
+        default.rules.clone(),
+        move |_: &Client| name,
+        QuantaClock::new(),
+    )
+    .map_err(|error| tier_error(default, error))?
+    .with_bounds(bounds)
+    .map_err(|error| tier_error(default, error))?
+    .counting(true);
+    for tier in others {
+        tiers = tiers
+            .with_tier_rules(&tier.name, tier.rules.clone())
+            .map_err(|error| tier_error(tier, error))?;
+    }
+    Ok(Store::Memory(Arc::new(tiers)))
 }
 
 async fn serve(args: Args, rules: RuleSet, bounds: Bounds, extractor: Extract) -> ExitCode {
@@ -505,6 +616,9 @@ async fn serve(args: Args, rules: RuleSet, bounds: Bounds, extractor: Extract) -
     let mut layer = RateLimitLayer::new(limiter, extractor).policy_name(&args.policy_name);
     if args.legacy_headers {
         layer = layer.legacy_headers();
+    }
+    if let Some(header) = &args.tier_header {
+        layer = layer.tier_header(header.as_str());
     }
     let forward = Forward::new(args.upstream.clone(), Arc::clone(&stats));
     let measured = Arc::new(Metrics::default());

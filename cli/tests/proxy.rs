@@ -827,3 +827,98 @@ async fn the_redis_backend_limits_behind_the_layer() {
     assert!(status.success(), "{status}");
     assert!(counts.ends_with("admitted 2, shaped 0, rejected 1, upstream errors 0"));
 }
+
+/// The issue's example: each request's tier from `x-plan`, 2 an hour for
+/// free, 5 for premium, and a misspelt plan the default tier's 2, named
+/// once on standard error.
+#[tokio::test]
+async fn the_tier_header_chooses_each_requests_tier() {
+    let upstream = Upstream::start().await;
+    let proxy = Proxy::start(&[
+        "--upstream",
+        &upstream.url(),
+        "--key",
+        "header:x-key",
+        "--tier",
+        "free=gcra:2/1h",
+        "--tier",
+        "premium=gcra:5/1h",
+        "--tier-header",
+        "x-plan",
+    ]);
+    let admitted = |key: &'static str, plan: &'static str, tries: usize| {
+        let url = proxy.url("/");
+        async move {
+            let mut admitted = 0;
+            let mut policy = String::new();
+            for _ in 0..tries {
+                let (response, _) = get(&url, &[("x-key", key), ("x-plan", plan)]).await;
+                admitted += usize::from(response.status() == StatusCode::OK);
+                policy = header(&response, "ratelimit-policy").to_owned();
+            }
+            (admitted, policy)
+        }
+    };
+    let free = admitted("a", "free", 4).await;
+    assert_eq!(free, (2, r#""free";q=2;w=3600"#.to_owned()));
+    let premium = admitted("b", "premium", 7).await;
+    assert_eq!(premium, (5, r#""premium";q=5;w=3600"#.to_owned()));
+    let misspelt = admitted("c", "premum", 4).await;
+    assert_eq!(misspelt, (2, r#""free";q=2;w=3600"#.to_owned()));
+    let line = proxy.stderr_line("premum");
+    assert!(line.contains("default tier"), "{line}");
+    let (status, counts) = proxy.stop();
+    assert!(status.success(), "{status}");
+    assert!(
+        counts.ends_with("admitted 9, shaped 0, rejected 6, upstream errors 0"),
+        "{counts}"
+    );
+}
+
+/// Bad tiers are refused by flag, with status 2.
+#[test]
+fn bad_tiers_are_refused_by_name_with_status_2() {
+    let cases: [(&[&str], &str); 5] = [
+        (&["--tier", "free"], "NAME=RULE"),
+        (&["--tier", "free=gcra:2"], "tier free"),
+        (&["--tier", "=gcra:2/1h"], "tier name"),
+        (
+            &["--tier", "free=gcra:2/1h", "--tier", "free=gcra:5/1h"],
+            "--tier free is given twice",
+        ),
+        (
+            &["--tier", "free=gcra:2/1h", "--rule", "gcra:1/1s"],
+            "--rule",
+        ),
+    ];
+    for (bad, says) in cases {
+        let output = Command::new(env!("CARGO_BIN_EXE_floodgate"))
+            .args([
+                "proxy",
+                "--listen",
+                "127.0.0.1:0",
+                "--upstream",
+                "http://127.0.0.1:9",
+            ])
+            .args(bad)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{bad:?}: {stderr}");
+        assert!(stderr.contains(says), "{bad:?} says {says}: {stderr}");
+        assert!(output.stdout.is_empty(), "{bad:?} never listens");
+    }
+    let output = Command::new(env!("CARGO_BIN_EXE_floodgate"))
+        .args([
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            "http://127.0.0.1:9",
+        ])
+        .args(["--tier-header", "x-plan", "--rule", "gcra:1/1s"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--tier"));
+}

@@ -38,7 +38,31 @@ pub(crate) struct Options {
     /// The cost is the body's length (`cost_in_content_bytes`): a request
     /// that can never be admitted is then too large, `413`.
     pub(crate) cost_in_bytes: bool,
+    /// The request's tier, when it names one (`tier_from`).
+    pub(crate) tier: Option<TierOf>,
 }
+
+impl Options {
+    /// The defaults (`RateLimitLayer::new`'s), the policy named `name`.
+    pub(crate) fn new(name: &str) -> Self {
+        Self {
+            name: Arc::from(name),
+            legacy: false,
+            format: Format::Text,
+            on_rejected: None,
+            on_missing_key: None,
+            bypass: None,
+            shape: true,
+            cost: None,
+            unit: None,
+            cost_in_bytes: false,
+            tier: None,
+        }
+    }
+}
+
+/// The tier a request names, from its head.
+type TierOf = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
 
 /// What a request costs, from its head.
 type Cost = Arc<dyn Fn(&Parts) -> u64 + Send + Sync>;
@@ -107,18 +131,7 @@ where
         Self {
             limiter: Arc::new(limiter),
             extractor: Arc::new(extractor),
-            options: Arc::new(Options {
-                name: Arc::from("default"),
-                legacy: false,
-                format: Format::Text,
-                on_rejected: None,
-                on_missing_key: None,
-                bypass: None,
-                shape: true,
-                cost: None,
-                unit: None,
-                cost_in_bytes: false,
-            }),
+            options: Arc::new(Options::new("default")),
         }
     }
 }
@@ -155,6 +168,65 @@ impl<L, E> RateLimitLayer<L, E> {
                 .and_then(|value| value.to_str().ok())
                 .and_then(|value| value.parse().ok())
                 .unwrap_or(0)
+        })
+    }
+
+    /// Chooses each request's tier from its head: the name `tier` answers
+    /// (a plan header a trusted gateway sets, an extension an
+    /// authentication layer inserted, the path), or, for `None`, the
+    /// limiter's own choice by key (a [`Tiers`](crate::tiers::Tiers)
+    /// registry's resolver). The request is then checked in that tier
+    /// ([`RateLimiter::check_ruled_in_n_at`](crate::RateLimiter::check_ruled_in_n_at)),
+    /// and its headers name the tier that answered.
+    ///
+    /// A name the registry lacks is never silent: it is counted
+    /// ([`Tiers::unknown_tier_calls`](crate::tiers::Tiers::unknown_tier_calls)),
+    /// logged once per name as a `tracing` warning (install a subscriber to
+    /// see it), and answered by the default tier, whose name the headers
+    /// then carry; with
+    /// [`reject_unknown_tiers`](crate::tiers::Tiers::reject_unknown_tiers)
+    /// it is refused instead, `500` with a body naming the tier. A limiter
+    /// without tiers refuses every name so (the layer was given the wrong
+    /// limiter).
+    ///
+    /// Take the name only from what the client cannot choose for itself,
+    /// or from a header a gateway in front of the service overwrites: a
+    /// client that may name its own tier names the largest.
+    ///
+    /// ```
+    /// use floodgate::http::{Header, RateLimitLayer};
+    /// use floodgate::tiers::Tiers;
+    ///
+    /// let tiers = Tiers::new("free", "gcra:2/1h".parse()?, |_: &str| "free")
+    ///     .with_tier("premium", "gcra:5/1h".parse()?)?;
+    /// let layer = RateLimitLayer::new(tiers, Header::new("x-key")).tier_from(|request| {
+    ///     let plan = request.headers.get("x-plan")?.to_str().ok()?;
+    ///     Some(plan.to_owned())
+    /// });
+    /// # let _ = layer;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn tier_from<F>(mut self, tier: F) -> Self
+    where
+        F: Fn(&Parts) -> Option<String> + Send + Sync + 'static,
+    {
+        self.options().tier = Some(Arc::new(tier));
+        self
+    }
+
+    /// [`tier_from`](Self::tier_from) the value of the header `name` (a
+    /// request without it, or with a value that is not text, is left to
+    /// the limiter's own choice).
+    ///
+    /// # Panics
+    ///
+    /// If `name` is not a valid header name.
+    pub fn tier_header(self, name: &str) -> Self {
+        let name = http::HeaderName::from_bytes(name.as_bytes())
+            .unwrap_or_else(|_| panic!("{name:?} is not a header name"));
+        self.tier_from(move |request| {
+            let value = request.headers.get(&name)?.to_str().ok()?;
+            Some(value.to_owned())
         })
     }
 

@@ -19,6 +19,16 @@ pub trait AsyncLimiter<Q: ?Sized>: Send + Sync {
     /// the contract's "Weighted requests" otherwise) now, by the limiter's
     /// clock.
     fn check_ruled_n(&self, key: &Q, cost: u64) -> impl Future<Output = RuledDecision<'_>> + Send;
+
+    /// [`check_ruled_n`](Self::check_ruled_n) in the tier named `tier`,
+    /// known from the request
+    /// ([`RateLimiter::check_ruled_in_n_at`](crate::RateLimiter::check_ruled_in_n_at)).
+    fn check_ruled_in_n(
+        &self,
+        tier: &str,
+        key: &Q,
+        cost: u64,
+    ) -> impl Future<Output = RuledDecision<'_>> + Send;
 }
 
 impl<Q, L> AsyncLimiter<Q> for L
@@ -29,6 +39,16 @@ where
     #[inline]
     fn check_ruled_n(&self, key: &Q, cost: u64) -> impl Future<Output = RuledDecision<'_>> + Send {
         ready(self.check_ruled_n_at(key, self.now(), cost))
+    }
+
+    #[inline]
+    fn check_ruled_in_n(
+        &self,
+        tier: &str,
+        key: &Q,
+        cost: u64,
+    ) -> impl Future<Output = RuledDecision<'_>> + Send {
+        ready(self.check_ruled_in_n_at(tier, key, self.now(), cost))
     }
 }
 
@@ -57,6 +77,24 @@ mod redis {
                 each: crate::RuleAnswers::default(),
             }
         }
+
+        async fn check_ruled_in_n(&self, _tier: &str, _key: &str, _cost: u64) -> RuledDecision<'_> {
+            no_tier(self)
+        }
+    }
+
+    /// The Redis store has no tiers: every name is one it lacks, refused
+    /// as [`RateLimiter::check_ruled_in_n_at`](crate::RateLimiter::check_ruled_in_n_at)'s
+    /// default refuses it.
+    fn no_tier(redis: &AsyncRedisLimiter) -> RuledDecision<'_> {
+        RuledDecision {
+            decision: crate::Decision::never_admitted(0),
+            tier: None,
+            policy: redis.policy(),
+            config: redis.config(),
+            refused_unknown_tier: true,
+            each: crate::RuleAnswers::default(),
+        }
     }
 
     /// An address is stored under its text (`203.0.113.7`, `2001:db8::`).
@@ -68,6 +106,15 @@ mod redis {
         ) -> impl Future<Output = RuledDecision<'_>> + Send {
             let key = key.to_string();
             async move { AsyncLimiter::<str>::check_ruled_n(self, &key, cost).await }
+        }
+
+        fn check_ruled_in_n(
+            &self,
+            _tier: &str,
+            _key: &IpAddr,
+            _cost: u64,
+        ) -> impl Future<Output = RuledDecision<'_>> + Send {
+            std::future::ready(no_tier(self))
         }
     }
 }

@@ -128,7 +128,7 @@ pub use extract::{
 pub use forwarded::{ForwardedIp, InvalidCidr};
 pub use layer::RateLimitLayer;
 pub use limit::AsyncLimiter;
-pub use service::{RateLimitService, ResponseFuture};
+pub use service::{insert_headers, too_many_requests, RateLimitService, ResponseFuture};
 
 /// The head of a request, which extractors and predicates read.
 pub use ::http::request::Parts;

@@ -113,7 +113,7 @@ where
                         answer(
                             options.format,
                             StatusCode::INTERNAL_SERVER_ERROR,
-                            "the rate limiter cannot key requests: see the server's log",
+                            &format!("the rate limiter cannot key requests: {missing}"),
                             None,
                         )
                     }
@@ -131,7 +131,11 @@ where
         let limiter = Arc::clone(&self.limiter);
         Box::pin(async move {
             let cost = options.cost.as_ref().map_or(1, |cost| cost(&parts));
-            let ruled = limiter.check_ruled_n(key.query(), cost).await;
+            let tier = options.tier.as_ref().and_then(|tier| tier(&parts));
+            let ruled = match &tier {
+                Some(tier) => limiter.check_ruled_in_n(tier, key.query(), cost).await,
+                None => limiter.check_ruled_n(key.query(), cost).await,
+            };
             let headers =
                 RateLimitHeaders::new(&ruled, &options.name, options.unit, options.legacy);
             let decision = ruled.decision;
@@ -142,7 +146,7 @@ where
                         headers.apply(response.headers_mut());
                         response
                     }
-                    None => refusal(&options, &ruled, &headers, cost),
+                    None => refusal(&options, &ruled, &headers, Some(cost), tier.as_deref()),
                 };
                 return Ok(response.map(ResponseBody::full));
             }
@@ -177,10 +181,11 @@ fn log_once(flag: &AtomicBool, log: impl FnOnce()) {
 /// * a body larger than the limit, when the cost is the body's length
 ///   (`cost_in_content_bytes`): `413 Content Too Large` (RFC 9110
 ///   §15.5.14), with no `Retry-After`, since no wait would admit it;
-/// * a tier the registry lacks, refused by `reject_unknown_tiers`: `500`,
-///   the server's configuration at fault (a resolver naming a tier that
-///   was never added), with no rate-limit headers, which would describe a
-///   tier the request does not belong to;
+/// * a tier the registry lacks, refused by `reject_unknown_tiers` (or a
+///   tier named for a limiter without tiers): `500`, the server's
+///   configuration at fault, with a body saying what to fix and no
+///   rate-limit headers, which would describe a tier the request does not
+///   belong to;
 /// * any other request that can never be admitted (a cost above the
 ///   limit): `429` without `Retry-After`, which RFC 6585 makes optional,
 ///   rather than a time the limiter could not honour.
@@ -188,13 +193,29 @@ fn refusal(
     options: &Options,
     ruled: &RuledDecision<'_>,
     headers: &RateLimitHeaders,
-    cost: u64,
+    cost: Option<u64>,
+    tier: Option<&str>,
 ) -> Response<Bytes> {
     if ruled.refused_unknown_tier {
+        let detail = match tier {
+            Some(tier) if ruled.tier.is_none() => format!(
+                "the layer's tier_from named the tier {tier:?} for this request, but its \
+                 limiter has no tiers: give the layer a Tiers registry"
+            ),
+            Some(tier) => format!(
+                "the rate limiter has no tier {tier:?}, which the layer's tier_from named for \
+                 this request: add the tier to the registry (Tiers::with_tier), or leave out \
+                 Tiers::reject_unknown_tiers to answer unknown tiers by the default tier"
+            ),
+            None => "the rate limiter's resolver named a tier the registry lacks (the \
+                     server's log names it): add the tier (Tiers::with_tier), or leave out \
+                     Tiers::reject_unknown_tiers to answer unknown tiers by the default tier"
+                .to_owned(),
+        };
         return answer(
             options.format,
             StatusCode::INTERNAL_SERVER_ERROR,
-            "the rate limiter has no tier for this request: see the server's log",
+            &detail,
             None,
         );
     }
@@ -206,19 +227,92 @@ fn refusal(
             &format!("retry after {seconds} s"),
             Some(seconds),
         ),
-        None if options.cost_in_bytes => answer(
-            options.format,
-            StatusCode::PAYLOAD_TOO_LARGE,
-            &format!("the body's {cost} bytes are more than the limit of {limit}"),
-            None,
-        ),
-        None => answer(
-            options.format,
-            StatusCode::TOO_MANY_REQUESTS,
-            &format!("this request costs {cost}, more than the limit of {limit}: it can never be admitted"),
-            None,
-        ),
+        None => {
+            // "11, more than" when the cost is known (the layer's), "more
+            // than" when it is not (`too_many_requests`).
+            let costs = cost.map_or_else(String::new, |cost| format!(" {cost},"));
+            if options.cost_in_bytes {
+                answer(
+                    options.format,
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    &format!(
+                        "the body's {} bytes are more than the limit of {limit}",
+                        cost.unwrap_or_default()
+                    ),
+                    None,
+                )
+            } else {
+                answer(
+                    options.format,
+                    StatusCode::TOO_MANY_REQUESTS,
+                    &format!(
+                        "this request costs{costs} more than the limit of {limit}: \
+                         it can never be admitted"
+                    ),
+                    None,
+                )
+            }
+        }
     };
     headers.apply(response.headers_mut());
     response
+}
+
+/// The response the layer sends for a refused request, for a handler that
+/// checks a limiter itself (a limit shared by several routes, a cost known
+/// only inside the handler): `429 Too Many Requests` with `Retry-After`
+/// and the rate-limit headers ([`insert_headers`]), or `429` without
+/// `Retry-After` for a request no wait admits, or `500` for a tier the
+/// limiter lacks. The policy is named `policy_name` in the headers (a
+/// tier's decision is named by its tier). The body is plain text.
+///
+/// Check with [`RateLimiter::check_ruled_n_at`](crate::RateLimiter::check_ruled_n_at),
+/// which says the rule that decided, for the headers:
+///
+/// ```
+/// use floodgate::http::{insert_headers, too_many_requests};
+/// use floodgate::{Builder, RateLimiter};
+/// use http::StatusCode;
+///
+/// let exports = Builder::from_rule("token-bucket:100/1m".parse()?).build::<str>()?;
+/// let export = |rows| {
+///     // The cost, known once the query is planned.
+///     let ruled = exports.check_ruled_n_at("alice", exports.now(), rows);
+///     if ruled.decision.allowed() {
+///         let mut ok = http::Response::new(bytes::Bytes::from("the rows"));
+///         insert_headers(ok.headers_mut(), &ruled, "exports");
+///         ok
+///     } else {
+///         too_many_requests(&ruled, "exports")
+///     }
+/// };
+/// let first = export(60);
+/// assert_eq!(first.headers()["ratelimit"], r#""exports";r=40;t=0"#);
+/// let second = export(60); // 20 tokens short: 20 drips of 0.6 s
+/// assert_eq!(second.status(), StatusCode::TOO_MANY_REQUESTS);
+/// assert_eq!(second.headers()["retry-after"], "12");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// # Panics
+///
+/// If `ruled` was admitted: there is nothing to refuse.
+pub fn too_many_requests(ruled: &RuledDecision<'_>, policy_name: &str) -> Response<Bytes> {
+    assert!(
+        !ruled.decision.allowed(),
+        "too_many_requests: the decision admitted the request"
+    );
+    let options = Options::new(policy_name);
+    let headers = RateLimitHeaders::new(ruled, policy_name, None, false);
+    refusal(&options, ruled, &headers, None, None)
+}
+
+/// Adds to `headers` what the layer sends with `ruled`: `RateLimit-Policy`
+/// and `RateLimit` (the policy named `policy_name`, or by its tier; one
+/// member per rule for several rules), and `Retry-After` for a refusal a
+/// wait would admit. For the handler that checks itself
+/// ([`too_many_requests`] has an example); a response that passed the
+/// layer has the layer's already.
+pub fn insert_headers(headers: &mut http::HeaderMap, ruled: &RuledDecision<'_>, policy_name: &str) {
+    RateLimitHeaders::new(ruled, policy_name, None, false).apply(headers);
 }
