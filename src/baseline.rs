@@ -525,7 +525,8 @@ where
                     }
                 },
             )
-            .in_ticks(self.tick);
+            .in_ticks(self.tick)
+            .made_at(now);
         if let Some(counters) = &self.counters {
             counters.decided(&decision, cost);
         }
@@ -597,6 +598,24 @@ where
         let client = Arc::clone(lock(&self.clients).get(key)?);
         // Swept between the two locks: it has no state any more.
         unless_retired(&client, |client| client.remaining(&self.rules, now))
+    }
+
+    /// Under the client's lock, as a check; a client with no state (or
+    /// one a sweep removed meanwhile, which had nothing left to give) gets
+    /// 0, and none is made. The shared overflow state is no client's own:
+    /// nothing is given back to it.
+    fn refund_at(&self, key: &Q, now: u64, at: u64, cost: u64) -> u64 {
+        let Some(client) = lock(&self.clients).get(key).map(Arc::clone) else {
+            return 0;
+        };
+        let given = unless_retired(&client, |client| {
+            client.refund(&self.rules, now.max(at), at, cost)
+        })
+        .unwrap_or(0);
+        if let Some(counters) = &self.counters {
+            counters.refunded(given);
+        }
+        given
     }
 
     fn forget(&self, key: &Q) -> bool {
@@ -772,6 +791,19 @@ impl Client {
             .unwrap_or(0)
     }
 
+    /// Gives back up to `cost` units of the admission made at `at` (both
+    /// absolute, `at <= now`), the contract's "Giving units back": every
+    /// rule gives back on its own, and the answer is the smallest of what
+    /// they gave.
+    fn refund(&mut self, rules: &[Rules], now: u64, at: u64, cost: u64) -> u64 {
+        self.parts
+            .iter_mut()
+            .zip(rules)
+            .map(|(part, rules)| part.refund(rules, now, at, cost))
+            .min()
+            .unwrap_or(0)
+    }
+
     /// Whether a sweep at `now` may forget this client: every rule's part
     /// is idle.
     fn idle_at(&self, rules: &[Rules], now: u64) -> bool {
@@ -866,6 +898,22 @@ impl Part {
                 decision
             }
         }
+    }
+
+    /// Gives back up to `cost` units of the admission at `at` (absolute),
+    /// judged at `now` (absolute, raised to `at`; before the origin, at
+    /// the origin, as a check). The drip policies give back whatever `at`
+    /// is within a window; a window policy has nothing of an admission
+    /// before its origin (its windows begin there).
+    fn refund(&mut self, rules: &Rules, now: u64, at: u64, cost: u64) -> u64 {
+        let now = now.max(at);
+        let ago = now - at;
+        if cost == 0 || ago >= rules.window {
+            return 0;
+        }
+        let since = now.saturating_sub(self.origin);
+        self.state
+            .refund(rules, since, since.checked_sub(ago), cost)
     }
 
     /// `remaining` at `now` (absolute); a `now` before the origin is read at
@@ -971,6 +1019,97 @@ impl State {
                 current,
             } => counter_check(index, previous, current, rules, now, cost),
             State::Tat(tat) => gcra_check(tat, rules, now, cost),
+        }
+    }
+
+    /// Gives back up to `cost >= 1` units of the admission at `at` (past
+    /// the origin; `None` before it), at `now` (`now - at < W`): the
+    /// contract's table in "Giving units back", each policy's state read at
+    /// `now` as its check reads it.
+    fn refund(&mut self, rules: &Rules, now: u64, at: Option<u64>, cost: u64) -> u64 {
+        let at = match (&*self, at) {
+            (State::Bucket { .. } | State::Tat(_), _) => at.unwrap_or(0),
+            (_, Some(at)) => at,
+            // Before a window policy's first window: nothing counted there.
+            (_, None) => return 0,
+        };
+        match self {
+            State::Log(times) => {
+                // Judged no earlier than the newest admission, as a check is.
+                let now = now.max(times.back().copied().unwrap_or(0));
+                if u128::from(at) + u128::from(rules.window) <= u128::from(now) {
+                    return 0;
+                }
+                // The admissions at `at`: one time per unit, side by side.
+                let first = times.partition_point(|&t| t < at);
+                let here = times.range(first..).take_while(|&&t| t == at).count() as u64;
+                let given = cost.min(here);
+                for _ in 0..given {
+                    times.remove(first);
+                }
+                given
+            }
+            State::Bucket {
+                tokens,
+                drips,
+                schedule,
+            } => {
+                let (available, counted) = drip(*tokens, *drips, rules, now);
+                let given = cost.min(rules.limit - available);
+                if given > 0 {
+                    *tokens = available + given;
+                    *drips = counted;
+                    // `L − (max(B, d) − d)` tokens from drip `d`: `given`
+                    // more (it is at most `max(B, d) − d`).
+                    *schedule = (*schedule).max(counted) - given;
+                }
+                given
+            }
+            State::Fixed { index, count } => {
+                // The window a check at `now` counts in (a `now` before the
+                // stored window is judged in it).
+                let window = (now / rules.window).max(*index);
+                if at / rules.window != window || window != *index {
+                    return 0;
+                }
+                let given = cost.min(*count);
+                *count -= given;
+                given
+            }
+            State::Counter {
+                index,
+                previous,
+                current,
+            } => {
+                let seen = counter_at(*index, *previous, *current, rules, now);
+                let (mut p, mut c) = (seen.previous, seen.current);
+                let admitted = at / rules.window;
+                let given = if admitted == seen.index {
+                    let given = cost.min(c);
+                    c -= given;
+                    given
+                } else if admitted + 1 == seen.index {
+                    let given = cost.min(p);
+                    p -= given;
+                    given
+                } else {
+                    0
+                };
+                if given > 0 {
+                    (*index, *previous, *current) = (seen.index, p, c);
+                }
+                given
+            }
+            State::Tat(tat) => {
+                let now_wide = u128::from(now);
+                let given = cost.min(rules.limit - gcra_remaining(*tat, rules, now));
+                if given > 0 {
+                    let t = (*tat).max(now_wide);
+                    let back = u128::from(given) * u128::from(rules.interval);
+                    *tat = t.saturating_sub(back).max(now_wide);
+                }
+                given
+            }
         }
     }
 

@@ -315,6 +315,34 @@ pub(crate) fn transition<A: AtomicWord>(
     }
 }
 
+/// Applies `step` to the word in one CAS: `step` answers what the call
+/// answers and the word to store, if any (none: nothing changes, and the
+/// answer is linearised at the load). A refund's loop: `transition` for
+/// answers that are not decisions.
+///
+/// Progress: as `transition`'s; a CAS fails only because another thread's
+/// CAS on this word succeeded.
+#[inline]
+pub(crate) fn update<A: AtomicWord, T>(
+    cell: &A,
+    mut step: impl FnMut(A::Word) -> (T, Option<A::Word>),
+) -> Result<T, Retired> {
+    let mut current = cell.load_word();
+    loop {
+        if A::is_retired(current) {
+            return Err(Retired);
+        }
+        let (answer, next) = step(current);
+        let Some(next) = next else {
+            return Ok(answer);
+        };
+        match cell.swap_if_unchanged(current, next) {
+            Ok(()) => return Ok(answer),
+            Err(actual) => current = actual,
+        }
+    }
+}
+
 /// [`transition`] of a word no other thread can reach yet: a new client's,
 /// decided before its slot is published (`Policy::check_unshared`). One
 /// step, and its word put in a new cell: no CAS, which only a shared word

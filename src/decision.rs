@@ -32,7 +32,7 @@ use crate::Tick;
 ///     Ok(())
 /// }
 /// ```
-#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Default)]
 pub struct Decision {
     /// Whether the request is admitted.
     pub(crate) allowed: bool,
@@ -49,6 +49,9 @@ pub struct Decision {
     /// the one with the longest wait when several did). Beside `allowed`
     /// in the struct's padding: the decision is no larger for it.
     pub(crate) refused_by: u8,
+    /// The limiter's time of the call, in ticks of `tick`: what a refund
+    /// names the admission by ([`RateLimiter::refund`](crate::RateLimiter::refund)).
+    pub(crate) at: u64,
 }
 
 /// The `retry_after` of a request that can never be admitted, in the
@@ -56,6 +59,37 @@ pub struct Decision {
 /// wait of `u64::MAX` ticks is at least 584 years, which no client can be
 /// told to honour.
 pub(crate) const NEVER: u64 = u64::MAX;
+
+/// Two decisions are equal when they answer alike: admitted or not, what
+/// remains, the waits, the rule that refused, in the same tick. When they
+/// were made ([`at_ticks`](Decision::at_ticks)) is not part of the answer.
+impl PartialEq for Decision {
+    fn eq(&self, other: &Self) -> bool {
+        self.answer() == other.answer()
+    }
+}
+
+impl Eq for Decision {}
+
+impl std::hash::Hash for Decision {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.answer().hash(state);
+    }
+}
+
+impl Decision {
+    /// Every field but the time it was made at.
+    fn answer(&self) -> (bool, u64, u64, u64, Tick, u8) {
+        (
+            self.allowed,
+            self.remaining,
+            self.retry_after,
+            self.delay,
+            self.tick,
+            self.refused_by,
+        )
+    }
+}
 
 /// What the accessors answer, not the engine's words: a request that is
 /// never admitted shows `retry_after: None`, not 2^64 − 1 ticks.
@@ -87,6 +121,7 @@ impl Decision {
             delay: 0,
             tick: Tick::NANOSECOND,
             refused_by: 0,
+            at: 0,
         }
     }
 
@@ -102,6 +137,7 @@ impl Decision {
             delay: 0,
             tick: Tick::NANOSECOND,
             refused_by: 0,
+            at: 0,
         }
     }
 
@@ -118,6 +154,22 @@ impl Decision {
     pub(crate) const fn in_ticks(mut self, tick: Tick) -> Self {
         self.tick = tick;
         self
+    }
+
+    /// The decision, made by a call at `now` (the limiter's ticks).
+    #[inline]
+    pub(crate) const fn made_at(mut self, now: u64) -> Self {
+        self.at = now;
+        self
+    }
+
+    /// The limiter's time of the call that made this decision, in ticks of
+    /// its clock ([`tick`](Self::tick)): the `now` a
+    /// [`refund`](crate::RateLimiter::refund) names the admission by, so
+    /// that a caller never computes ticks.
+    #[inline]
+    pub const fn at_ticks(&self) -> u64 {
+        self.at
     }
 
     /// An admitted request with `remaining` left, no delay, in

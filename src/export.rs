@@ -57,7 +57,7 @@ struct Family {
 
 /// Every family, in the order they are written. The one list both
 /// exporters and `docs/metrics.md` follow.
-const FAMILIES: [Family; 9] = [
+const FAMILIES: [Family; 10] = [
     Family {
         name: "floodgate_decisions_total",
         kind: Kind::Counter,
@@ -67,6 +67,11 @@ const FAMILIES: [Family; 9] = [
         name: "floodgate_decision_units_total",
         kind: Kind::Counter,
         help: "The costs of the requests decided, in the limit's units, by outcome.",
+    },
+    Family {
+        name: "floodgate_refunded_units_total",
+        kind: Kind::Counter,
+        help: "Units given back by refunds, in the limit's units (counted when the limiter is built with counting).",
     },
     Family {
         name: "floodgate_overflow_decisions_total",
@@ -110,20 +115,21 @@ const FAMILIES: [Family; 9] = [
 type Sample = (usize, Option<&'static str>, u64);
 
 /// A limiter's samples, family by family.
-fn samples(stats: &Stats, tracked_clients: usize) -> [Sample; 11] {
+fn samples(stats: &Stats, tracked_clients: usize) -> [Sample; 12] {
     [
         (0, Some("admitted"), stats.admitted),
         (0, Some("rejected"), stats.rejected),
         (1, Some("admitted"), stats.admitted_units),
         (1, Some("rejected"), stats.rejected_units),
-        (2, None, stats.overflowed),
-        (3, None, stats.created),
-        (4, None, stats.evicted),
-        (5, None, stats.forgotten),
-        (6, None, stats.rebuilds),
-        (7, None, stats.sweeps),
+        (2, None, stats.refunded_units),
+        (3, None, stats.overflowed),
+        (4, None, stats.created),
+        (5, None, stats.evicted),
+        (6, None, stats.forgotten),
+        (7, None, stats.rebuilds),
+        (8, None, stats.sweeps),
         // A count of clients always fits: `usize` is at most 64 bits.
-        (8, None, tracked_clients as u64),
+        (9, None, tracked_clients as u64),
     ]
 }
 
@@ -137,7 +143,7 @@ fn samples(stats: &Stats, tracked_clients: usize) -> [Sample; 11] {
 #[derive(Clone, Debug, Default)]
 pub struct Prometheus {
     /// Each limiter's escaped `limiter` and `tier` labels, and its samples.
-    limiters: Vec<(String, [Sample; 11])>,
+    limiters: Vec<(String, [Sample; 12])>,
     /// Each Redis store's escaped `limiter` label, and its stats.
     #[cfg(feature = "redis")]
     redis: Vec<(String, crate::redis::RedisStats)>,

@@ -135,6 +135,7 @@ pub mod policy;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
+pub mod reservation;
 mod rule;
 mod stats;
 mod store;
@@ -198,6 +199,11 @@ pub struct PoliciesDoctests;
 #[doc = include_str!("../docs/http.md")]
 #[cfg(all(doctest, feature = "http"))]
 pub struct HttpDoctests;
+
+/// `docs/refunds.md`'s examples, compiled and run as doctests.
+#[doc = include_str!("../docs/refunds.md")]
+#[cfg(doctest)]
+pub struct RefundsDoctests;
 
 /// `docs/bounds.md`'s examples, compiled and run as doctests.
 #[doc = include_str!("../docs/bounds.md")]

@@ -95,6 +95,15 @@ macro_rules! forward_rate_limiter {
         ) -> RuledDecision<'_> {
             (**self).check_ruled_in_n_at(tier, key, now, cost)
         }
+        fn refund_at(&self, key: &Q, now: u64, at: u64, cost: u64) -> u64 {
+            (**self).refund_at(key, now, at, cost)
+        }
+        fn refund(&self, key: &Q, admitted: &Decision, cost: u64) -> u64 {
+            (**self).refund(key, admitted, cost)
+        }
+        fn refund_in_at(&self, tier: &str, key: &Q, now: u64, at: u64, cost: u64) -> u64 {
+            (**self).refund_in_at(tier, key, now, at, cost)
+        }
         #[inline]
         fn check_n_at(&self, key: &Q, now: u64, cost: u64) -> Decision {
             (**self).check_n_at(key, now, cost)
@@ -191,6 +200,57 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
             return Err(InsufficientCapacity { cost, limit });
         }
         Ok(decision)
+    }
+
+    /// Gives back up to `cost` units of `key`'s admission made at `at` (its
+    /// decision's [`at_ticks`](Decision::at_ticks)), judged at `now`, and
+    /// answers the units given back: the contract's "Giving units back".
+    /// Each rule gives back what its policy can (a token bucket up to full,
+    /// a fixed window only to the window that holds `now`, nothing for an
+    /// admission a window or more ago), and the answer is the smallest of
+    /// the rules'. A client with no state gets 0 and is not created, so a
+    /// flood of refunds for invented keys takes no memory. An `at` later
+    /// than `now` (threads racing on a real clock) is judged at `at`.
+    ///
+    /// The limiter cannot tell one admission's units from another's in the
+    /// same window: give back only what was admitted, and once
+    /// ([`refund`](Self::refund) takes the admission's own decision).
+    ///
+    /// The default gives nothing back: a limiter of your own that keeps no
+    /// state to give back to.
+    ///
+    /// ```
+    /// use floodgate::{build_with, Config, Engine, ManualClock, PolicyKind, RateLimiter};
+    ///
+    /// let clock = ManualClock::new(0);
+    /// let quota = build_with::<str, _>(
+    ///     PolicyKind::FixedWindow,
+    ///     Config::per_ticks(10, 1_000)?,
+    ///     Engine::LockFree,
+    ///     clock.clone(),
+    /// )?;
+    /// let upload = quota.check_n("app", 8);
+    /// clock.advance(5); // the upstream failed: the 8 do not count
+    /// assert_eq!(quota.refund_at("app", 5, upload.at_ticks(), 8), 8);
+    /// assert_eq!(quota.remaining("app"), 10);
+    /// assert_eq!(quota.refund_at("someone", 5, 0, 3), 0); // no state, none made
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
+    fn refund_at(&self, key: &Q, now: u64, at: u64, cost: u64) -> u64 {
+        let _ = (key, now, at, cost);
+        0
+    }
+
+    /// Gives back up to `cost` units of the admission `admitted` of `key`,
+    /// now by the limiter's clock ([`refund_at`](Self::refund_at) at the
+    /// decision's [`at_ticks`](Decision::at_ticks)): a request that failed
+    /// upstream, or used less than it was admitted for. A refused decision
+    /// admitted nothing, and gives nothing back.
+    fn refund(&self, key: &Q, admitted: &Decision, cost: u64) -> u64 {
+        if !admitted.allowed {
+            return 0;
+        }
+        self.refund_at(key, self.now().max(admitted.at), admitted.at, cost)
     }
 
     /// How many requests of `key` would be admitted if they arrived one after
@@ -365,6 +425,18 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
             refused_unknown_tier: true,
             each: RuleAnswers::default(),
         }
+    }
+
+    /// [`refund_at`](Self::refund_at) in the tier named `tier`, for an
+    /// admission made by
+    /// [`check_ruled_in_n_at`](Self::check_ruled_in_n_at) in that tier: a
+    /// registry of [`Tiers`](crate::tiers::Tiers) gives back where that
+    /// check spent (the default tier for a name it lacks, nothing when it
+    /// refuses such names). A limiter without tiers admitted nothing in a
+    /// named tier, and gives nothing back (this default).
+    fn refund_in_at(&self, tier: &str, key: &Q, now: u64, at: u64, cost: u64) -> u64 {
+        let _ = (tier, key, now, at, cost);
+        0
     }
 }
 
@@ -880,6 +952,51 @@ where
         })
     }
 
+    /// Gives back up to `cost` units of `key`'s admission at `at`, judged
+    /// at `now` (see [`RateLimiter::refund_at`]): one CAS step on the
+    /// client's state, or none when nothing comes back. A client with no
+    /// state gets 0 and is not created; one under the shared overflow
+    /// state has none of its own, and gets 0 too.
+    pub fn refund_at<Q>(&self, key: &Q, now: u64, at: u64, cost: u64) -> u64
+    where
+        Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
+        K: Borrow<Q>,
+    {
+        let now = now.max(at);
+        // Progress: as `peek_at`'s.
+        loop {
+            match self
+                .clients
+                .peek(key, |client| self.give_back(client, now, at, cost))
+            {
+                None => return 0,
+                Some(Ok(given)) => {
+                    if let Some(counters) = self.watch.as_ref().and_then(|w| w.counters.as_ref()) {
+                        counters.refunded(given);
+                    }
+                    return given;
+                }
+                // Moved or removed under this call: look again once that
+                // step is done (a removed client had nothing to give).
+                Some(Err(Retired)) => self.clients.settle(),
+            }
+        }
+    }
+
+    /// One refund on `client`'s state, in the times its policy counts in
+    /// (`now >= at`): a call before the origin is judged at it, as a
+    /// check is.
+    fn give_back(
+        &self,
+        client: &Resident<P>,
+        now: u64,
+        at: u64,
+        cost: u64,
+    ) -> Result<u64, Retired> {
+        let (since, _) = since_origin(client.origin.tick(), now);
+        self.policy.refund(&client.state, since, now - at, cost)
+    }
+
     /// Whether `key` has state. Changes nothing and creates nothing.
     pub fn tracks<Q>(&self, key: &Q) -> bool
     where
@@ -917,9 +1034,12 @@ where
         };
         // A cost of 0 changes nothing, so it waits for nothing either.
         if lag == 0 || cost == 0 {
-            return Ok(decision);
+            return Ok(decision.made_at(now));
         }
-        Ok(self.policy.measured_from_earlier(decision, lag))
+        Ok(self
+            .policy
+            .measured_from_earlier(decision, lag)
+            .made_at(now))
     }
 
     /// A new client's first call, decided before the store publishes the
@@ -942,7 +1062,10 @@ where
         // this call's) is where the call is judged, `lag` ticks later.
         let (since, lag) = since_origin(origin.tick(), now);
         let (state, decision) = self.policy.check_unshared(state, since, cost);
-        let decision = self.policy.measured_from_earlier(decision, lag);
+        let decision = self
+            .policy
+            .measured_from_earlier(decision, lag)
+            .made_at(now);
         (Client { origin, state }, decision)
     }
 
@@ -957,6 +1080,10 @@ where
     /// nothing) and above the limit (never admitted).
     #[cold]
     fn overflow_check(&self, now: u64, cost: u64) -> Decision {
+        self.overflow_decision(now, cost).made_at(now)
+    }
+
+    fn overflow_decision(&self, now: u64, cost: u64) -> Decision {
         if let Some(counters) = self.watch.as_ref().and_then(|w| w.counters.as_ref()) {
             counters.overflowed();
         }
@@ -1179,6 +1306,10 @@ where
 
     fn take_offenders(&self) -> Option<crate::offenders::Report<K>> {
         Some(self.watch.as_ref()?.offenders.as_ref()?.take())
+    }
+
+    fn refund_at(&self, key: &Q, now: u64, at: u64, cost: u64) -> u64 {
+        Limiter::refund_at(self, key, now, at, cost)
     }
 
     fn peek_at(&self, key: &Q, now: u64) -> Option<u64> {

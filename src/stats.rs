@@ -38,6 +38,9 @@ pub struct Stats {
     /// Requests answered by the overflow rule, the cap being full (each
     /// also counted as admitted or rejected).
     pub overflowed: u64,
+    /// Units given back by refunds (`RateLimiter::refund_at`), counted
+    /// with the decisions.
+    pub refunded_units: u64,
     /// Clients created.
     pub created: u64,
     /// Clients removed by sweeps, as idle.
@@ -68,6 +71,7 @@ impl std::ops::AddAssign for Stats {
         self.admitted += other.admitted;
         self.rejected += other.rejected;
         self.admitted_units += other.admitted_units;
+        self.refunded_units += other.refunded_units;
         self.rejected_units += other.rejected_units;
         self.overflowed += other.overflowed;
         self.created += other.created;
@@ -141,6 +145,8 @@ struct Stripe {
     /// of cost 1, the common case, then makes one add, not two.
     extra: [AtomicU64; 2],
     overflowed: AtomicU64,
+    /// Units given back by refunds.
+    refunded: AtomicU64,
 }
 
 /// The decision counters of a limiter that counts them.
@@ -308,6 +314,13 @@ impl Counters {
         });
     }
 
+    /// Counts the units a refund gave back.
+    pub(crate) fn refunded(&self, units: u64) {
+        if units > 0 {
+            self.on_stripe(|stripe, add| add(&stripe.refunded, units));
+        }
+    }
+
     /// Counts an answer of the overflow rule.
     #[cold]
     pub(crate) fn overflowed(&self) {
@@ -324,6 +337,7 @@ impl Counters {
             rejected_extra = rejected_extra.wrapping_add(stripe.extra[0].load(Ordering::Relaxed));
             admitted_extra = admitted_extra.wrapping_add(stripe.extra[1].load(Ordering::Relaxed));
             stats.overflowed += stripe.overflowed.load(Ordering::Relaxed);
+            stats.refunded_units += stripe.refunded.load(Ordering::Relaxed);
         }
         stats.admitted_units = stats.admitted.wrapping_add(admitted_extra);
         stats.rejected_units = stats.rejected.wrapping_add(rejected_extra);

@@ -803,7 +803,8 @@ where
                 },
                 true,
             )
-            .in_ticks(self.tick);
+            .in_ticks(self.tick)
+            .made_at(now);
         if let Some(counters) = &tier.counters {
             counters.decided(&decision, cost);
         }
@@ -829,6 +830,29 @@ where
     {
         let found = self.tiers.get(tier).ok_or_else(|| self.unknown(tier))?;
         Ok(self.check_on(found, key, now, 1))
+    }
+
+    /// Gives back up to `cost` units of `key`'s admission at `at` in tier
+    /// `tier` (one checked with [`check_in_at`](Self::check_in_at)), judged
+    /// at `now`: [`RateLimiter::refund_at`] in a named tier.
+    ///
+    /// # Errors
+    ///
+    /// [`UnknownTier`] if there is no such tier.
+    pub fn refund_in_at<Q>(
+        &self,
+        tier: &str,
+        key: &Q,
+        now: u64,
+        at: u64,
+        cost: u64,
+    ) -> Result<u64, UnknownTier>
+    where
+        Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
+        K: Borrow<Q>,
+    {
+        let found = self.tiers.get(tier).ok_or_else(|| self.unknown(tier))?;
+        Ok(found.refund(key, now.max(at), at, cost))
     }
 
     /// [`check_in_at`](Self::check_in_at) now, by the registry's clock.
@@ -1026,6 +1050,16 @@ where
         tier.peek(key, now)
     }
 
+    /// In the tier the resolver names now, as [`forget`](Self::forget):
+    /// an admission checked in another tier with [`Tiers::check_in`] is
+    /// given back there with [`Tiers::refund_in_at`].
+    fn refund_at(&self, key: &Q, now: u64, at: u64, cost: u64) -> u64 {
+        match self.tier_of(key) {
+            Ok((_, tier, _)) => tier.refund(key, now.max(at), at, cost),
+            Err(_) => 0,
+        }
+    }
+
     /// Forgets the client in the tier the resolver names now (a client
     /// checked in other tiers with [`Tiers::check_in`] has state in each).
     fn forget(&self, key: &Q) -> bool {
@@ -1049,6 +1083,18 @@ where
     fn check_ruled_in_n_at(&self, tier: &str, key: &Q, now: u64, cost: u64) -> RuledDecision<'_> {
         let tiered = self.tiered_on(self.tier_named(TierName::Borrowed(tier)), key, now, cost);
         self.ruled(tiered)
+    }
+
+    /// Where `check_ruled_in_n_at` spent: the named tier, or the default
+    /// one for a name the registry lacks (counted and logged by that
+    /// check, not again here); nothing when such names are refused.
+    fn refund_in_at(&self, tier: &str, key: &Q, now: u64, at: u64, cost: u64) -> u64 {
+        let found = match self.tiers.get(tier) {
+            Some(found) => found,
+            None if self.reject_unknown => return 0,
+            None => &self.tiers[&self.default_tier],
+        };
+        found.refund(key, now.max(at), at, cost)
     }
 
     fn check_ruled_n_at(&self, key: &Q, now: u64, cost: u64) -> RuledDecision<'_> {
@@ -1341,6 +1387,41 @@ where
         }
     }
 
+    /// Gives back to `key`'s state in this tier, if it has one (a refund
+    /// creates nothing): `refund_at` of one tier. A state made by an older
+    /// rule is carried over first, as any call carries it, and the refund
+    /// goes to what the carry-over made (it kept the spend as admitted at
+    /// the carry-over's time, so a window rule gives back what it still
+    /// counts of it).
+    fn refund<Q>(&self, key: &Q, now: u64, at: u64, cost: u64) -> u64
+    where
+        Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
+        K: Borrow<Q>,
+    {
+        // Progress: as `call`'s.
+        loop {
+            let guard = self.current.load();
+            let generation: &Arc<Generation> = &guard;
+            let Some(answer) = self.clients.peek(key, |client| {
+                Arc::ptr_eq(&client.state.generation, generation).then(|| {
+                    let since = now.saturating_sub(client.origin);
+                    generation.refund(&client.state.state, since, now - at, cost)
+                })
+            }) else {
+                return 0;
+            };
+            match answer {
+                Some(Ok(given)) => {
+                    if let Some(counters) = &self.counters {
+                        counters.refunded(given);
+                    }
+                    return given;
+                }
+                _ => self.carry_over(key, now),
+            }
+        }
+    }
+
     fn forget<Q>(&self, key: &Q) -> bool
     where
         Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
@@ -1401,6 +1482,10 @@ impl Generation {
     #[inline]
     fn remaining(&self, state: &AnyState, now: u64) -> Result<u64, Retired> {
         self.policy.remaining(state, now)
+    }
+
+    fn refund(&self, state: &AnyState, now: u64, ago: u64, cost: u64) -> Result<u64, Retired> {
+        self.policy.refund(state, now, ago, cost)
     }
 
     fn retire_if_idle(&self, state: &AnyState, now: u64) -> bool {

@@ -393,5 +393,30 @@ fn admits_and_remaining(answer: Answer) -> (bool, u64) {
     match answer {
         Answer::Decision(decision) => (decision.allowed(), decision.remaining()),
         Answer::Remaining(remaining) => (remaining > 0, remaining),
+        Answer::Refunded(given) => (given > 0, given),
+    }
+}
+
+/// A flood of refunds for keys that never called creates nothing: under a
+/// cap of 10, 100,000 invented keys' refunds answer 0, leave no client
+/// tracked, and the cap's 10 places are all still there for real clients.
+#[test]
+fn refunds_for_invented_keys_create_nothing_under_a_cap() {
+    for engine in ENGINES {
+        for policy in PolicyKind::ALL {
+            let config = Config::per_ticks(5, 1_000).unwrap();
+            let bounds = Bounds::new().evict_idle().max_clients(10);
+            let limiter =
+                build_bounded::<u64, _>(policy, config, engine, ManualClock::new(0), bounds)
+                    .unwrap();
+            for key in 0..100_000u64 {
+                assert_eq!(limiter.refund_at(&key, 10, 5, 3), 0, "{engine} {policy}");
+            }
+            assert_eq!(limiter.tracked_clients(), 0, "{engine} {policy}");
+            for key in 0..10u64 {
+                assert!(limiter.check_at(&key, 10).allowed(), "{engine} {policy}");
+            }
+            assert_eq!(limiter.tracked_clients(), 10, "{engine} {policy}");
+        }
     }
 }

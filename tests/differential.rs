@@ -85,20 +85,33 @@ fn advance(window: u64, interval: u64) -> impl Strategy<Value = u64> {
 }
 
 /// A call: a single check, a weighted one (every cost the contract singles
-/// out, and any up to `L`), or `remaining`.
-fn op(limit: u64) -> impl Strategy<Value = Op> {
-    let cost = prop_oneof![
-        2 => Just(0u64),
-        6 => 1..=limit,
-        2 => Just(limit),
-        1 => Just(limit + 1),
-        1 => Just(u64::MAX),
-        2 => 1..=limit.min(4),
+/// out, and any up to `L`), `remaining`, or a refund (of any of those
+/// costs, for an admission at the call's time, a tick or a few before it,
+/// `W − 1` and `W` ticks before it, or anywhere in the last two windows:
+/// times that were admissions and times that were not).
+fn op(limit: u64, window: u64) -> impl Strategy<Value = Op> {
+    let cost = move || {
+        prop_oneof![
+            2 => Just(0u64),
+            6 => 1..=limit,
+            2 => Just(limit),
+            1 => Just(limit + 1),
+            1 => Just(u64::MAX),
+            2 => 1..=limit.min(4),
+        ]
+    };
+    let back = prop_oneof![
+        3 => Just(0u64),
+        2 => 1..=3u64,
+        1 => Just(window - 1),
+        1 => Just(window),
+        1 => 0..=window.saturating_mul(2),
     ];
     prop_oneof![
         3 => Just(Op::Allow),
-        3 => cost.prop_map(Op::AllowN),
+        3 => cost().prop_map(Op::AllowN),
         1 => Just(Op::Remaining),
+        2 => (cost(), back).prop_map(|(cost, back)| Op::Refund { cost, back }),
     ]
 }
 
@@ -108,7 +121,7 @@ fn op(limit: u64) -> impl Strategy<Value = Op> {
 fn step(limit: u64, window: u64, interval: u64) -> impl Strategy<Value = (u64, Op, u64, usize)> {
     (
         0..3u64,
-        op(limit),
+        op(limit, window),
         advance(window, interval),
         prop_oneof![4 => Just(1usize), 1 => 2..=12usize],
     )
@@ -128,10 +141,14 @@ fn case(policy: PolicyKind) -> impl Strategy<Value = (u64, u64, Vec<Call>)> {
                 prop::collection::vec(step(limit, window, interval), 1..40),
             )
         })
-        .prop_map(|(limit, window, start, steps)| {
+        .prop_map(move |(limit, window, start, steps)| {
             let mut at = start;
             let mut trace = Vec::new();
-            for (client, op, advance, repeat) in steps {
+            for (client, mut op, advance, repeat) in steps {
+                // The lock-free log gives nothing back yet.
+                if policy == PolicyKind::SlidingWindow && matches!(op, Op::Refund { .. }) {
+                    op = Op::Remaining;
+                }
                 at = at.saturating_add(advance).min(HORIZON);
                 trace.extend((0..repeat).map(|_| Call { op, client, at }));
             }
@@ -217,7 +234,11 @@ fn shaky_case() -> impl Strategy<Value = (PolicyKind, u64, u64, Vec<Call>)> {
             (policy, limit, window)
         })
         .prop_flat_map(|(policy, limit, window)| {
-            let step = (0..2u64, op(limit), -2 * window as i64..=2 * window as i64);
+            let step = (
+                0..2u64,
+                op(limit, window),
+                -2 * window as i64..=2 * window as i64,
+            );
             (
                 Just(policy),
                 Just(limit),

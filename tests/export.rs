@@ -13,7 +13,7 @@ use openmetrics_parser::{MetricNumber, PrometheusType, PrometheusValue};
 
 /// Every metric, its type, and the field it must equal (`None`: the
 /// tracked clients), with the outcome label where the family has one.
-const EXPECTED: [(&str, &str, Option<&str>); 11] = [
+const EXPECTED: [(&str, &str, Option<&str>); 12] = [
     ("floodgate_decisions_total", "counter", Some("admitted")),
     ("floodgate_decisions_total", "counter", Some("rejected")),
     (
@@ -26,6 +26,7 @@ const EXPECTED: [(&str, &str, Option<&str>); 11] = [
         "counter",
         Some("rejected"),
     ),
+    ("floodgate_refunded_units_total", "counter", None),
     ("floodgate_overflow_decisions_total", "counter", None),
     ("floodgate_clients_created_total", "counter", None),
     ("floodgate_clients_evicted_total", "counter", None),
@@ -42,6 +43,7 @@ fn expected(index: usize, stats: &Stats, tracked: usize) -> u64 {
         stats.rejected,
         stats.admitted_units,
         stats.rejected_units,
+        stats.refunded_units,
         stats.overflowed,
         stats.created,
         stats.evicted,
@@ -56,7 +58,7 @@ fn expected(index: usize, stats: &Stats, tracked: usize) -> u64 {
 /// that overflows, idle clients swept, forgets, costs other than 1.
 fn traced(seed: u64) -> (std::sync::Arc<dyn RateLimiter<u64>>, Stats) {
     let clock = ManualClock::new(0);
-    let limiter = Builder::new(PolicyKind::SlidingWindow, 5, Duration::from_micros(10))
+    let limiter = Builder::new(PolicyKind::FixedWindow, 5, Duration::from_micros(10))
         .clock(clock.clone())
         .bounds(
             Bounds::new()
@@ -71,8 +73,17 @@ fn traced(seed: u64) -> (std::sync::Arc<dyn RateLimiter<u64>>, Stats) {
     for _ in 0..20_000 {
         clock.advance(rng.u64(..1_000));
         let key = rng.u64(..64);
-        if rng.u8(..100) == 0 {
+        let roll = rng.u8(..100);
+        if roll == 0 {
             limiter.forget(&key);
+        } else if roll < 6 {
+            let now = limiter.now();
+            limiter.refund_at(
+                &key,
+                now,
+                now.saturating_sub(rng.u64(..2_000)),
+                rng.u64(1..=4),
+            );
         } else {
             limiter.check_n(&key, rng.u64(..=4));
         }

@@ -992,3 +992,150 @@ async fn the_http_feature_brings_waiting() {
     let admitted = floodgate::wait::until_ready(&limiter, &1u64).await;
     assert!(admitted.is_ok_and(|decision| decision.allowed()));
 }
+
+// Giving units back -------------------------------------------------------------
+
+/// A token bucket of 10 units an hour on a manual clock, keyed by `str`.
+fn bucket_of_ten() -> Arc<dyn RateLimiter<str>> {
+    build_with::<str, _>(
+        PolicyKind::TokenBucket,
+        Config::per_ticks(10, 3_600).unwrap(),
+        Engine::LockFree,
+        ManualClock::new(0),
+    )
+    .unwrap()
+}
+
+/// A request of client `a` costing `units`, answered `status`, whose
+/// service says it used `used` units.
+fn request(units: u64, status: u16, used: u64) -> Request<Empty<Bytes>> {
+    Request::get("/")
+        .header("x-key", "a")
+        .header("x-units", units.to_string())
+        .header("x-status", status.to_string())
+        .header("x-used", used.to_string())
+        .body(Empty::new())
+        .unwrap()
+}
+
+/// The layer over a service that answers each request's `x-status` with
+/// its `x-used` echoed and a body, each request costing its `x-units`.
+fn echo_service(
+    layer: RateLimitLayer<Arc<dyn RateLimiter<str>>, Header>,
+) -> impl tower::Service<
+    Request<Empty<Bytes>>,
+    Response = Response<floodgate::http::ResponseBody<http_body_util::Full<Bytes>>>,
+    Error = Infallible,
+> {
+    let number = |parts: &Parts, name: &str| -> u64 {
+        parts.headers[name].to_str().unwrap().parse().unwrap()
+    };
+    let layer = layer.cost(move |parts| number(parts, "x-units"));
+    layer.layer(tower::service_fn(
+        move |request: Request<Empty<Bytes>>| async move {
+            let (parts, _) = request.into_parts();
+            let status = StatusCode::from_u16(number(&parts, "x-status") as u16).unwrap();
+            let response = Response::builder()
+                .status(status)
+                .header("x-used", parts.headers["x-used"].clone())
+                .body(http_body_util::Full::new(Bytes::from_static(b"streamed")))
+                .unwrap();
+            Ok::<_, Infallible>(response)
+        },
+    ))
+}
+
+/// A 5xx gives its units back whole; a 4xx or a 200 keeps them. The
+/// response's headers are the admitting check's; the next request sees
+/// the units back.
+#[tokio::test]
+async fn a_failed_responses_units_come_back() {
+    let limiter = bucket_of_ten();
+    let layer = RateLimitLayer::new(Arc::clone(&limiter), Header::new("x-key"))
+        .refund_on(|status| status.is_server_error());
+    let service = echo_service(layer);
+    let failed = service.oneshot(request(4, 503, 0)).await.unwrap();
+    assert_eq!(failed.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(failed.headers()["ratelimit"], r#""default";r=6;t=0"#);
+    assert_eq!(limiter.remaining_at("a", 0), 10);
+    let layer = RateLimitLayer::new(Arc::clone(&limiter), Header::new("x-key"))
+        .refund_on(|status| status.is_server_error());
+    let service = echo_service(layer);
+    let not_found = service.oneshot(request(3, 404, 0)).await.unwrap();
+    assert_eq!(not_found.status(), StatusCode::NOT_FOUND);
+    assert_eq!(limiter.remaining_at("a", 0), 7);
+}
+
+/// A request whose future is dropped before its response gives its units
+/// back with `refund_cancelled`, and keeps them without it.
+#[tokio::test]
+async fn a_cancelled_request_gives_back_only_when_asked() {
+    for cancelled in [false, true] {
+        let limiter = bucket_of_ten();
+        let mut layer = RateLimitLayer::new(Arc::clone(&limiter), Header::new("x-key")).cost(|_| 4);
+        if cancelled {
+            layer = layer.refund_cancelled();
+        }
+        let never = tower::service_fn(|_: Request<Empty<Bytes>>| {
+            std::future::pending::<Result<Response<Empty<Bytes>>, Infallible>>()
+        });
+        let mut call = Box::pin(layer.layer(never).oneshot(request(4, 200, 0)));
+        // One poll: the check runs and the request reaches the service,
+        // which never answers; then the client goes away.
+        std::future::poll_fn(|cx| {
+            assert!(std::future::Future::poll(call.as_mut(), cx).is_pending());
+            std::task::Poll::Ready(())
+        })
+        .await;
+        assert_eq!(limiter.remaining_at("a", 0), 6);
+        drop(call);
+        let expected = if cancelled { 10 } else { 6 };
+        assert_eq!(
+            limiter.remaining_at("a", 0),
+            expected,
+            "cancelled {cancelled}"
+        );
+    }
+}
+
+/// A reservation settles at the end of the body, not when its headers go
+/// out: admitted at 8, the response says it used 3, and the 5 come back
+/// once the body is read (or dropped unread, the client gone). A response
+/// that says it used more gives nothing back.
+#[tokio::test]
+async fn a_reservation_gives_back_what_the_body_did_not_use() {
+    let limiter = bucket_of_ten();
+    let used = |response: &http::response::Parts| -> Option<u64> {
+        response.headers.get("x-used")?.to_str().ok()?.parse().ok()
+    };
+    let layer = RateLimitLayer::new(Arc::clone(&limiter), Header::new("x-key")).settle_with(used);
+    let response = echo_service(layer)
+        .oneshot(request(8, 200, 3))
+        .await
+        .unwrap();
+    assert_eq!(
+        limiter.remaining_at("a", 0),
+        2,
+        "not yet: the body is unread"
+    );
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(body, Bytes::from_static(b"streamed"));
+    assert_eq!(limiter.remaining_at("a", 0), 7);
+
+    let layer = RateLimitLayer::new(Arc::clone(&limiter), Header::new("x-key")).settle_with(used);
+    let response = echo_service(layer)
+        .oneshot(request(6, 200, 2))
+        .await
+        .unwrap();
+    assert_eq!(limiter.remaining_at("a", 0), 1);
+    drop(response);
+    assert_eq!(limiter.remaining_at("a", 0), 5, "settled when dropped");
+
+    let layer = RateLimitLayer::new(Arc::clone(&limiter), Header::new("x-key")).settle_with(used);
+    let response = echo_service(layer)
+        .oneshot(request(2, 200, 9))
+        .await
+        .unwrap();
+    drop(response);
+    assert_eq!(limiter.remaining_at("a", 0), 3, "used more than reserved");
+}

@@ -96,6 +96,21 @@ fn in_memory(policy: PolicyKind, config: Config) -> Arc<dyn RateLimiter<str>> {
     .unwrap_or_else(|e| panic!("{policy} {config:?}: {e}"))
 }
 
+/// [`in_memory`], but the mutex engine for the log: the lock-free log does
+/// not give units back yet (its refunds answer 0).
+fn refunding_in_memory(policy: PolicyKind, config: Config) -> Arc<dyn RateLimiter<str>> {
+    match policy {
+        PolicyKind::SlidingWindow => build_with::<str, _>(
+            policy,
+            config,
+            Engine::Mutex,
+            ManualClock::with_tick(0, floodgate::Tick::MILLISECOND),
+        )
+        .unwrap(),
+        _ => in_memory(policy, config),
+    }
+}
+
 /// A connection of the test's own, to read keys and TTLs.
 fn inspect(url: &str) -> redis::Connection {
     redis::Client::open(url)
@@ -179,12 +194,16 @@ fn spec_examples(url: &str) {
 /// Seeded traces: a few clients, each one's time never decreasing, steps
 /// from 0 to many windows (up to the contract's 2 × 10^12), half `allow`
 /// and half `remaining`; an `allow` carries a cost (`costs`, aligned with
-/// `calls`): mostly 1, else 0, up to `L`, `L`, `L + 1` or 2^64 − 1.
+/// `calls`): mostly 1, else 0, up to `L`, `L`, `L + 1` or 2^64 − 1. A
+/// `remaining` with `refunds[i]` set is a refund of that cost instead, of
+/// the admission that many ticks before its time (at once, within the
+/// window, at `W − 1` and `W` ticks, or at a time that was no admission).
 struct Trace {
     limit: u64,
     window: u64,
     calls: Vec<(bool, usize, u64)>,
     costs: Vec<u64>,
+    refunds: Vec<Option<u64>>,
 }
 
 fn trace(policy: PolicyKind, rng: &mut fastrand::Rng) -> Trace {
@@ -236,11 +255,27 @@ fn trace(policy: PolicyKind, rng: &mut fastrand::Rng) -> Trace {
             _ => 1,
         })
         .collect();
+    let refunds = calls
+        .iter()
+        .map(|&(allow, _, now)| {
+            let ago = match rng.u8(..10) {
+                _ if allow => return None,
+                0 => 0,
+                1 => rng.u64(0..=window),
+                2 => window - 1,
+                3 => window,
+                4 => rng.u64(0..=now),
+                _ => return None,
+            };
+            Some(ago.min(now))
+        })
+        .collect();
     Trace {
         limit,
         window,
         calls,
         costs,
+        refunds,
     }
 }
 
@@ -258,11 +293,11 @@ fn differential(policy: PolicyKind, traces: usize) {
 fn differential_through(urls: &[&str], policy: PolicyKind, traces: usize) {
     let prefix = prefix(&format!("differential_{}", policy.name()));
     let mut rng = fastrand::Rng::with_seed(0xF100D ^ policy as u64);
-    let mut compared = 0;
+    let (mut compared, mut refunds_giving) = (0, 0);
     for number in 0..traces {
         let trace = trace(policy, &mut rng);
         let config = Config::per_ticks(trace.limit, trace.window).unwrap();
-        let memory = in_memory(policy, config);
+        let memory = refunding_in_memory(policy, config);
         // A fresh client name per trace: configurations repeat across
         // traces, and each trace starts from new clients.
         // A long timeout: a trace may write a million-field log, and a
@@ -309,6 +344,16 @@ fn differential_through(urls: &[&str], policy: PolicyKind, traces: usize) {
                 counted.0 += 1;
                 // Costs run up to 2^64 - 1: the units wrap, as `Stats`'s do.
                 counted.1 = counted.1.wrapping_add(cost);
+            } else if let Some(ago) = trace.refunds[index] {
+                let at = now - ago;
+                let expected = memory.refund_at(&key, now, at, cost);
+                refunds_giving += usize::from(expected > 0);
+                for (redis, url) in backends.iter().zip(urls) {
+                    let got = redis
+                        .try_refund_at(&key, now, at, cost)
+                        .unwrap_or_else(|e| panic!("{e}: refund at {at}: {}", context(url)));
+                    assert_eq!(got, expected, "refund at {at}: {}", context(url));
+                }
             } else {
                 let expected = memory.remaining_at(&key, now);
                 for (redis, url) in backends.iter().zip(urls) {
@@ -338,10 +383,11 @@ fn differential_through(urls: &[&str], policy: PolicyKind, traces: usize) {
         }
     }
     eprintln!(
-        "{policy}: {compared} answers of {traces} traces through {} backends identical to the \
-         in-memory engine",
+        "{policy}: {compared} answers of {traces} traces ({refunds_giving} refunds that gave \
+         units back) through {} backends identical to the in-memory engine",
         urls.len()
     );
+    assert!(refunds_giving > 0, "{policy}: no refund gave anything back");
 }
 
 #[test]
@@ -410,11 +456,13 @@ fn backwards_trace(policy: PolicyKind, rng: &mut fastrand::Rng) -> Trace {
         calls.push((rng.u8(..3) != 0, client, times[client]));
     }
     let costs = vec![1; calls.len()];
+    let refunds = vec![None; calls.len()];
     Trace {
         limit,
         window,
         calls,
         costs,
+        refunds,
     }
 }
 
@@ -593,17 +641,24 @@ fn the_async_api_answers_as_the_blocking_one() {
             for number in 0..20 {
                 let trace = trace(policy, &mut rng);
                 let config = Config::per_ticks(trace.limit, trace.window).unwrap();
-                let memory = in_memory(policy, config);
+                let memory = refunding_in_memory(policy, config);
                 let redis = AsyncRedisLimiter::new(&url, policy, config, exact_options(&prefix))
                     .await
                     .unwrap();
-                for &(allow, client, now) in &trace.calls {
+                for (index, &(allow, client, now)) in trace.calls.iter().enumerate() {
                     let key = format!("{policy}-{number}-{client}");
                     if allow {
                         assert_eq!(
                             redis.try_check_at(&key, now).await.unwrap(),
                             memory.check_at(&key, now),
                             "{policy} {key} at {now}"
+                        );
+                    } else if let Some(ago) = trace.refunds[index] {
+                        let (at, cost) = (now - ago, trace.costs[index]);
+                        assert_eq!(
+                            redis.try_refund_at(&key, now, at, cost).await.unwrap(),
+                            memory.refund_at(&key, now, at, cost),
+                            "{policy} {key} at {now}: refund {cost} at {at}"
                         );
                     } else {
                         assert_eq!(
@@ -1015,6 +1070,53 @@ fn on_redis_clock_the_cache_rejects_no_longer_than_redis() {
     }
 }
 
+/// On Redis's clock a decision carries the server's time it was judged
+/// at, so a refund by the decision gives its units back; a refusal gives
+/// nothing back; and a refund that gives anything back clears the
+/// client's cached refusal, so the next check is Redis's own.
+#[test]
+#[ignore = "needs a Redis server: FLOODGATE_REDIS_URL and --include-ignored"]
+fn on_redis_clock_a_refund_by_the_decision_gives_back_and_clears_the_cache() {
+    let url = shared_url();
+    let prefix = prefix("refund_server_clock");
+    // One request a minute: nothing drips back while the test runs.
+    let config = Config::per_ticks(1, 60_000_000).unwrap();
+    let options = RedisOptions::new()
+        .prefix(&prefix)
+        .timeout(Duration::from_secs(5));
+    for policy in PolicyKind::ALL {
+        let limiter = RedisLimiter::new(&url, policy, config, options.clone()).unwrap();
+        let key = format!("refunded-{policy}");
+        let admitted = limiter.try_check(&key).unwrap();
+        assert!(admitted.allowed(), "{policy}");
+        let refused = limiter.try_check(&key).unwrap();
+        assert!(!refused.allowed(), "{policy}");
+        let locally = limiter.answered_locally();
+        assert!(!limiter.try_check(&key).unwrap().allowed(), "{policy}");
+        assert_eq!(limiter.answered_locally(), locally + 1, "{policy}: cached");
+        assert_eq!(
+            limiter.try_refund(&key, &refused, 1).unwrap(),
+            0,
+            "{policy}"
+        );
+        assert_eq!(
+            limiter.try_refund(&key, &admitted, 1).unwrap(),
+            1,
+            "{policy}"
+        );
+        // Given back once only.
+        assert_eq!(
+            limiter.try_refund(&key, &admitted, 1).unwrap(),
+            0,
+            "{policy}"
+        );
+        assert!(limiter.try_check(&key).unwrap().allowed(), "{policy}");
+        assert_eq!(limiter.answered_locally(), locally + 1, "{policy}");
+    }
+    let cleaner = RedisLimiter::new(&url, PolicyKind::Gcra, config, options).unwrap();
+    cleaner.clear_prefix(&prefix).unwrap();
+}
+
 #[test]
 #[ignore = "needs a Redis server: FLOODGATE_REDIS_URL and --include-ignored"]
 fn the_rejection_cache_stays_under_its_cap_while_100000_flooders_pass() {
@@ -1186,9 +1288,11 @@ fn times_past_exact_arithmetic_are_refused_before_any_round_trip() {
 /// gets to refuse, and costs up to past the largest limit.
 struct RulesTrace {
     rules: RuleSet,
-    /// `(call, client, now)`: 0 allow, 1 remaining, 2 peek.
+    /// `(call, client, now)`: 0 allow, 1 remaining, 2 peek, 3 refund.
     calls: Vec<(u8, usize, u64)>,
     costs: Vec<u64>,
+    /// A refund's admission, that many ticks before its `now`.
+    agos: Vec<u64>,
 }
 
 fn rules_trace(rng: &mut fastrand::Rng) -> RulesTrace {
@@ -1235,6 +1339,7 @@ fn rules_trace(rng: &mut fastrand::Rng) -> RulesTrace {
         let call = match rng.u8(..10) {
             0 => 1,
             1 => 2,
+            2 => 3,
             _ => 0,
         };
         calls.push((call, client, times[client]));
@@ -1251,10 +1356,24 @@ fn rules_trace(rng: &mut fastrand::Rng) -> RulesTrace {
             _ => 1,
         })
         .collect();
+    let agos = calls
+        .iter()
+        .map(|&(_, _, now)| {
+            let window = rules[rng.usize(..rules.len())].config().window();
+            match rng.u8(..4) {
+                0 => 0,
+                1 => window - 1,
+                2 => window,
+                _ => rng.u64(0..=window),
+            }
+            .min(now)
+        })
+        .collect();
     RulesTrace {
         rules,
         calls,
         costs,
+        agos,
     }
 }
 
@@ -1276,7 +1395,7 @@ fn in_memory_rules(rules: &RuleSet) -> Arc<dyn RateLimiter<str>> {
 fn rules_differential_through(urls: &[&str], seed: u64, traces: usize) {
     let prefix = prefix("rules_differential");
     let mut rng = fastrand::Rng::with_seed(seed);
-    let mut compared = 0;
+    let (mut compared, mut refunds_giving) = (0, 0);
     let mut refused_by = [0usize; 3];
     for number in 0..traces {
         let trace = rules_trace(&mut rng);
@@ -1333,6 +1452,17 @@ fn rules_differential_through(urls: &[&str], seed: u64, traces: usize) {
                         assert_eq!(got, expected, "{}", context(url));
                     }
                 }
+                3 => {
+                    let at = now - trace.agos[index];
+                    let expected = memory.refund_at(&key, now, at, cost);
+                    refunds_giving += usize::from(expected > 0);
+                    for (redis, url) in backends.iter().zip(urls) {
+                        let got = redis
+                            .try_refund_at(&key, now, at, cost)
+                            .unwrap_or_else(|e| panic!("{e}: refund at {at}: {}", context(url)));
+                        assert_eq!(got, expected, "refund at {at}: {}", context(url));
+                    }
+                }
                 _ => {
                     let expected = memory.peek_at(&key, now);
                     for (redis, url) in backends.iter().zip(urls) {
@@ -1360,9 +1490,11 @@ fn rules_differential_through(urls: &[&str], seed: u64, traces: usize) {
         refused_by[0] > 0 && refused_by[1] > 0,
         "every rule refuses somewhere: {refused_by:?}"
     );
+    assert!(refunds_giving > 0, "no refund gave anything back");
     eprintln!(
         "several rules: {compared} answers of {traces} traces through {} backends identical to \
-         the mutex engine's (refused by rule 0, 1, 2: {refused_by:?})",
+         the mutex engine's (refused by rule 0, 1, 2: {refused_by:?}; {refunds_giving} refunds \
+         gave units back)",
         urls.len()
     );
 }

@@ -369,3 +369,58 @@ fn a_tier_added_twice_is_refused_by_name() {
         Err(floodgate::ConfigError::DuplicateTier { .. })
     ));
 }
+
+/// A refund goes to the tier that admitted: the resolver's for a plain
+/// check, the named one for `check_ruled_in_n_at` (the default tier for a
+/// name the registry lacks). Across a reload the client is carried over
+/// first, as any call carries it, and the refund gives back to the carried
+/// state: 80 of 100 spent, reloaded to 200, 30 given back leaves 150.
+#[test]
+fn a_refund_goes_to_the_tier_that_admitted_and_survives_a_reload() {
+    let clock = ManualClock::new(5_000);
+    let tiers = registry(spec(PolicyKind::FixedWindow, 100, W), &clock);
+    let mut admitted = Vec::new();
+    for _ in 0..80 {
+        let decision = tiers.check("alice");
+        assert!(decision.allowed());
+        admitted.push(decision);
+    }
+    tiers
+        .reload("free", spec(PolicyKind::FixedWindow, 200, W))
+        .unwrap();
+    assert_eq!(tiers.remaining("alice"), 120);
+    assert_eq!(tiers.refund("alice", &admitted[0], 30), 30);
+    assert_eq!(tiers.remaining("alice"), 150);
+
+    // Checked in the premium tier by name, though the resolver says free.
+    let ruled = tiers.check_ruled_in_n_at("premium", "bob", 5_000, 10);
+    assert!(ruled.decision.allowed());
+    assert_eq!(ruled.tier, Some("premium"));
+    assert_eq!(
+        tiers.refund_in_at("free", "bob", 5_000, 5_000, 10),
+        Ok(0),
+        "free has no bob"
+    );
+    assert!(tiers.refund_in_at("gold", "bob", 5_000, 5_000, 10).is_err());
+    assert_eq!(
+        RateLimiter::refund_in_at(&tiers, "premium", "bob", 5_000, 5_000, 4),
+        4
+    );
+    assert_eq!(
+        tiers
+            .check_ruled_in_n_at("premium", "bob", 5_000, 1)
+            .decision
+            .remaining(),
+        1_000 - 6 - 1
+    );
+    // An unknown name spent in the default tier, and gives back there.
+    assert!(tiers
+        .check_ruled_in_n_at("gold", "carol", 5_000, 3)
+        .decision
+        .allowed());
+    assert_eq!(
+        RateLimiter::refund_in_at(&tiers, "gold", "carol", 5_000, 5_000, 3),
+        3
+    );
+    assert_eq!(tiers.remaining("carol"), 200);
+}

@@ -308,6 +308,10 @@ enum EngineName {
     /// The lock-free engine counting its decisions (`Builder::counting`):
     /// `"engine": "lockfree", "metrics": true` in `--json`.
     Counted,
+    /// The lock-free engine giving each admission back at once
+    /// ([`CheckThenRefund`]): `"engine": "lockfree", "refunds": true` in
+    /// `--json`.
+    Refunding,
     Mutex,
     Governor,
     /// The open-addressing table of `(key, state)` slots: [`FloorTable`].
@@ -319,6 +323,7 @@ impl EngineName {
         match self {
             EngineName::LockFree => "lockfree",
             EngineName::Counted => "counted",
+            EngineName::Refunding => "refund",
             EngineName::Mutex => "mutex",
             EngineName::Governor => "governor",
             EngineName::Floor => "floor",
@@ -401,6 +406,24 @@ where
     #[inline]
     fn check(&self, key: u64, _now: u64) -> bool {
         self.check_key(&key).is_ok()
+    }
+}
+
+/// The lock-free engine giving every admission back at once: each call is
+/// a check and, when it admits, a refund of its unit by its decision
+/// ([`RateLimiter::refund`], which reads the clock again, as a caller's
+/// refund does). The client then stays full and every call pays both, so
+/// a refund's own cost is this row's time less the plain row's.
+struct CheckThenRefund(Limiter<u64, Gcra, QuantaClock>);
+
+impl Subject for CheckThenRefund {
+    #[inline]
+    fn check(&self, key: u64, _now: u64) -> bool {
+        let decision = Limiter::check(&self.0, &key);
+        if decision.allowed() {
+            RateLimiter::refund(&self.0, &key, &decision, 1);
+        }
+        decision.allowed()
     }
 }
 
@@ -789,6 +812,11 @@ fn engines(
                 (kind, EngineName::Counted, ClockKind::Quanta, 1),
                 clients,
                 || Box::new(lockfree::<Gcra>(config).counting(true)),
+            ));
+            all.push(measured(
+                (kind, EngineName::Refunding, ClockKind::Quanta, 1),
+                clients,
+                || Box::new(CheckThenRefund(lockfree::<Gcra>(config))),
             ));
             all.push(measured(
                 (kind, EngineName::Governor, ClockKind::Quanta, 1),
@@ -1538,6 +1566,40 @@ fn targets(rows: &[Row], cores: usize) -> String {
             );
         }
     }
+    // Refunds (issue 37): a refund, measured as a check that gives its
+    // admission back less the check alone, at most 1.5x a check.
+    for keys in [Keys::Hot, Keys::Uniform] {
+        for threads in [1, 2] {
+            let (Some(both), Some(plain)) = (
+                find(EngineName::Refunding, ClockKind::Quanta, threads, keys),
+                find(EngineName::LockFree, ClockKind::Quanta, threads, keys),
+            ) else {
+                continue;
+            };
+            let refund = both.ns_per_op() - plain.ns_per_op();
+            let ratio = refund / plain.ns_per_op();
+            // A check that refuses only reads; every check of the refund
+            // row admits (and writes), so against a refusing row the
+            // figure is an upper bound of the refund's cost.
+            let bound = if plain.admitted < 0.5 {
+                format!(
+                    " [an upper bound: the plain check admits {:.1} %]",
+                    plain.admitted * 100.0
+                )
+            } else {
+                String::new()
+            };
+            let _ = writeln!(
+                out,
+                "  gcra, {threads}t {:<7} a refund: {:.1} ns ({:.1} with its check), a check {:.1} ns, {ratio:.2}x  (<= 1.5x: {}){bound}",
+                keys.name(),
+                refund,
+                both.ns_per_op(),
+                plain.ns_per_op(),
+                verdict(ratio <= 1.5)
+            );
+        }
+    }
     let insert = |engine| find(engine, ClockKind::Quanta, 1, Keys::Fresh);
     if let (Some(ours), Some(theirs)) = (insert(EngineName::LockFree), insert(EngineName::Governor))
     {
@@ -1563,10 +1625,11 @@ fn json_values(rows: &[Row]) -> impl Iterator<Item = serde_json::Value> + '_ {
         serde_json::json!({
             "policy": row.policy.name(),
             "engine": match row.engine {
-                EngineName::Counted => EngineName::LockFree.name(),
+                EngineName::Counted | EngineName::Refunding => EngineName::LockFree.name(),
                 engine => engine.name(),
             },
             "metrics": row.engine == EngineName::Counted,
+            "refunds": row.engine == EngineName::Refunding,
             "vs_uncounted": row.vs_uncounted,
             "cost": row.cost,
             "threads": row.threads,

@@ -401,8 +401,8 @@ pub(super) fn rows(
                     let limiter = DefaultKeyedRateLimiter::<u64>::keyed(governor_quota(config));
                     probe(&limiter, known, new)
                 }
-                EngineName::Floor | EngineName::Counted => {
-                    unreachable!("the tail rows have no floor and do not count")
+                EngineName::Floor | EngineName::Counted | EngineName::Refunding => {
+                    unreachable!("the tail rows have no floor, do not count and give nothing back")
                 }
             };
             for (who, histogram, admitted) in [

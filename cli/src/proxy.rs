@@ -39,6 +39,7 @@ use floodgate_cli::args::{
     parse_rule, usage, Checked, Span, Written,
 };
 use hyper::header::HeaderName;
+use hyper::StatusCode;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
@@ -137,6 +138,14 @@ pub struct Args {
     #[arg(long, value_name = "BITS", value_parser = Checked(parse_in::<u8>(0, 128)))]
     ipv6_prefix: Option<u8>,
 
+    /// Give a request's units back when the upstream's answer has this
+    /// status: a class (5xx) or one status (503, or 429 from a limiter
+    /// behind); repeat for several. A request that failed upstream then
+    /// does not count against its client (the proxy's own 502 for an
+    /// upstream it cannot reach is a 5xx too).
+    #[arg(long = "refund-on", value_name = "STATUS", value_parser = Checked(parse_refund_status))]
+    refund_on: Vec<StatusMatch>,
+
     /// The policy's name in the RateLimit and RateLimit-Policy headers
     /// (with several --rule, NAME-1, NAME-2... one per rule).
     #[arg(long, value_name = "NAME", default_value = "default")]
@@ -232,6 +241,39 @@ fn parse_header_name(text: &str) -> Result<HeaderName, String> {
     HeaderName::from_bytes(text.as_bytes()).map_err(|_| format!("{text:?} is not a header name"))
 }
 
+/// A `--refund-on`: a class of statuses (`5xx`) or one status (`503`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StatusMatch {
+    /// The first digit of the class, 1 to 5.
+    Class(u16),
+    Exact(u16),
+}
+
+impl StatusMatch {
+    fn matches(self, status: StatusCode) -> bool {
+        match self {
+            Self::Class(class) => status.as_u16() / 100 == class,
+            Self::Exact(exact) => status.as_u16() == exact,
+        }
+    }
+}
+
+fn parse_refund_status(text: &str) -> Result<StatusMatch, String> {
+    let expected = || {
+        format!("{text:?} is not a status: expected a class, 1xx to 5xx, or a status, 100 to 599")
+    };
+    let bytes = text.as_bytes();
+    match bytes {
+        [class @ b'1'..=b'5', b'x' | b'X', b'x' | b'X'] => {
+            Ok(StatusMatch::Class(u16::from(class - b'0')))
+        }
+        [b'1'..=b'5', b'0'..=b'9', b'0'..=b'9'] => {
+            text.parse().map(StatusMatch::Exact).map_err(|_| expected())
+        }
+        _ => Err(expected()),
+    }
+}
+
 /// What `--key` names.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum KeyKind {
@@ -314,6 +356,8 @@ pub struct Stats {
     shaped: AtomicU64,
     rejected: AtomicU64,
     failed: AtomicU64,
+    /// Units given back (`--refund-on`).
+    refunded: AtomicU64,
 }
 
 impl Stats {
@@ -331,17 +375,23 @@ impl Stats {
         self.failed.fetch_add(1, Ordering::Relaxed);
     }
 
-    fn snapshot(&self) -> [u64; 4] {
-        [&self.admitted, &self.shaped, &self.rejected, &self.failed]
-            .map(|counter| counter.load(Ordering::Relaxed))
+    fn snapshot(&self) -> [u64; 5] {
+        [
+            &self.admitted,
+            &self.shaped,
+            &self.rejected,
+            &self.failed,
+            &self.refunded,
+        ]
+        .map(|counter| counter.load(Ordering::Relaxed))
     }
 }
 
-fn stats_line(counts: [u64; 4]) -> String {
-    let [admitted, shaped, rejected, failed] = counts;
+fn stats_line(counts: [u64; 5]) -> String {
+    let [admitted, shaped, rejected, failed, refunded] = counts;
     format!(
         "floodgate proxy: admitted {admitted}, shaped {shaped}, rejected {rejected}, \
-         upstream errors {failed}"
+         units given back {refunded}, upstream errors {failed}"
     )
 }
 
@@ -393,6 +443,31 @@ impl AsyncLimiter<Client> for Counted {
         };
         self.stats.count(&ruled.decision);
         ruled
+    }
+
+    async fn refund_in(
+        &self,
+        tier: Option<&str>,
+        key: &Client,
+        admitted: &Decision,
+        cost: u64,
+    ) -> u64 {
+        let given = match &self.store {
+            Store::Memory(limiter) => {
+                AsyncLimiter::refund_in(&**limiter, tier, key, admitted, cost).await
+            }
+            #[cfg(feature = "redis")]
+            Store::Redis(redis) => match key {
+                Client::Ip(ip) => {
+                    AsyncLimiter::<IpAddr>::refund_in(redis, tier, ip, admitted, cost).await
+                }
+                Client::Text(text) => {
+                    AsyncLimiter::<str>::refund_in(redis, tier, text, admitted, cost).await
+                }
+            },
+        };
+        self.stats.refunded.fetch_add(given, Ordering::Relaxed);
+        given
     }
 }
 
@@ -620,6 +695,10 @@ async fn serve(args: Args, rules: RuleSet, bounds: Bounds, extractor: Extract) -
     if let Some(header) = &args.tier_header {
         layer = layer.tier_header(header.as_str());
     }
+    if !args.refund_on.is_empty() {
+        let statuses = args.refund_on.clone();
+        layer = layer.refund_on(move |status| statuses.iter().any(|s| s.matches(status)));
+    }
     let forward = Forward::new(args.upstream.clone(), Arc::clone(&stats));
     let measured = Arc::new(Metrics::default());
     let service = Measured::new(layer.layer(Timed(forward.clone())), Arc::clone(&measured));
@@ -764,7 +843,7 @@ fn describe_key(args: &Args) -> String {
 /// Prints the counts every [`STATS_EVERY`] in which they changed, with the
 /// last upstream failure if there was one.
 async fn print_stats(stats: Arc<Stats>, forward: Forward) {
-    let mut printed = [0; 4];
+    let mut printed = [0; 5];
     let start = tokio::time::Instant::now() + STATS_EVERY;
     let mut ticks = tokio::time::interval_at(start, STATS_EVERY);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -69,6 +69,8 @@ The trace on standard input has one call per line:
 
   allow CLIENT NOW [COST]   answered true or false
   remaining CLIENT NOW      answered with a count
+  refund CLIENT NOW COST AT answered with the units given back of COST,
+                            for the admission made at AT (AT <= NOW)
 
 COST is what the request spends of the limit (ASCII digits, at most
 18446744073709551615; 1 when absent), all of it or nothing: a request of
@@ -473,6 +475,9 @@ enum Verb {
     Allow,
     /// `remaining CLIENT NOW`: how many would be admitted at `NOW`.
     Remaining,
+    /// `refund CLIENT NOW COST AT`: give back up to `COST` units of the
+    /// admission made at `AT`.
+    Refund,
 }
 
 /// One call of a trace.
@@ -482,8 +487,10 @@ struct Call<'a> {
     client: &'a str,
     now: u64,
     /// The request's cost: 1 when the line gives none (always 1 for
-    /// `remaining`).
+    /// `remaining`); a refund's units.
     cost: u64,
+    /// A refund's `AT` (0 for the other calls).
+    at: u64,
 }
 
 /// What one line of a trace holds.
@@ -517,6 +524,10 @@ enum LineError {
     Cost(String),
     /// A `remaining` line with a fourth field: only `allow` takes a cost.
     CostOnRemaining(String),
+    /// A `refund` line without its `COST` and `AT`.
+    RefundFields(usize),
+    /// A refund's `AT` later than its `NOW`.
+    AtAfterNow { at: u64, now: u64 },
     /// `NOW` is earlier than this client's previous call: the contract's
     /// answers assume a client's time never decreases in a trace.
     Backwards {
@@ -540,12 +551,25 @@ impl fmt::Display for LineError {
             ),
             LineError::FieldCount(found) => write!(
                 f,
-                "expected 3 or 4 fields (allow CLIENT NOW [COST]) or 3 (remaining CLIENT NOW), \
-                 found {found}"
+                "expected 3 or 4 fields (allow CLIENT NOW [COST]), 3 (remaining CLIENT NOW) or \
+                 5 (refund CLIENT NOW COST AT), found {found}"
             ),
             LineError::Verb(verb) => {
-                write!(f, "unknown call {verb:?}: expected allow or remaining")
+                write!(
+                    f,
+                    "unknown call {verb:?}: expected allow, remaining or refund"
+                )
             }
+            LineError::RefundFields(found) => write!(
+                f,
+                "a refund has 5 fields, refund CLIENT NOW COST AT (COST and AT are required), \
+                 found {found}"
+            ),
+            LineError::AtAfterNow { at, now } => write!(
+                f,
+                "AT {at} is later than NOW {now}: a refund names an admission made at or \
+                 before its own time"
+            ),
             LineError::NotANumber(now) => write!(
                 f,
                 "NOW {now:?} is not a number of milliseconds (ASCII digits, at most {MAX_NOW})"
@@ -593,31 +617,55 @@ fn parse_line(bytes: &[u8]) -> Result<Line<'_>, LineError> {
     if first.starts_with('#') {
         return Ok(Line::Comment);
     }
-    let (Some(client), Some(now), cost, None) =
-        (fields.next(), fields.next(), fields.next(), fields.next())
-    else {
-        // Only reached for a wrong count, so counting again is off the
-        // common path.
-        return Err(LineError::FieldCount(
-            text.split([' ', '\t']).filter(|f| !f.is_empty()).count(),
-        ));
-    };
+    // Only reached for a wrong count, so counting again is off the common
+    // path.
+    let count = || text.split([' ', '\t']).filter(|f| !f.is_empty()).count();
     let verb = match first {
         "allow" => Verb::Allow,
         "remaining" => Verb::Remaining,
+        "refund" => Verb::Refund,
+        _ if count() < 3 || count() > 5 => return Err(LineError::FieldCount(count())),
         _ => return Err(LineError::Verb(first.to_owned())),
+    };
+    if verb == Verb::Refund {
+        let (Some(client), Some(now), Some(cost), Some(at), None) = (
+            fields.next(),
+            fields.next(),
+            fields.next(),
+            fields.next(),
+            fields.next(),
+        ) else {
+            return Err(LineError::RefundFields(count()));
+        };
+        let (now, cost, at) = (parse_now(now)?, parse_cost(cost)?, parse_now(at)?);
+        if at > now {
+            return Err(LineError::AtAfterNow { at, now });
+        }
+        return Ok(Line::Call(Call {
+            verb,
+            client,
+            now,
+            cost,
+            at,
+        }));
+    }
+    let (Some(client), Some(now), cost, None) =
+        (fields.next(), fields.next(), fields.next(), fields.next())
+    else {
+        return Err(LineError::FieldCount(count()));
     };
     let now = parse_now(now)?;
     let cost = match (verb, cost) {
         (_, None) => 1,
-        (Verb::Allow, Some(cost)) => parse_cost(cost)?,
         (Verb::Remaining, Some(cost)) => return Err(LineError::CostOnRemaining(cost.to_owned())),
+        (_, Some(cost)) => parse_cost(cost)?,
     };
     Ok(Line::Call(Call {
         verb,
         client,
         now,
         cost,
+        at: 0,
     }))
 }
 
@@ -822,6 +870,17 @@ fn answer<W: Write>(
             r#"{{"remaining":{}}}"#,
             limiter.remaining_at(call.client, call.now)
         ),
+        (Verb::Refund, detail) => {
+            let given = limiter.refund_at(call.client, call.now, call.at, call.cost);
+            if !detail {
+                return writeln!(output, "{given}");
+            }
+            // A client with no state has the whole of the smallest limit.
+            let remaining = limiter
+                .peek_at(call.client, call.now)
+                .unwrap_or_else(|| limiter.config().limit());
+            writeln!(output, r#"{{"refunded":{given},"remaining":{remaining}}}"#)
+        }
     }
 }
 
@@ -836,6 +895,7 @@ mod tests {
             client,
             now,
             cost: 1,
+            at: 0,
         })
     }
 
@@ -906,6 +966,34 @@ mod tests {
     }
 
     #[test]
+    fn a_refund_names_its_cost_and_an_admission_no_later_than_now() {
+        assert_eq!(
+            parse_line(b"refund a 9 3 5"),
+            Ok(Line::Call(Call {
+                verb: Verb::Refund,
+                client: "a",
+                now: 9,
+                cost: 3,
+                at: 5,
+            }))
+        );
+        assert_eq!(parse_line(b"refund a 9 3"), Err(LineError::RefundFields(4)));
+        assert_eq!(parse_line(b"refund a 9"), Err(LineError::RefundFields(3)));
+        assert_eq!(
+            parse_line(b"refund a 9 3 10"),
+            Err(LineError::AtAfterNow { at: 10, now: 9 })
+        );
+        assert_eq!(
+            parse_line(b"refund a 9 x 5"),
+            Err(LineError::Cost("x".into()))
+        );
+        assert_eq!(
+            parse_line(b"refund a 9 1 x"),
+            Err(LineError::NotANumber("x".into()))
+        );
+    }
+
+    #[test]
     fn a_cost_is_digits_up_to_u64_max_and_only_on_allow() {
         let weighted = |cost| {
             Ok(Line::Call(Call {
@@ -913,6 +1001,7 @@ mod tests {
                 client: "a",
                 now: 5,
                 cost,
+                at: 0,
             }))
         };
         assert_eq!(parse_line(b"allow a 5 0"), weighted(0));
@@ -1008,7 +1097,7 @@ mod tests {
             r#"NOW "12a" is not a number of milliseconds (ASCII digits, at most 2000000000000)"#
         );
         let message = parse_line(b"allo a 1").unwrap_err().to_string();
-        assert!(message.contains("allow or remaining"), "{message}");
+        assert!(message.contains("allow, remaining or refund"), "{message}");
     }
 
     fn gcra(bounds: Bounds) -> Arc<dyn RateLimiter<str>> {

@@ -132,6 +132,12 @@ impl Strict {
 }
 
 impl RateLimiter<str> for Strict {
+    fn refund_at(&self, key: &str, now: u64, at: u64, cost: u64) -> u64 {
+        self.limiter
+            .try_refund_at(key, now, at, cost)
+            .unwrap_or_else(|e| self.fail(e))
+    }
+
     fn check_at(&self, key: &str, now: u64) -> Decision {
         self.limiter
             .try_check_at(key, now)

@@ -89,6 +89,11 @@ async fn answer(
 ) -> Result<Response<UpstreamBody>, Infallible> {
     match request.uri().path() {
         "/echo" => Ok(Response::new(request.into_body().boxed())),
+        "/fail" => {
+            let mut response = Response::new(full("unavailable"));
+            *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+            Ok(response)
+        }
         "/hold" => {
             let (arrived, release) = {
                 let mut hold = hold.lock().unwrap();
@@ -357,7 +362,7 @@ async fn a_fixed_window_admits_exactly_its_limit_with_the_headers() {
     let (status, counts) = proxy.stop();
     assert!(status.success(), "{status}");
     assert!(
-        counts.ends_with("admitted 3, shaped 0, rejected 2, upstream errors 0"),
+        counts.ends_with("admitted 3, shaped 0, rejected 2, units given back 0, upstream errors 0"),
         "{counts}"
     );
 }
@@ -396,7 +401,9 @@ async fn header_keys_each_get_a_limit_and_a_request_without_one_is_400() {
     assert!(body.contains("x-api-key"), "{body}");
     let (status, counts) = proxy.stop();
     assert!(status.success(), "{status}");
-    assert!(counts.ends_with("admitted 2, shaped 0, rejected 1, upstream errors 0"));
+    assert!(
+        counts.ends_with("admitted 2, shaped 0, rejected 1, units given back 0, upstream errors 0")
+    );
 }
 
 #[tokio::test]
@@ -557,7 +564,9 @@ async fn a_dead_upstream_is_a_502_and_the_proxy_keeps_serving() {
     assert_eq!(body, "hello");
     let (status, counts) = proxy.stop();
     assert!(status.success(), "{status}");
-    assert!(counts.ends_with("admitted 3, shaped 0, rejected 0, upstream errors 2"));
+    assert!(
+        counts.ends_with("admitted 3, shaped 0, rejected 0, units given back 0, upstream errors 2")
+    );
 }
 
 #[tokio::test]
@@ -607,7 +616,9 @@ fn bad_flags_are_refused_by_name_with_status_2() {
         ("--limit", "10"),
         ("--window", "1s"),
     ];
-    let cases: [(&[(&str, &str)], &str); 11] = [
+    let cases: [(&[(&str, &str)], &str); 13] = [
+        (&[("--refund-on", "6xx")], "--refund-on"),
+        (&[("--refund-on", "50")], "--refund-on"),
         (&[("--window", "1fortnight")], "--window"),
         (&[("--window", "10ticks")], "--window"),
         (&[("--window", "soon")], "--window"),
@@ -697,7 +708,7 @@ async fn several_rules_send_one_item_each_and_the_stricter_refuses() {
     let (status, counts) = proxy.stop();
     assert!(status.success(), "{status}");
     assert!(
-        counts.ends_with("admitted 2, shaped 0, rejected 1, upstream errors 0"),
+        counts.ends_with("admitted 2, shaped 0, rejected 1, units given back 0, upstream errors 0"),
         "{counts}"
     );
 }
@@ -825,7 +836,9 @@ async fn the_redis_backend_limits_behind_the_layer() {
     );
     let (status, counts) = proxy.stop();
     assert!(status.success(), "{status}");
-    assert!(counts.ends_with("admitted 2, shaped 0, rejected 1, upstream errors 0"));
+    assert!(
+        counts.ends_with("admitted 2, shaped 0, rejected 1, units given back 0, upstream errors 0")
+    );
 }
 
 /// The example: each request's tier from `x-plan`, 2 an hour for
@@ -870,7 +883,50 @@ async fn the_tier_header_chooses_each_requests_tier() {
     let (status, counts) = proxy.stop();
     assert!(status.success(), "{status}");
     assert!(
-        counts.ends_with("admitted 9, shaped 0, rejected 6, upstream errors 0"),
+        counts.ends_with("admitted 9, shaped 0, rejected 6, units given back 0, upstream errors 0"),
+        "{counts}"
+    );
+}
+
+/// `--refund-on 5xx`: a request the upstream failed does not count, so
+/// three 503s leave the client its whole limit of 2; the proxy's count
+/// line says how many units came back.
+#[tokio::test]
+async fn a_failed_upstream_answer_gives_its_units_back() {
+    let upstream = Upstream::start().await;
+    let proxy = Proxy::start(&[
+        "--upstream",
+        &upstream.url(),
+        "--key",
+        "header:x-key",
+        "--rule",
+        "gcra:2/1h",
+        "--refund-on",
+        "5xx",
+        "--refund-on",
+        "429",
+    ]);
+    for _ in 0..3 {
+        let (response, body) = get(&proxy.url("/fail"), &[("x-key", "a")]).await;
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    }
+    let mut statuses = Vec::new();
+    for _ in 0..3 {
+        let (response, _) = get(&proxy.url("/"), &[("x-key", "a")]).await;
+        statuses.push(response.status());
+    }
+    assert_eq!(
+        statuses,
+        [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS
+        ]
+    );
+    let (status, counts) = proxy.stop();
+    assert!(status.success(), "{status}");
+    assert!(
+        counts.ends_with("admitted 5, shaped 0, rejected 1, units given back 3, upstream errors 0"),
         "{counts}"
     );
 }

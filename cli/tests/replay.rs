@@ -443,7 +443,12 @@ fn wrong_field_counts_stop_the_replay() {
 fn unknown_calls_stop_the_replay() {
     for verb in ["Allow", "allowed", "check", "remain"] {
         let trace = format!("{PREFIX}{verb} a 5\nallow b 0\n");
-        assert_stops(trace, PREFIX_ANSWERS, 5, "expected allow or remaining");
+        assert_stops(
+            trace,
+            PREFIX_ANSWERS,
+            5,
+            "expected allow, remaining or refund",
+        );
     }
 }
 
@@ -1248,5 +1253,54 @@ fn the_engines_agree_on_several_rules() {
         let by_rule = replay_rules(&["token-bucket:4/2s"], true, engine, &trace);
         let by_flags = replay("token-bucket", 4, 2_000, true, engine, &trace);
         assert_eq!(by_rule.answers(), by_flags.answers(), "{engine}");
+    }
+}
+
+/// The contract's refunds on both engines: a whole refund makes room, an
+/// excess one gives back only what the window holds, a client with no
+/// state and an admission a window ago get nothing.
+#[test]
+fn refunds_answer_the_units_given_back() {
+    let trace = "allow a 0\nallow a 0\nallow a 0\nrefund a 1 1 0\nallow a 1\nallow a 1\n\
+                 refund a 2 5 0\nrefund b 2 1 0\nrefund a 12 1 1\n";
+    let expected = [
+        r#"{"allowed":true,"remaining":1,"retry_after":0,"delay":0}"#,
+        r#"{"allowed":true,"remaining":0,"retry_after":0,"delay":0}"#,
+        r#"{"allowed":false,"remaining":0,"retry_after":10,"delay":0}"#,
+        r#"{"refunded":1,"remaining":1}"#,
+        r#"{"allowed":true,"remaining":0,"retry_after":0,"delay":0}"#,
+        r#"{"allowed":false,"remaining":0,"retry_after":9,"delay":0}"#,
+        r#"{"refunded":2,"remaining":2}"#,
+        r#"{"refunded":0,"remaining":2}"#,
+        r#"{"refunded":0,"remaining":2}"#,
+    ];
+    for engine in ["lockfree", "mutex"] {
+        let args = [
+            "replay",
+            "--policy",
+            "fixed-window",
+            "--limit",
+            "2",
+            "--window-ms",
+            "10",
+            "--engine",
+            engine,
+            "--detail",
+        ];
+        let run = floodgate(&args, trace);
+        let answers: Vec<&str> = run.answers().lines().collect();
+        assert_eq!(answers, expected, "{engine}");
+    }
+}
+
+#[test]
+fn bad_refunds_stop_the_replay() {
+    for (line, reason) in [
+        ("refund a 5 1", "a refund has 5 fields"),
+        ("refund a 5", "a refund has 5 fields"),
+        ("refund a 5 1 9", "AT 9 is later than NOW 5"),
+    ] {
+        let trace = format!("{PREFIX}{line}\nallow b 0\n");
+        assert_stops(trace, PREFIX_ANSWERS, 5, reason);
     }
 }

@@ -278,6 +278,34 @@ impl Input {
 enum Answer {
     Decision(floodgate::Decision),
     Remaining(u64),
+    Refunded(u64),
+}
+
+/// The refund the differential checks make of a `remaining` call, leaving
+/// the decoding as it is (so the kept inputs mean what they meant): one
+/// call in four, chosen by its time's low bits, gives back the cost of its
+/// client's latest check (`last_cost`), of an admission `ago` ticks before
+/// it: at once, `W − 1` or `W` ticks before (the contract's edge), or a
+/// few intervals before (often a time that was no admission).
+fn as_refund(call: Call, window: u64, last_cost: u64) -> Option<(u64, u64)> {
+    if call.verb != Verb::Remaining || call.now & 3 != 1 {
+        return None;
+    }
+    let ago = match (call.now >> 2) & 3 {
+        0 => 0,
+        1 => window - 1,
+        2 => window,
+        _ => (call.now >> 4) & 0xff,
+    };
+    Some((call.now.saturating_sub(ago), last_cost))
+}
+
+/// `call`, or the refund [`as_refund`] makes of it.
+fn call_or_refund(limiter: &dyn RateLimiter<u64>, c: Call, refund: Option<(u64, u64)>) -> Answer {
+    match refund {
+        Some((at, cost)) => Answer::Refunded(limiter.refund_at(&c.client, c.now, at, cost)),
+        None => call(limiter, c),
+    }
 }
 
 fn call(limiter: &dyn RateLimiter<u64>, call: Call) -> Answer {
@@ -346,15 +374,26 @@ pub fn check_differential(data: &[u8]) {
     // whether it has stayed inside the horizon.
     let mut clients: [Option<(u64, bool)>; 4] = [None; 4];
     let from_zero = counts_from_zero(input.policy);
+    // The lock-free log does not give units back yet: no refunds for it.
+    let refunds = input.policy != PolicyKind::SlidingWindow;
+    let mut last_cost = [1; 4];
     for (k, &c) in input.calls.iter().enumerate() {
-        let (a, b) = (call(&*lock_free, c), call(&*mutex, c));
+        let refund = as_refund(c, input.window, last_cost[c.client as usize]).filter(|_| refunds);
+        if c.verb == Verb::Allow {
+            last_cost[c.client as usize] = c.cost;
+        }
+        let (a, b) = (
+            call_or_refund(&*lock_free, c, refund),
+            call_or_refund(&*mutex, c, refund),
+        );
         let counted_from = if from_zero { 0 } else { c.now };
         let (origin, inside) = clients[c.client as usize].get_or_insert((counted_from, true));
         *inside &= within_horizon(c.now.saturating_sub(*origin), input.window);
         if *inside {
             assert_eq!(
                 a, b,
-                "call {k} {c:?} of {input:?}: lockfree (left) and mutex (right) disagree"
+                "call {k} {c:?} (refund {refund:?}) of {input:?}: lockfree (left) and mutex \
+                 (right) disagree"
             );
         }
     }
@@ -394,8 +433,20 @@ fn check_differential_rules(input: &Input) {
     let (lock_free, mutex) = (build(Engine::LockFree), build(Engine::Mutex));
     let mut origins: [Option<u64>; 4] = [None; 4];
     let mut inside = [true; 4];
+    // The lock-free log does not give units back yet: no refunds with one.
+    let refunds = rules
+        .iter()
+        .all(|rule| rule.policy() != PolicyKind::SlidingWindow);
+    let mut last_cost = [1; 4];
     for (k, &c) in input.calls.iter().enumerate() {
-        let (a, b) = (call(&*lock_free, c), call(&*mutex, c));
+        let refund = as_refund(c, input.window, last_cost[c.client as usize]).filter(|_| refunds);
+        if c.verb == Verb::Allow {
+            last_cost[c.client as usize] = c.cost;
+        }
+        let (a, b) = (
+            call_or_refund(&*lock_free, c, refund),
+            call_or_refund(&*mutex, c, refund),
+        );
         let origin = *origins[c.client as usize].get_or_insert(c.now);
         let client = c.client as usize;
         inside[client] &= rules.iter().all(|rule| {
@@ -409,7 +460,8 @@ fn check_differential_rules(input: &Input) {
         if inside[client] {
             assert_eq!(
                 a, b,
-                "call {k} {c:?} of {rules} ({input:?}): lockfree (left) and mutex (right) disagree"
+                "call {k} {c:?} (refund {refund:?}) of {rules} ({input:?}): lockfree (left) and \
+                 mutex (right) disagree"
             );
         }
     }
@@ -819,6 +871,7 @@ fn check_time_backwards_on(input: &Input, kind: Kind, subject: &Subject) {
                     "a rejection changed the state",
                 );
             }
+            Answer::Refunded(_) => unreachable!("`call` makes no refunds"),
         }
         ops.push(Op::Call(c));
         // The probes above created the client if it had no state (on the

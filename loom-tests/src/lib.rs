@@ -47,6 +47,9 @@ pub enum Call {
     CheckN(u64, u64),
     /// `remaining(now)`.
     Remaining(u64),
+    /// `refund(now, at, cost)`: give back up to `cost` units of the
+    /// admission made at `at`.
+    Refund(u64, u64, u64),
     /// How many client states exist (1 for a bare state).
     Clients,
 }
@@ -58,6 +61,8 @@ pub enum Answer {
     Check(Decision),
     /// A `remaining` count.
     Remaining(u64),
+    /// The units a refund gave back.
+    Refunded(u64),
     /// A count of client states.
     Clients(usize),
 }
@@ -120,6 +125,11 @@ impl<P: Policy> Subject for Bare<P> {
                     .remaining(&self.state, now)
                     .expect("nothing retires a bare state"),
             ),
+            Call::Refund(now, at, cost) => Answer::Refunded(
+                self.policy
+                    .refund(&self.state, now, now - at, cost)
+                    .expect("nothing retires a bare state"),
+            ),
             Call::Clients => Answer::Clients(1),
         }
     }
@@ -153,6 +163,9 @@ impl<P: Policy> Subject for Keyed<P> {
             Call::Check(now) => Answer::Check(self.limiter.check_at(&KEY, now)),
             Call::CheckN(now, cost) => Answer::Check(self.limiter.check_n_at(&KEY, now, cost)),
             Call::Remaining(now) => Answer::Remaining(self.limiter.remaining_at(&KEY, now)),
+            Call::Refund(now, at, cost) => {
+                Answer::Refunded(self.limiter.refund_at(&KEY, now, at, cost))
+            }
             Call::Clients => Answer::Clients(self.limiter.tracked_clients()),
         }
     }
@@ -470,7 +483,9 @@ fn references_after<S: Subject>(scenario: &Scenario, origin: Option<u64>) -> Vec
 /// lenient than the same check at the latest admitted time.
 fn check_contract_rules<S: Subject>(scenario: &Scenario, calls: &[Call], answers: &[Answer]) {
     let times = |call: &Call| match *call {
-        Call::Check(now) | Call::CheckN(now, _) | Call::Remaining(now) => Some(now),
+        Call::Check(now) | Call::CheckN(now, _) | Call::Remaining(now) | Call::Refund(now, ..) => {
+            Some(now)
+        }
         Call::Clients => None,
     };
     let mut latest_admitted: Option<u64> = None;

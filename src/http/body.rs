@@ -8,12 +8,35 @@ use http::header::{HeaderValue, CONTENT_TYPE};
 use http::{Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 
+use super::refund::OnEnd;
+
 pin_project_lite::pin_project! {
     /// A response body: the inner service's, or the layer's own answer (a
     /// rejection, a missing key) in one piece.
     pub struct ResponseBody<B> {
         #[pin]
         kind: Kind<B>,
+        end: End,
+    }
+}
+
+/// What runs once when the body ends: its last frame was read, or it was
+/// dropped before (the client went away). A reservation settles there, so
+/// a streamed response is charged what it streamed.
+#[derive(Default)]
+struct End(Option<OnEnd>);
+
+impl End {
+    fn run(&mut self) {
+        if let Some(end) = self.0.take() {
+            end();
+        }
+    }
+}
+
+impl Drop for End {
+    fn drop(&mut self) {
+        self.run();
     }
 }
 
@@ -30,6 +53,15 @@ impl<B> ResponseBody<B> {
     pub(crate) fn inner(body: B) -> Self {
         Self {
             kind: Kind::Inner { body },
+            end: End::default(),
+        }
+    }
+
+    /// The inner service's body, which runs `end` once it ends.
+    pub(crate) fn inner_then(body: B, end: OnEnd) -> Self {
+        Self {
+            kind: Kind::Inner { body },
+            end: End(Some(end)),
         }
     }
 
@@ -38,6 +70,7 @@ impl<B> ResponseBody<B> {
         let data = (!data.is_empty()).then_some(data);
         Self {
             kind: Kind::Full { data },
+            end: End::default(),
         }
     }
 }
@@ -63,8 +96,15 @@ where
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        match self.project().kind.project() {
-            KindProjection::Inner { body } => body.poll_frame(cx),
+        let this = self.project();
+        match this.kind.project() {
+            KindProjection::Inner { body } => {
+                let frame = body.poll_frame(cx);
+                if let Poll::Ready(None) = frame {
+                    this.end.run();
+                }
+                frame
+            }
             KindProjection::Full { data } => {
                 Poll::Ready(data.take().map(|data| Ok(Frame::data(data.into()))))
             }

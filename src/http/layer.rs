@@ -6,12 +6,13 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::request::Parts;
-use http::Response;
+use http::{Response, StatusCode};
 use tower::Layer;
 
 use super::body::Format;
 use super::extract::{Key, KeyExtractor, MissingKey};
 use super::limit::AsyncLimiter;
+use super::refund::{RefundOn, Used};
 use super::service::RateLimitService;
 use crate::Decision;
 
@@ -40,6 +41,22 @@ pub(crate) struct Options {
     pub(crate) cost_in_bytes: bool,
     /// The request's tier, when it names one (`tier_from`).
     pub(crate) tier: Option<TierOf>,
+    /// Give the whole cost back for a response whose status this picks
+    /// (`refund_on`).
+    pub(crate) refund_on: Option<RefundOn>,
+    /// Give the whole cost back for a request cancelled before its
+    /// response (`refund_cancelled`).
+    pub(crate) refund_cancelled: bool,
+    /// Give back what the response did not use, at the end of its body
+    /// (`settle_with`).
+    pub(crate) used: Option<Used>,
+}
+
+impl Options {
+    /// Whether an admission may still be given back after the check.
+    pub(crate) fn refunds(&self) -> bool {
+        self.refund_on.is_some() || self.refund_cancelled || self.used.is_some()
+    }
 }
 
 impl Options {
@@ -57,6 +74,9 @@ impl Options {
             unit: None,
             cost_in_bytes: false,
             tier: None,
+            refund_on: None,
+            refund_cancelled: false,
+            used: None,
         }
     }
 }
@@ -228,6 +248,78 @@ impl<L, E> RateLimitLayer<L, E> {
             let value = request.headers.get(&name)?.to_str().ok()?;
             Some(value.to_owned())
         })
+    }
+
+    /// Gives an admitted request's whole cost back when its response's
+    /// status is one `refund` picks: a request that failed upstream (every
+    /// `5xx`, a `503`, a `429` from a service behind) should not count
+    /// against its client
+    /// ([`RateLimiter::refund`](crate::RateLimiter::refund)). The response's
+    /// headers still describe the check that admitted it; the next
+    /// request sees the units back.
+    ///
+    /// ```
+    /// use floodgate::http::{Header, RateLimitLayer};
+    /// use floodgate::{Builder, PolicyKind};
+    /// use std::time::Duration;
+    ///
+    /// let limiter = Builder::new(PolicyKind::Gcra, 100, Duration::from_secs(60)).build::<str>()?;
+    /// let layer = RateLimitLayer::new(limiter, Header::new("x-api-key"))
+    ///     .refund_on(|status| status.is_server_error());
+    /// # let _ = layer;
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
+    pub fn refund_on<F>(mut self, refund: F) -> Self
+    where
+        F: Fn(StatusCode) -> bool + Send + Sync + 'static,
+    {
+        self.options().refund_on = Some(Arc::new(refund));
+        self
+    }
+
+    /// Gives an admitted request's whole cost back when it is cancelled
+    /// before its response: the client went away and the server dropped
+    /// the request's future. A response that arrived counts (or is given
+    /// back by [`refund_on`](Self::refund_on) and
+    /// [`settle_with`](Self::settle_with)).
+    pub fn refund_cancelled(mut self) -> Self {
+        self.options().refund_cancelled = true;
+        self
+    }
+
+    /// Admits each request at its [`cost`](Self::cost) as the most it may
+    /// use (a reservation: an LLM call's `max_tokens`, an upload's declared
+    /// size), and gives back what the response did not use once its body
+    /// has ended, or was dropped with the client gone: `used` reads the
+    /// units used from the response's head then (a header the service
+    /// sets, or an extension it keeps counting in while the body streams,
+    /// so a streamed body is charged what it streamed). `None` keeps the
+    /// whole cost; a figure above it gives nothing back.
+    ///
+    /// ```
+    /// use floodgate::http::{Header, RateLimitLayer};
+    /// use floodgate::{Builder, PolicyKind};
+    /// use std::time::Duration;
+    ///
+    /// // 100,000 tokens a minute; a request reserves its `x-max-tokens`,
+    /// // and the service says in `x-used-tokens` what it used.
+    /// let limiter = Builder::new(PolicyKind::TokenBucket, 100_000, Duration::from_secs(60))
+    ///     .build::<str>()?;
+    /// let number = |value: Option<&http::HeaderValue>| -> Option<u64> {
+    ///     value?.to_str().ok()?.parse().ok()
+    /// };
+    /// let layer = RateLimitLayer::new(limiter, Header::new("x-api-key"))
+    ///     .cost(move |request| number(request.headers.get("x-max-tokens")).unwrap_or(1))
+    ///     .settle_with(move |response| number(response.headers.get("x-used-tokens")));
+    /// # let _ = layer;
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
+    pub fn settle_with<F>(mut self, used: F) -> Self
+    where
+        F: Fn(&http::response::Parts) -> Option<u64> + Send + Sync + 'static,
+    {
+        self.options().used = Some(Arc::new(used));
+        self
     }
 
     /// The policy's name in `RateLimit-Policy` and `RateLimit` (`"default"`

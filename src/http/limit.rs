@@ -3,7 +3,7 @@
 
 use std::future::{ready, Future};
 
-use crate::{RateLimiter, RuledDecision};
+use crate::{Decision, RateLimiter, RuledDecision};
 
 /// A limiter the layer can ask without blocking its runtime: one decision
 /// for one request, with the rule that made it (for the headers).
@@ -29,6 +29,18 @@ pub trait AsyncLimiter<Q: ?Sized>: Send + Sync {
         key: &Q,
         cost: u64,
     ) -> impl Future<Output = RuledDecision<'_>> + Send;
+
+    /// Gives back up to `cost` units of the admission `admitted` of `key`
+    /// (made in the tier named `tier`, when the request named one), now by
+    /// the limiter's clock: the units given back
+    /// ([`RateLimiter::refund`](crate::RateLimiter::refund)).
+    fn refund_in(
+        &self,
+        tier: Option<&str>,
+        key: &Q,
+        admitted: &Decision,
+        cost: u64,
+    ) -> impl Future<Output = u64> + Send;
 }
 
 impl<Q, L> AsyncLimiter<Q> for L
@@ -50,6 +62,24 @@ where
     ) -> impl Future<Output = RuledDecision<'_>> + Send {
         ready(self.check_ruled_in_n_at(tier, key, self.now(), cost))
     }
+
+    #[inline]
+    fn refund_in(
+        &self,
+        tier: Option<&str>,
+        key: &Q,
+        admitted: &Decision,
+        cost: u64,
+    ) -> impl Future<Output = u64> + Send {
+        ready(match tier {
+            None => self.refund(key, admitted, cost),
+            Some(_) if !admitted.allowed => 0,
+            Some(tier) => {
+                let now = self.now().max(admitted.at);
+                self.refund_in_at(tier, key, now, admitted.at, cost)
+            }
+        })
+    }
 }
 
 #[cfg(feature = "redis")]
@@ -59,7 +89,7 @@ mod redis {
 
     use super::AsyncLimiter;
     use crate::redis::AsyncRedisLimiter;
-    use crate::RuledDecision;
+    use crate::{Decision, RuledDecision};
 
     impl AsyncLimiter<str> for AsyncRedisLimiter {
         async fn check_ruled_n(&self, key: &str, cost: u64) -> RuledDecision<'_> {
@@ -80,6 +110,20 @@ mod redis {
 
         async fn check_ruled_in_n(&self, _tier: &str, _key: &str, _cost: u64) -> RuledDecision<'_> {
             no_tier(self)
+        }
+
+        /// No tiers: an admission in a named tier was never made.
+        async fn refund_in(
+            &self,
+            tier: Option<&str>,
+            key: &str,
+            admitted: &Decision,
+            cost: u64,
+        ) -> u64 {
+            match tier {
+                Some(_) => 0,
+                None => self.refund(key, admitted, cost).await,
+            }
         }
     }
 
@@ -115,6 +159,18 @@ mod redis {
             _cost: u64,
         ) -> impl Future<Output = RuledDecision<'_>> + Send {
             std::future::ready(no_tier(self))
+        }
+
+        fn refund_in(
+            &self,
+            tier: Option<&str>,
+            key: &IpAddr,
+            admitted: &Decision,
+            cost: u64,
+        ) -> impl Future<Output = u64> + Send {
+            let key = key.to_string();
+            let admitted = *admitted;
+            async move { AsyncLimiter::<str>::refund_in(self, tier, &key, &admitted, cost).await }
         }
     }
 }

@@ -119,6 +119,7 @@ mod forwarded;
 mod headers;
 mod layer;
 mod limit;
+mod refund;
 mod service;
 
 pub use body::ResponseBody;

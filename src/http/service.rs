@@ -16,6 +16,7 @@ use super::extract::{Key, KeyExtractor};
 use super::headers::RateLimitHeaders;
 use super::layer::{Options, RateLimitLayer};
 use super::limit::AsyncLimiter;
+use super::refund::Admission;
 use crate::RuledDecision;
 
 /// The future of a [`RateLimitService`] call.
@@ -150,13 +151,40 @@ where
                 };
                 return Ok(response.map(ResponseBody::full));
             }
+            // Made before the wait, so that a request dropped while it
+            // waits for its delay is cancelled too.
+            let admission = options.refunds().then(|| {
+                let on_drop = options.refund_cancelled;
+                Admission::new(limiter, key, tier, decision, cost, on_drop)
+            });
             if options.shape && decision.delay > 0 {
                 tokio::time::sleep(decision.delay()).await;
             }
             parts.extensions.insert(decision);
             let mut response = inner.call(Request::from_parts(parts, body)).await?;
             headers.apply(response.headers_mut());
-            Ok(response.map(ResponseBody::inner))
+            let Some(mut admission) = admission else {
+                return Ok(response.map(ResponseBody::inner));
+            };
+            // The response arrived: it is no longer cancelled.
+            admission.arrived();
+            if let Some(refund) = &options.refund_on {
+                if refund(response.status()) {
+                    admission.give_back().await;
+                    return Ok(response.map(ResponseBody::inner));
+                }
+            }
+            match &options.used {
+                Some(used) => {
+                    let (head, body) = response.into_parts();
+                    let end = admission.settle_at_end(Arc::clone(used), head.clone());
+                    Ok(Response::from_parts(
+                        head,
+                        ResponseBody::inner_then(body, end),
+                    ))
+                }
+                None => Ok(response.map(ResponseBody::inner)),
+            }
         })
     }
 }

@@ -150,6 +150,16 @@ impl AnyPolicy {
         with_pair!(self, state, |p, s| p.remaining(s, now))
     }
 
+    pub(crate) fn refund(
+        &self,
+        state: &AnyState,
+        now: u64,
+        ago: u64,
+        cost: u64,
+    ) -> Result<u64, Retired> {
+        with_pair!(self, state, |p, s| p.refund(s, now, ago, cost))
+    }
+
     pub(crate) fn retire_if_idle(&self, state: &AnyState, now: u64) -> bool {
         with_pair!(self, state, |p, s| p.retire_if_idle(s, now))
     }

@@ -435,6 +435,70 @@ impl Compound {
         }
     }
 
+    /// The start of the latest window a window rule's words hold, in the
+    /// clock's ticks (0 without window rules): a time the state reflects.
+    fn latest_start(&self, state: &CompoundState, words: &[u64]) -> u64 {
+        let mut latest = 0;
+        for (i, part) in self.parts.iter().enumerate() {
+            let off = self.offsets[i];
+            let start = match part {
+                Part::Window(_) => words[off],
+                Part::LongWindow(rule) => {
+                    let window = crate::cell::WindowWord::unpack(wide(words, off)).window;
+                    state
+                        .origin
+                        .saturating_add(window.saturating_mul(rule.config().window()))
+                }
+                Part::Drip(_) | Part::Log(_) => 0,
+            };
+            latest = latest.max(start);
+        }
+        latest
+    }
+
+    /// Rule `i`'s own refund on `words` (`Policy::refund` of the rule
+    /// alone), writing its words after into `next` when it gives
+    /// something back: the units it gives.
+    fn part_give_back(
+        &self,
+        i: usize,
+        state: &CompoundState,
+        words: &[u64],
+        (now, ago): (u64, u64),
+        cost: u64,
+        next: &mut [u64],
+    ) -> u64 {
+        let off = self.offsets[i];
+        match &self.parts[i] {
+            Part::Drip(rule) => {
+                let now = schedule_time(now);
+                let (given, word) = rule.give_back(words[off], now, ago, cost);
+                // As of `now`, as every design stores a refund's drip word.
+                next[off] = rule.settled(word, now);
+                given
+            }
+            Part::Window(rule) => {
+                let judged = Self::judged(rule, words, off, now);
+                let (given, counts) = rule.give_back_in(judged, now, ago, cost);
+                // Written even when it gives nothing, as the pair writes its
+                // window word: moved to the window the refund was judged
+                // in, which answers every later call alike (an older
+                // window's count is spent at any later time).
+                next[off] = Self::start_of(rule, judged);
+                next[off + 1] = counts_word(counts);
+                given
+            }
+            Part::LongWindow(rule) => {
+                let since = since_origin(state.origin, now).0;
+                let (given, word) = rule.give_back(wide(words, off), since, ago, cost);
+                put_wide(next, off, word);
+                given
+            }
+            // Not yet: a log among the rules gives nothing back.
+            Part::Log(_) => 0,
+        }
+    }
+
     /// Runs `read` on a validated copy of the current frame until it
     /// answers: a copy a log's ring showed stale (`Moved`) is followed by a
     /// newer one. Progress: `Moved` means another thread's CAS published a
@@ -634,6 +698,41 @@ impl Policy for Compound {
 
     fn remaining(&self, state: &CompoundState, now: u64) -> Result<u64, Retired> {
         self.read_current(state, |words| self.remaining_of(state, words, now))
+    }
+
+    /// Every rule gives back on its own, all in one publication of a new
+    /// frame (or none, when nothing comes back); the answer is the
+    /// smallest of the rules'.
+    ///
+    /// Progress: a pass repeats only when its publication's CAS failed,
+    /// which takes another thread's published frame (or mark) since this
+    /// pass's read.
+    fn refund(&self, state: &CompoundState, now: u64, ago: u64, cost: u64) -> Result<u64, Retired> {
+        let mut words = [0; MAX_WORDS];
+        let mut next = [0; MAX_WORDS];
+        loop {
+            let seen = state.framed.read(&mut words);
+            if seen.retired() {
+                return Err(Retired);
+            }
+            next[..self.len].copy_from_slice(&words[..self.len]);
+            // Judged no earlier than any window rule's stored window (time
+            // went back), as the pairs judge it: the admission is then
+            // that much longer ago.
+            let judged = self.latest_start(state, &words).max(now);
+            let ago = ago.saturating_add(judged - now);
+            let now = judged;
+            let mut least = u64::MAX;
+            let mut any = false;
+            for i in 0..self.parts.len() {
+                let given = self.part_give_back(i, state, &words, (now, ago), cost, &mut next);
+                least = least.min(given);
+                any |= given > 0;
+            }
+            if !any || state.framed.publish(seen, &next)? {
+                return Ok(least);
+            }
+        }
     }
 
     /// Idle when every rule is, each judged as it is alone (a window rule

@@ -81,6 +81,35 @@ impl FixedWindow {
         }
     }
 
+    /// The pure refund step: `min(n, c)` back to the window that holds
+    /// `now`, if the admission at `at` was counted in it; nothing for one
+    /// of an earlier window (that count is gone). The word to store, if
+    /// any.
+    #[inline]
+    pub(super) fn give_back(
+        &self,
+        word: u128,
+        now: u64,
+        ago: u64,
+        cost: u64,
+    ) -> (u64, Option<u128>) {
+        // An admission before the origin was none of this state's.
+        let Some(at) = now.checked_sub(ago) else {
+            return (0, None);
+        };
+        let state = self.current(word, now);
+        if WindowWord::index(at, self.config.window()) != state.window {
+            return (0, None);
+        }
+        let given = cost.min(u64::from(state.current));
+        if given == 0 {
+            return (0, None);
+        }
+        // given <= c: the count stays in its 32 bits.
+        let current = state.current - given as u32;
+        (given, Some(WindowWord { current, ..state }.pack()))
+    }
+
     /// Whether a word is idle at `now`: the window that holds `now` has no
     /// admission (the stored one with a count of 0, or a later one).
     #[inline]
@@ -150,6 +179,19 @@ impl Policy for FixedWindow {
     #[inline]
     fn remaining(&self, state: &FixedWindowState, now: u64) -> Result<u64, Retired> {
         Ok(self.remaining_of(cell::read(&state.word)?, now))
+    }
+
+    fn refund(
+        &self,
+        state: &FixedWindowState,
+        now: u64,
+        ago: u64,
+        cost: u64,
+    ) -> Result<u64, Retired> {
+        if super::gives_nothing(self.config, ago, cost) {
+            return Ok(0);
+        }
+        cell::update(&state.word, |word| self.give_back(word, now, ago, cost))
     }
 
     /// Idle when the window that holds `now` has no admission: it is the

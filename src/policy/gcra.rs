@@ -199,6 +199,36 @@ impl Gcra {
         }
     }
 
+    /// The pure refund step: `g = min(n, L − remaining(now))` given back
+    /// by moving the schedule back `g` intervals from `t = max(TAT, now)`,
+    /// never before `now` (the contract's `TAT = max(t − g·I, now)`): then
+    /// `remaining(now)` is `g` more. The word to store, if any.
+    #[inline]
+    pub(super) fn give_back(&self, tat: u64, now: u64, cost: u64) -> (u64, Option<u64>) {
+        let given = cost.min(self.config.limit() - self.remaining_of(tat, now));
+        if given == 0 {
+            return (0, None);
+        }
+        // g·I <= L·I <= W <= 2^62: no overflow; t < 2^63 (module docs).
+        let back = tat.max(now).saturating_sub(given * self.interval).max(now);
+        (given, Some(back))
+    }
+
+    /// `give_back` on the state, in one CAS.
+    pub(super) fn refund_state(
+        &self,
+        state: &GcraState,
+        now: u64,
+        ago: u64,
+        cost: u64,
+    ) -> Result<u64, Retired> {
+        if super::gives_nothing(self.config, ago, cost) {
+            return Ok(0);
+        }
+        let now = schedule_time(now);
+        cell::update(&state.tat, |tat| self.give_back(tat, now, cost))
+    }
+
     /// The schedule frozen where it stands and continued in a new word.
     pub(super) fn relocate_state(state: &GcraState) -> Option<GcraState> {
         let (tat, retired_now) = cell::retire(&state.tat);
@@ -262,6 +292,10 @@ impl Policy for Gcra {
     #[inline]
     fn remaining(&self, state: &GcraState, now: u64) -> Result<u64, Retired> {
         self.remaining_state(state, now)
+    }
+
+    fn refund(&self, state: &GcraState, now: u64, ago: u64, cost: u64) -> Result<u64, Retired> {
+        self.refund_state(state, now, ago, cost)
     }
 
     fn retire_if_idle(&self, state: &GcraState, now: u64) -> bool {

@@ -62,6 +62,10 @@ impl Policy for LeakyBucket {
         self.schedule.remaining_state(state, now)
     }
 
+    fn refund(&self, state: &GcraState, now: u64, ago: u64, cost: u64) -> Result<u64, Retired> {
+        self.schedule.refund_state(state, now, ago, cost)
+    }
+
     fn retire_if_idle(&self, state: &GcraState, now: u64) -> bool {
         self.schedule.retire_if_idle_state(state, now)
     }

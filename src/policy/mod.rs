@@ -190,6 +190,19 @@ pub trait Policy: sealed::Sealed + Send + Sync + Sized + 'static {
     /// [`Retired`] if the state was retired.
     fn remaining(&self, state: &Self::State, now: u64) -> Result<u64, Retired>;
 
+    /// Gives back up to `cost` units of the admission made `ago` ticks
+    /// before `now` (ticks past the origin; an admission before the origin,
+    /// `ago > now`, was no admission of this state), and answers how many
+    /// it gave: the contract's "Giving units back". One CAS step on the
+    /// state, or none when nothing comes back. The drip policies give back
+    /// whatever the admission's time, within a window of it.
+    ///
+    /// # Errors
+    ///
+    /// [`Retired`] if the state was retired.
+    #[doc(hidden)]
+    fn refund(&self, state: &Self::State, now: u64, ago: u64, cost: u64) -> Result<u64, Retired>;
+
     /// Retires the state if it is idle at `now` — it answers every call at
     /// `now` or later as a new state would (see [`crate::bounds`]) — and
     /// says whether this call retired it.
@@ -278,6 +291,15 @@ pub trait Policy: sealed::Sealed + Send + Sync + Sized + 'static {
         }
         decision
     }
+}
+
+/// Whether a refund of the admission `ago` ticks before the call gives
+/// nothing back whatever the state: a cost of 0, or an admission `W` or
+/// more ticks ago (every policy has forgotten it, or given its units back
+/// by itself).
+#[inline]
+fn gives_nothing(config: Config, ago: u64, cost: u64) -> bool {
+    cost == 0 || ago >= config.window()
 }
 
 /// What a retired state had spent, and when: see [`Policy::retire_spent`].

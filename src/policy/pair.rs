@@ -64,6 +64,36 @@ impl WordRule {
         }
     }
 
+    /// The rule's own refund step at `now` (already `schedule_time`) of
+    /// an admission at `at` (`Policy::refund`): the units given back and
+    /// the word after, unchanged when none came back.
+    #[inline]
+    pub(super) fn give_back(&self, word: u64, now: u64, ago: u64, cost: u64) -> (u64, u64) {
+        if super::gives_nothing(self.config(), ago, cost) {
+            return (0, word);
+        }
+        let (given, next) = match self {
+            Self::Gcra(p) => p.give_back(word, now, cost),
+            Self::LeakyBucket(p) => p.schedule().give_back(word, now, cost),
+            Self::TokenBucket(p) => p.give_back(word, now, cost),
+        };
+        (given, next.unwrap_or(word))
+    }
+
+    /// The word that answers every call at `now` or later as `word` does,
+    /// and is not behind `now` by a drip or more: a schedule behind `now`
+    /// moved up to it (`max(TAT, now)` is all a `gcra` reads), a full
+    /// bucket's to its latest drip. What a refund that leaves the drip rule
+    /// as it was stores beside a window moved up to `now`, so that the
+    /// layouts that keep the window relative to the drip word hold.
+    #[inline]
+    pub(super) fn settled(&self, word: u64, now: u64) -> u64 {
+        match self {
+            Self::Gcra(_) | Self::LeakyBucket(_) => word.max(now),
+            Self::TokenBucket(p) => p.settled(word, now),
+        }
+    }
+
     /// Idle as the rule alone is: its schedule (`TAT`, or the drip from
     /// which the bucket is full) is not ahead of `now`.
     pub(super) fn idle(word: u64, now: u64) -> bool {
@@ -278,6 +308,23 @@ impl Policy for Pair {
     #[inline]
     fn remaining(&self, state: &PairState, now: u64) -> Result<u64, Retired> {
         Ok(self.remaining_of(cell::read(&state.words)?, schedule_time(now)))
+    }
+
+    /// Each rule gives back on its own, in one CAS of the word; the
+    /// answer is the smaller of the two.
+    fn refund(&self, state: &PairState, now: u64, ago: u64, cost: u64) -> Result<u64, Retired> {
+        let now = schedule_time(now);
+        cell::update(&state.words, |words| {
+            let (a, b) = unpack(words);
+            let (given_a, a) = self.rules[0].give_back(a, now, ago, cost);
+            let (given_b, b) = self.rules[1].give_back(b, now, ago, cost);
+            // Both words as of `now`, as every design stores a refund's.
+            let next = pack(self.rules[0].settled(a, now), self.rules[1].settled(b, now));
+            (
+                given_a.min(given_b),
+                (given_a > 0 || given_b > 0).then_some(next),
+            )
+        })
     }
 
     /// Idle when both rules are: then it answers every later call as a new

@@ -214,6 +214,40 @@ impl SlidingWindowCounter {
         }
     }
 
+    /// The pure refund step: back to the count of the window that holds
+    /// `at`, if it is the current window (`min(n, c)`) or the previous one
+    /// (`min(n, p)`), the counts rolled forward to `now` as a check rolls
+    /// them; nothing for an older window. The word to store, if any.
+    #[inline]
+    pub(super) fn give_back(
+        &self,
+        word: u128,
+        now: u64,
+        ago: u64,
+        cost: u64,
+    ) -> (u64, Option<u128>) {
+        // An admission before the origin was none of this state's.
+        let Some(at) = now.checked_sub(ago) else {
+            return (0, None);
+        };
+        let View { mut counts, .. } = self.view(word, now);
+        let admitted = WindowWord::index(at, self.config.window());
+        let count = if admitted == counts.window {
+            &mut counts.current
+        } else if admitted.checked_add(1) == Some(counts.window) {
+            &mut counts.previous
+        } else {
+            return (0, None);
+        };
+        let given = cost.min(u64::from(*count));
+        if given == 0 {
+            return (0, None);
+        }
+        // given <= the count: it stays in its 32 bits.
+        *count -= given as u32;
+        (given, Some(counts.pack()))
+    }
+
     /// `remaining` of a word at `now`.
     #[inline]
     pub(super) fn remaining_at(&self, word: u128, now: u64) -> u64 {
@@ -290,6 +324,19 @@ impl Policy for SlidingWindowCounter {
     #[inline]
     fn remaining(&self, state: &SlidingWindowCounterState, now: u64) -> Result<u64, Retired> {
         Ok(self.remaining_at(cell::read(&state.word)?, now))
+    }
+
+    fn refund(
+        &self,
+        state: &SlidingWindowCounterState,
+        now: u64,
+        ago: u64,
+        cost: u64,
+    ) -> Result<u64, Retired> {
+        if super::gives_nothing(self.config, ago, cost) {
+            return Ok(0);
+        }
+        cell::update(&state.word, |word| self.give_back(word, now, ago, cost))
     }
 
     /// Idle when both counts seen from `now` are 0 (`idle_of`).

@@ -57,12 +57,43 @@ impl TokenBucket {
         }
     }
 
+    /// The pure refund step: `g = min(n, L − tokens(now))` tokens back,
+    /// by moving `F` back `g` drips (it stays on the drip grid): the bucket
+    /// then lacks `⌈(F − g·I − now) / I⌉ = lacking − g`. The word to store,
+    /// if any.
+    #[inline]
+    pub(super) fn give_back(&self, full_at: u64, now: u64, cost: u64) -> (u64, Option<u64>) {
+        // At most L once judged at the latest time the word reflects; an
+        // older `now` (time going back) may count more, never given.
+        let lacking = self.lacking(full_at, now).min(self.config.limit());
+        let given = cost.min(lacking);
+        if given == 0 {
+            return (0, None);
+        }
+        // g·I <= lacking·I < F − now + I: F − g·I > now − I, no underflow
+        // past 0 (it saturates only for a `now` before F's first drip).
+        (given, Some(full_at.saturating_sub(given * self.interval)))
+    }
+
     /// Tokens in the bucket at `now`.
     #[inline]
     pub(super) fn tokens(&self, full_at: u64, now: u64) -> u64 {
         self.config
             .limit()
             .saturating_sub(self.lacking(full_at, now))
+    }
+
+    /// The word that answers every call at `now` or later as `full_at`
+    /// does, and is at most an interval behind `now`: a full bucket's `F`
+    /// moved up to the latest drip `g <= now` (the drips before it are
+    /// wasted on a full bucket either way). For layouts that keep other
+    /// fields relative to the drip word (`WindowPair`).
+    #[inline]
+    pub(super) fn settled(&self, full_at: u64, now: u64) -> u64 {
+        match now.checked_sub(full_at) {
+            Some(since) => now - since % self.interval,
+            None => full_at,
+        }
     }
 
     /// The pure step for a cost `1 <= cost <= L`.
@@ -189,6 +220,20 @@ impl Policy for TokenBucket {
     #[inline]
     fn remaining(&self, state: &TokenBucketState, now: u64) -> Result<u64, Retired> {
         Ok(self.tokens(cell::read(&state.full_at)?, schedule_time(now)))
+    }
+
+    fn refund(
+        &self,
+        state: &TokenBucketState,
+        now: u64,
+        ago: u64,
+        cost: u64,
+    ) -> Result<u64, Retired> {
+        if super::gives_nothing(self.config, ago, cost) {
+            return Ok(0);
+        }
+        let now = schedule_time(now);
+        cell::update(&state.full_at, |full_at| self.give_back(full_at, now, cost))
     }
 
     /// Idle when full, `F <= now`: then every later call finds it full, as

@@ -357,6 +357,42 @@ impl Policy for WideWindowPair {
         Ok(self.remaining_of(cell::read(&state.words)?, state.origin, now))
     }
 
+    /// Each rule gives back on its own, in one CAS of the word; the answer
+    /// is the smaller of the two.
+    fn refund(
+        &self,
+        state: &WideWindowPairState,
+        now: u64,
+        ago: u64,
+        cost: u64,
+    ) -> Result<u64, Retired> {
+        cell::update(&state.words, |words| {
+            let (drip, window, mut now, mut since, _) = self.read(words, state.origin, now);
+            // A call before the stored window (time went back) is judged
+            // at its start, the latest time the word is known to reflect,
+            // and the admission is that much longer ago: a drip word moved
+            // back from there still tells the window's index (layout).
+            let start = WindowWord::unpack(window)
+                .window
+                .saturating_mul(self.rules.window.config().window());
+            let mut ago = ago;
+            if since < start {
+                ago = ago.saturating_add(start - since);
+                (now, since) = (state.origin.saturating_add(start), start);
+            }
+            let (drip_given, drip) = self.rules.drip.give_back(drip, now, ago, cost);
+            let (window_given, window) = self.rules.window.give_back(window, since, ago, cost);
+            // The window's index is read relative to the drip word (layout):
+            // keep it within reach of `now`, where the window now is.
+            let drip = self.rules.drip.settled(drip, now);
+            let next = join_word(drip, self.fields.join(WindowWord::unpack(window)));
+            (
+                drip_given.min(window_given),
+                (drip_given > 0 || window_given > 0).then_some(next),
+            )
+        })
+    }
+
     /// Idle when both rules are (a window rule never before the origin):
     /// then it answers every later call as a new client's pair would.
     fn retire_if_idle(&self, state: &WideWindowPairState, now: u64) -> bool {

@@ -173,6 +173,66 @@ impl WindowRule {
         }
     }
 
+    /// The rule's own refund on a `WindowWord` at `since` ticks past the
+    /// origin, of an admission `at` ticks past it (`Policy::refund`): the
+    /// units given back and the word after.
+    #[inline]
+    pub(super) fn give_back(&self, word: u128, since: u64, ago: u64, cost: u64) -> (u64, u128) {
+        if super::gives_nothing(self.config(), ago, cost) {
+            return (0, word);
+        }
+        let (given, next) = match self {
+            Self::Fixed(p) => p.give_back(word, since, ago, cost),
+            Self::Counter(p) => p.give_back(word, since, ago, cost),
+        };
+        (given, next.unwrap_or(word))
+    }
+
+    /// The rule's own refund, on the window a call is judged in, of an
+    /// admission at `at` (the clock's ticks, as the window's end): back to
+    /// the count of the window that holds `at` if it is this window, or for
+    /// the counter the one before (`Policy::refund` of each rule alone).
+    /// The units given back and the counts after.
+    #[inline]
+    pub(super) fn give_back_in(
+        &self,
+        judged: Judged,
+        now: u64,
+        ago: u64,
+        cost: u64,
+    ) -> (u64, Counts) {
+        let mut counts = judged.counts;
+        if let Self::Fixed(_) = self {
+            // A fixed window keeps no previous count (`judge` moves the
+            // stored count there for the counter's sake): the layouts
+            // give it no bits.
+            counts.previous = 0;
+        }
+        if super::gives_nothing(self.config(), ago, cost) {
+            return (0, counts);
+        }
+        let width = u128::from(self.config().window());
+        // The clock's ticks from 0: an admission `ago` before `now` is at
+        // most `now`; one before tick 0 was none of this state's.
+        let Some(at) = now.checked_sub(ago) else {
+            return (0, counts);
+        };
+        let at = u128::from(at);
+        // The window is [end − W, end); `end` is above W (layouts).
+        let start = judged.end.saturating_sub(width);
+        let count = if at >= start {
+            &mut counts.current
+        } else if matches!(self, Self::Counter(_)) && at >= start.saturating_sub(width) {
+            &mut counts.previous
+        } else {
+            return (0, counts);
+        };
+        let given = cost.min(u64::from(*count));
+        // given <= the count: it stays in its bits.
+        *count -= given as u32;
+        (given, counts)
+    }
+
     /// Whether the window a call is judged in leaves the rule idle: it has
     /// no admission (and for the counter, neither had the one before).
     #[inline]
@@ -750,6 +810,45 @@ impl Policy for WindowPair {
     #[inline]
     fn remaining(&self, state: &WindowPairState, now: u64) -> Result<u64, Retired> {
         Ok(self.remaining_of(cell::read(&state.words)?, now))
+    }
+
+    /// Each rule gives back on its own (the window rule to the window that
+    /// holds `at`, judged from the stored end), in one CAS of the word; the
+    /// answer is the smaller of the two.
+    fn refund(
+        &self,
+        state: &WindowPairState,
+        now: u64,
+        ago: u64,
+        cost: u64,
+    ) -> Result<u64, Retired> {
+        cell::update(&state.words, |words| {
+            let mut read = self.read(words, now);
+            let mut ago = ago;
+            let before = read.judged.before;
+            if before > 0 {
+                // A call before the stored window (time went back) is
+                // judged at the window's start, the latest time the word
+                // is known to reflect, and the admission is that much
+                // longer ago: a drip word moved back from there stays
+                // within the layout's reach of the window.
+                let start = read.judged.end - u128::from(self.fields.width);
+                // Below the end, itself below 2^63 + W: within a u64.
+                read = self.read(words, start as u64);
+                ago = ago.saturating_add(before);
+            }
+            let Read { drip, judged, now } = read;
+            let (drip_given, drip) = self.rules.drip.give_back(drip, now, ago, cost);
+            let (window_given, counts) = self.rules.window.give_back_in(judged, now, ago, cost);
+            // The end is the window that holds `now`: the drip word beside
+            // it must be within the layout's reach of `now` too.
+            let drip = self.rules.drip.settled(drip, now);
+            let next = join_word(drip, self.fields.join(counts, judged.end, drip));
+            (
+                drip_given.min(window_given),
+                (drip_given > 0 || window_given > 0).then_some(next),
+            )
+        })
     }
 
     /// Idle when both rules are: then it answers every later call as a new

@@ -276,6 +276,70 @@ impl AsyncRedisLimiter {
         Ok(deleted? > 0)
     }
 
+    /// Gives back up to `cost` units of `key`'s admission at `at`, judged
+    /// at `now` (raised to `at`): the units given back
+    /// ([`RedisLimiter::try_refund_at`](super::RedisLimiter::try_refund_at)).
+    ///
+    /// # Errors
+    ///
+    /// As [`try_check_at`](Self::try_check_at); on a timeout the units may
+    /// have been given back.
+    pub async fn try_refund_at(
+        &self,
+        key: &str,
+        now: u64,
+        at: u64,
+        cost: u64,
+    ) -> Result<u64, RedisError> {
+        self.give_back(key, Some(now.max(at)), at, cost).await
+    }
+
+    /// Gives back up to `cost` units of the admission `admitted` answered,
+    /// now (by Redis's clock with [`TimeSource::Server`](super::TimeSource::Server));
+    /// a refusal gives nothing back
+    /// ([`RedisLimiter::try_refund`](super::RedisLimiter::try_refund)).
+    ///
+    /// # Errors
+    ///
+    /// As [`try_refund_at`](Self::try_refund_at).
+    pub async fn try_refund(
+        &self,
+        key: &str,
+        admitted: &Decision,
+        cost: u64,
+    ) -> Result<u64, RedisError> {
+        if !admitted.allowed {
+            return Ok(0);
+        }
+        let now = self.core.implicit_now().map(|now| now.max(admitted.at));
+        self.give_back(key, now, admitted.at, cost).await
+    }
+
+    /// [`try_refund`](Self::try_refund); 0 when Redis fails.
+    pub async fn refund(&self, key: &str, admitted: &Decision, cost: u64) -> u64 {
+        self.try_refund(key, admitted, cost).await.unwrap_or(0)
+    }
+
+    /// One refund script call at `now` (`None`: Redis's clock, raised to
+    /// `at` by the script); a refund that gives anything back clears the
+    /// client's cached refusal.
+    async fn give_back(
+        &self,
+        key: &str,
+        now: Option<u64>,
+        at: u64,
+        cost: u64,
+    ) -> Result<u64, RedisError> {
+        if cost == 0 {
+            return Ok(0);
+        }
+        let given = self.call::<u64>(key, Op::Refund { cost, at }, now).await?;
+        if given > 0 {
+            self.core.invalidate(Some(key));
+        }
+        Ok(given)
+    }
+
     /// [`try_peek_at`](Self::try_peek_at); `None` when Redis fails.
     pub async fn peek_at(&self, key: &str, now: u64) -> Option<u64> {
         self.try_peek_at(key, now).await.ok().flatten()

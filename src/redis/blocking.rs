@@ -211,6 +211,61 @@ impl RedisLimiter {
             .transpose()
     }
 
+    /// [`RateLimiter::refund_at`]: one script call, which gives back up to
+    /// `cost` units of `key`'s admission at `at` (0 for a client with no
+    /// state, and nothing is created). A refund that gives anything back
+    /// clears the client's cached refusal: it may be admittable now.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_check_at`](Self::try_check_at); on a timeout the units may
+    /// have been given back.
+    pub fn try_refund_at(
+        &self,
+        key: &str,
+        now: u64,
+        at: u64,
+        cost: u64,
+    ) -> Result<u64, RedisError> {
+        self.give_back(key, Some(now.max(at)), at, cost)
+    }
+
+    /// [`RateLimiter::refund`]: gives back up to `cost` units of the
+    /// admission `admitted` answered, now (by Redis's clock with
+    /// [`TimeSource::Server`](super::TimeSource::Server): the decision
+    /// carries the server's time it was judged at). A refusal gives nothing
+    /// back.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_refund_at`](Self::try_refund_at).
+    pub fn try_refund(&self, key: &str, admitted: &Decision, cost: u64) -> Result<u64, RedisError> {
+        if !admitted.allowed {
+            return Ok(0);
+        }
+        let now = self.core.implicit_now().map(|now| now.max(admitted.at));
+        self.give_back(key, now, admitted.at, cost)
+    }
+
+    /// One refund script call at `now` (`None`: Redis's clock, raised to
+    /// `at` by the script).
+    fn give_back(
+        &self,
+        key: &str,
+        now: Option<u64>,
+        at: u64,
+        cost: u64,
+    ) -> Result<u64, RedisError> {
+        if cost == 0 {
+            return Ok(0);
+        }
+        let given = self.call::<u64>(key, Op::Refund { cost, at }, now)?;
+        if given > 0 {
+            self.core.invalidate(Some(key));
+        }
+        Ok(given)
+    }
+
     /// [`RateLimiter::forget`]: deletes `key`'s state; whether it had any.
     /// One `DEL`.
     ///
@@ -447,6 +502,16 @@ impl RateLimiter<str> for RedisLimiter {
     /// [`try_peek_at`](RedisLimiter::try_peek_at); `None` when Redis fails.
     fn peek_at(&self, key: &str, now: u64) -> Option<u64> {
         self.try_peek_at(key, now).ok().flatten()
+    }
+
+    /// [`try_refund_at`](RedisLimiter::try_refund_at); 0 when Redis fails.
+    fn refund_at(&self, key: &str, now: u64, at: u64, cost: u64) -> u64 {
+        self.try_refund_at(key, now, at, cost).unwrap_or(0)
+    }
+
+    /// [`try_refund`](RedisLimiter::try_refund); 0 when Redis fails.
+    fn refund(&self, key: &str, admitted: &Decision, cost: u64) -> u64 {
+        self.try_refund(key, admitted, cost).unwrap_or(0)
     }
 
     /// [`try_forget`](RedisLimiter::try_forget); false when Redis fails.

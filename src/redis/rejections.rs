@@ -191,6 +191,7 @@ impl Rejections {
             delay: 0,
             tick: crate::Tick::NANOSECOND,
             refused_by: entry.refused_by,
+            at: 0,
         })
     }
 
@@ -368,6 +369,7 @@ mod tests {
             delay: 0,
             tick: crate::Tick::NANOSECOND,
             refused_by: 0,
+            at: 0,
         }
     }
 

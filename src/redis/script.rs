@@ -157,6 +157,9 @@ pub(super) enum Op {
     /// reply is nil for a client with none, and the script writes nothing
     /// either way.
     Peek,
+    /// Give back up to `cost` units of the admission at `at` (ticks):
+    /// the reply is the units given back, 0 for a client with no key.
+    Refund { cost: u64, at: u64 },
 }
 
 /// The script call for `key`: `now` is `None` for the server's clock.
@@ -187,14 +190,18 @@ pub(super) fn single<'s>(
 /// The call of `op` on `key` at `now` (from [`encode_now`]): `ARGV[1]` to
 /// `ARGV[3]` of the prelude's contract.
 fn call<'s>(script: &'s RuleScript, key: &str, op: Op, now: &str) -> ::redis::ScriptInvocation<'s> {
-    let (op, cost) = match op {
+    let (name, cost) = match op {
         Op::CheckN(cost) => ("c", cost),
         Op::Remaining => ("r", 1),
         Op::Peek => ("p", 1),
+        Op::Refund { cost, .. } => ("f", cost),
     };
     let mut call = script.script.prepare_invoke();
     script.add_keys(&mut call, key);
-    call.arg(op).arg(now).arg(cost);
+    call.arg(name).arg(now).arg(cost);
+    if let Op::Refund { at, .. } = op {
+        call.arg(at);
+    }
     call
 }
 
@@ -249,7 +256,9 @@ pub(super) fn encode_now(now: Option<u64>) -> Result<String, RedisError> {
 }
 
 /// The reply every script gives: `{allowed, remaining, retry_after, delay}`,
-/// and for several rules the index of the rule that refused.
+/// the index of the rule that refused (0 for one rule), and the time the
+/// call was judged at (in the limiter's ticks: the server's when it keeps
+/// the time), which a refund names the admission by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Reply {
     allowed: i64,
@@ -257,6 +266,7 @@ pub(super) struct Reply {
     retry_after: i64,
     delay: i64,
     refused_by: i64,
+    at: i64,
 }
 
 impl ::redis::FromRedisValue for Reply {
@@ -270,16 +280,16 @@ impl ::redis::FromRedisValue for Reply {
             Some(item) => i64::from_redis_value_ref(item),
             None => Ok(0),
         };
-        if !(4..=5).contains(&items.len()) {
-            return Err(format!("a reply of {} fields, not 4 or 5", items.len()).into());
+        if items.len() != 6 {
+            return Err(format!("a reply of {} fields, not 6", items.len()).into());
         }
         Ok(Reply {
             allowed: field(0)?,
             remaining: field(1)?,
             retry_after: field(2)?,
             delay: field(3)?,
-            // One rule's script has no fifth field: its rule is 0.
             refused_by: field(4)?,
+            at: field(5)?,
         })
     }
 }
@@ -297,6 +307,7 @@ pub(super) fn decision(reply: Reply) -> Result<Decision, RedisError> {
         retry_after,
         delay,
         refused_by,
+        at,
     } = reply;
     let field = |value: i64| {
         u64::try_from(value).map_err(|_| {
@@ -326,6 +337,7 @@ pub(super) fn decision(reply: Reply) -> Result<Decision, RedisError> {
         // Made the limiter's own by `Core::decision`.
         tick: crate::Tick::NANOSECOND,
         refused_by: 0,
+        at: field(at)?,
     }
     .by_rule(refused_by))
 }

@@ -77,6 +77,9 @@ pub enum Op {
     AllowN(u64),
     /// `remaining_at`.
     Remaining,
+    /// `refund_at` of `cost` units of the admission `back` ticks before
+    /// the call (0: at the call's own time).
+    Refund { cost: u64, back: u64 },
 }
 
 /// One call of a client at an absolute time.
@@ -92,6 +95,8 @@ pub struct Call {
 pub enum Answer {
     Decision(Decision),
     Remaining(u64),
+    /// The units a refund gave back.
+    Refunded(u64),
 }
 
 impl Answer {
@@ -107,6 +112,9 @@ pub fn ask<Q: ?Sized>(limiter: &dyn RateLimiter<Q>, key: &Q, op: Op, at: u64) ->
         Op::Allow => Answer::Decision(limiter.check_at(key, at)),
         Op::AllowN(cost) => Answer::Decision(limiter.check_n_at(key, at, cost)),
         Op::Remaining => Answer::Remaining(limiter.remaining_at(key, at)),
+        Op::Refund { cost, back } => {
+            Answer::Refunded(limiter.refund_at(key, at, at.saturating_sub(back), cost))
+        }
     }
 }
 

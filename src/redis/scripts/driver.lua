@@ -25,18 +25,47 @@ local function at(arg)
   return server_now
 end
 
+-- A check's reply with the time it was judged at as its sixth field (the
+-- rule that refused, 0 for one rule, as its fifth): a refund names the
+-- admission by that time, which on Redis's clock only the server knows.
+local function stamped(reply, now)
+  reply[5] = reply[5] or 0
+  reply[6] = now
+  return reply
+end
+
 local op = ARGV[1]
 if op == 'b' then
   local replies = {}
   for i = 1, #KEYS / K do
     -- At most L <= 2^32 - 1: exact.
-    replies[i] = decide((i - 1) * K + 1, true, at(ARGV[2 * i]), tonumber(ARGV[2 * i + 1]))
+    local now = at(ARGV[2 * i])
+    replies[i] = stamped(decide((i - 1) * K + 1, true, now, tonumber(ARGV[2 * i + 1])), now)
   end
   return replies
 end
 -- Each rule's own answer (several rules only): nothing is written.
 if op == 'e' then
   return answers(1, at(ARGV[2]), tonumber(ARGV[3]), ARGV[4] == '1')
+end
+-- A refund never creates state: with no key nothing was admitted; each
+-- rule gives back on its own, and the answer is the least they gave.
+if op == 'f' then
+  if redis.call('EXISTS', unpack(KEYS)) == 0 then
+    return 0
+  end
+  refunding = tonumber(ARGV[4])
+  -- An admission later than Redis's clock (a caller's `at` from another
+  -- clock, or clocks that raced) is judged at its own time.
+  local now, cost = math.max(at(ARGV[2]), refunding), tonumber(ARGV[3])
+  local given
+  for j = 1, K do
+    local g = steps[j](KEYS[j], true, now, cost)[1]
+    if given == nil or g < given then
+      given = g
+    end
+  end
+  return given
 end
 -- A peek never creates state: with no key there is nothing to answer from,
 -- and the writes a step asks for (a new rule's state, when another rule's
@@ -47,4 +76,5 @@ if op == 'p' then
   end
   held = {}
 end
-return decide(1, op == 'c', at(ARGV[2]), tonumber(ARGV[3]))
+local now = at(ARGV[2])
+return stamped(decide(1, op == 'c', now, tonumber(ARGV[3])), now)

@@ -12,6 +12,20 @@ else
 end
 local r, lag = since(now, origin)
 local current = idiv(r, W)
+if refunding then
+  -- Back to the window that holds r only, for an admission in it (one
+  -- before the origin is in no window of this state).
+  local a = refunding - origin
+  if new or now - refunding >= W or a < 0 or current > index or idiv(a, W) ~= index then
+    return {0}
+  end
+  local g = min(cost, count)
+  if g > 0 then
+    rewrite(key, (index + 1) * W - (now - origin),
+      'o', int(origin), 'i', int(index), 'c', int(count - g))
+  end
+  return {g}
+end
 
 -- A state is empty (on its grid) once its window i ends: its TTL is
 -- (i + 1) * W - (now - origin). A window with no admission is empty already.

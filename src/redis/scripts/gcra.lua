@@ -13,6 +13,24 @@ end
 local r, lag = since(now, origin)
 local I = idiv(W, L)
 local tau = I * (L - 1)
+if refunding then
+  if new or now - refunding >= W then
+    return {0}
+  end
+  -- g = min(n, L - remaining(r)), the TAT moved back g intervals from
+  -- t = max(TAT, r), never before r.
+  local t = max(tat, r)
+  local left = 0
+  if t - r <= tau then
+    left = idiv(tau - (t - r), I) + 1
+  end
+  local g = min(cost, L - left)
+  if g > 0 then
+    tat = max(t - g * I, r)
+    rewrite(key, tat - (now - origin), 'o', int(origin), 't', int(tat))
+  end
+  return {g}
+end
 -- A state whose TAT is `s` has the TTL s - (now - origin): it is empty once
 -- the TAT is not ahead of `now`, since from then on max(TAT, now) = now,
 -- exactly as for a new client (gcra has no grid).

@@ -128,6 +128,22 @@ local function write(key, ticks, ...)
   redis.call('PEXPIRE', key, int(ms))
 end
 
+-- A refund's admission time, in ticks (nil unless the call is a refund,
+-- ARGV[1] `f`): each rule's step then gives back up to `cost` units of the
+-- admission made then and returns {given}, the contract's "Giving units
+-- back". A state a refund leaves empty is deleted, not written.
+local refunding
+
+-- `write` for a refund: the state, or no key when it is empty again (its
+-- TTL not positive), which answers as it would.
+local function rewrite(key, ticks, ...)
+  if ticks <= 0 and min_ttl <= 0 then
+    redis.call('DEL', key)
+    return
+  end
+  write(key, ticks, ...)
+end
+
 -- `write`, or held while `held` is set.
 local function store(key, ticks, ...)
   if held then

@@ -38,6 +38,49 @@ while low < high do
 end
 local used = n - low
 
+if refunding then
+  -- g of the kept admissions at the refund's time leave the log: the ring
+  -- is rewritten from slot 0 without them (O(L), a refund's cost only).
+  local a = refunding - origin
+  if new or now - refunding >= W or a < 0 or a + W <= at then
+    return {0}
+  end
+  local times, g = {}, 0
+  for k = 0, n - 1 do
+    local t = kept(k)
+    if t == a and g < cost then
+      g = g + 1
+    else
+      times[#times + 1] = t
+    end
+  end
+  if g == 0 then
+    return {0}
+  end
+  local newest = times[#times]
+  if newest == nil or newest + W <= at then
+    redis.call('DEL', key)
+    return {g}
+  end
+  local fields = {}
+  for k = 1, #times do
+    fields[#fields + 1] = int(k - 1)
+    fields[#fields + 1] = int(times[k])
+    if #fields >= 2000 then
+      hset(key, unpack(fields))
+      fields = {}
+    end
+  end
+  fields[#fields + 1] = 'o'
+  fields[#fields + 1] = int(origin)
+  fields[#fields + 1] = 'n'
+  fields[#fields + 1] = int(#times)
+  fields[#fields + 1] = 'h'
+  fields[#fields + 1] = '0'
+  rewrite(key, newest + W - (now - origin), unpack(fields))
+  return {g}
+end
+
 -- Empty once the newest admission has left the window; the log has no
 -- grid, so from then on it answers exactly as a new client.
 local function ttl(newest)

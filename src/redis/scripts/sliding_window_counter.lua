@@ -31,6 +31,34 @@ if now_index >= index then
   end
 end
 
+if refunding then
+  -- Back to the count of the window that holds the admission: the
+  -- current one, or the one before it.
+  local a = refunding - origin
+  if new or now - refunding >= W or a < 0 then
+    return {0}
+  end
+  local admitted = idiv(a, W)
+  local g = 0
+  if admitted == at_index then
+    g = min(cost, c)
+    c = c - g
+  elseif admitted + 1 == at_index then
+    g = min(cost, p)
+    p = p - g
+  end
+  if g > 0 then
+    local ttl_ = 0
+    if c > 0 then
+      ttl_ = (at_index + 2) * W - (now - origin)
+    elseif p > 0 then
+      ttl_ = (at_index + 1) * W - (now - origin)
+    end
+    rewrite(key, ttl_, 'o', int(origin), 'i', int(at_index), 'p', int(p), 'c', int(c))
+  end
+  return {g}
+end
+
 local function room(c_)
   return L * W - p * (W - e) - c_ * W
 end

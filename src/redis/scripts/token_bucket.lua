@@ -22,6 +22,21 @@ if due > drips then
   counted = due
 end
 
+if refunding then
+  if new or now - refunding >= W then
+    return {0}
+  end
+  -- g = min(n, L - tokens(r)) tokens back.
+  local g = min(cost, L - available)
+  if g > 0 then
+    tokens = available + g
+    drips = counted
+    rewrite(key, (drips + L - tokens) * I - (now - origin),
+      'o', int(origin), 't', int(tokens), 'd', int(drips))
+  end
+  return {g}
+end
+
 -- A state (t, d) is full again at drip d + (L - t): its TTL is
 -- (d + L - t) * I - (now - origin). From then on it answers as a new
 -- client's bucket would, except that its drips keep the old grid.

@@ -1,0 +1,168 @@
+//! A refund racing a check on one client's word: the refund is one CAS step
+//! (SPEC.md, "Giving units back"), so a check decided before it sees none of
+//! the units it gives back and one decided after sees all of them, and no
+//! interleaving loses either's write. And a refund racing the store's
+//! removals, a sweep and `forget`, over the limiter's real retire and
+//! remove protocols: a refund never creates a client, never lands on a
+//! removed one, and never gives back what a removal already forgot.
+//! (A refund racing a rebuild's move is `shuttle-tests/tests/refunds.rs`.)
+#![cfg(floodgate_loom)]
+
+use floodgate::policy::{
+    FixedWindow, Gcra, LeakyBucket, Policy, SlidingWindowCounter, TokenBucket,
+};
+use floodgate::{Config, Limiter, ManualClock, RateLimiter};
+use floodgate_loom_tests::{explore, Answer, Bare, Call, Run, Scenario};
+use loom::sync::Arc;
+use loom::thread;
+
+const KEY: u64 = 7;
+
+use Call::{CheckN, Refund, Remaining};
+
+/// `L = 3`, spent whole at tick 0; the drip policies get `W = 30`
+/// (`I = 10`), the windows `W = 10`: tick 1 is inside every first period.
+fn config<P: Policy>() -> Config {
+    let window = if P::KIND.drips() { 30 } else { 10 };
+    Config::per_ticks(3, window).expect("a valid config")
+}
+
+/// A refund of 2 of the 3 units admitted at tick 0 races a request of
+/// cost 2 at tick 1: the refund always gives back 2 (nothing else moves
+/// the state), and the request is admitted exactly when the refund came
+/// first; the units left and the units admitted sum to the 2 given back.
+fn a_refund_races_a_check<P: Policy>() {
+    let threads = vec![vec![Refund(1, 0, 2)], vec![CheckN(1, 2)]];
+    explore::<Bare<P>, _>(
+        Scenario {
+            config: config::<P>(),
+            before: vec![CheckN(0, 3)],
+            threads: threads.clone(),
+            probes: vec![Remaining(1)],
+            real_time: false,
+        },
+        move |_, run: &Run| {
+            assert_eq!(run.threads[0][0], Answer::Refunded(2), "{run:?}");
+            let Answer::Remaining(left) = run.probes[0] else {
+                panic!("{run:?}")
+            };
+            assert_eq!(run.admitted_units(&threads) + left, 2, "{run:?}");
+        },
+    );
+}
+
+/// Both write whichever comes first: 2 of the 3 units spent at tick 0,
+/// a refund of 1 of them races a request of cost 1 at tick 1. The refund
+/// gives back 1, the request is admitted, and 1 unit is left, in every
+/// order. A step computed from a word the CAS did not expect (a lost
+/// update) leaves 2: the request's admission overwritten.
+fn a_refund_and_an_admission_both_land<P: Policy>() {
+    let threads = vec![vec![Refund(1, 0, 1)], vec![CheckN(1, 1)]];
+    explore::<Bare<P>, _>(
+        Scenario {
+            config: config::<P>(),
+            before: vec![CheckN(0, 2)],
+            threads,
+            probes: vec![Remaining(1)],
+            real_time: false,
+        },
+        |_, run: &Run| {
+            assert_eq!(run.threads[0][0], Answer::Refunded(1), "{run:?}");
+            assert!(run.threads[1][0].admitted(), "{run:?}");
+            assert_eq!(run.probes[0], Answer::Remaining(1), "{run:?}");
+        },
+    );
+}
+
+/// `L = 1`, `W = 100`, spent at 0. A refund at 50 of that admission races
+/// a sweep at 50. The client is busy until the refund lands, so the sweep
+/// removes it only after it: the refund gives back its 1 in every order,
+/// and the sweep's count says whether the client is still there (full, if
+/// it is). A refund that followed a client the sweep retired, instead of
+/// looking again, would give nothing back.
+fn a_refund_races_a_sweep<P: Policy>() {
+    floodgate_loom_tests::model(|| {
+        let policy = P::new(Config::per_ticks(1, 100).unwrap()).unwrap();
+        let limiter =
+            Arc::new(Limiter::<u64, P, _>::with_clock(policy, ManualClock::new(0)).unwrap());
+        assert!(limiter.check_at(&KEY, 0).allowed());
+        let sweeper = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || limiter.sweep_at(50))
+        };
+        let given = limiter.refund_at(&KEY, 50, 0, 1);
+        let removed = sweeper.join().unwrap();
+        assert_eq!(given, 1, "the client was busy until the refund");
+        assert_eq!(limiter.tracked_clients(), 1 - removed);
+        let kept = limiter.peek_at(&KEY, 50);
+        assert_eq!(kept, (removed == 0).then_some(1), "removed {removed}");
+    });
+}
+
+/// `L = 2`, `W = 100`, one unit spent at 0. A refund at 10 of it races
+/// `forget`: the refund gives back 1 if it came first and 0 after (it
+/// finds no client, and creates none); `forget` removes the client either
+/// way, and nothing is left.
+fn a_refund_races_forget<P: Policy>() {
+    floodgate_loom_tests::model(|| {
+        let policy = P::new(Config::per_ticks(2, 100).unwrap()).unwrap();
+        let limiter =
+            Arc::new(Limiter::<u64, P, _>::with_clock(policy, ManualClock::new(0)).unwrap());
+        assert!(limiter.check_at(&KEY, 0).allowed());
+        let forgetter = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || RateLimiter::forget(&*limiter, &KEY))
+        };
+        let given = limiter.refund_at(&KEY, 10, 0, 1);
+        let forgot = forgetter.join().unwrap();
+        assert!(forgot, "the client had state until forget");
+        assert!(given <= 1);
+        assert_eq!(
+            limiter.peek_at(&KEY, 10),
+            None,
+            "given {given}: nothing left"
+        );
+        assert_eq!(limiter.tracked_clients(), 0);
+    });
+}
+
+#[test]
+fn refunds_race_removals() {
+    a_refund_races_a_sweep::<Gcra>();
+    a_refund_races_a_sweep::<TokenBucket>();
+    a_refund_races_a_sweep::<FixedWindow>();
+    a_refund_races_a_sweep::<SlidingWindowCounter>();
+    a_refund_races_a_sweep::<LeakyBucket>();
+    a_refund_races_forget::<Gcra>();
+    a_refund_races_forget::<FixedWindow>();
+}
+
+#[test]
+fn gcra_refund_races_a_check() {
+    a_refund_races_a_check::<Gcra>();
+    a_refund_and_an_admission_both_land::<Gcra>();
+}
+
+#[test]
+fn leaky_bucket_refund_races_a_check() {
+    a_refund_races_a_check::<LeakyBucket>();
+    a_refund_and_an_admission_both_land::<LeakyBucket>();
+}
+
+#[test]
+fn token_bucket_refund_races_a_check() {
+    a_refund_races_a_check::<TokenBucket>();
+    a_refund_and_an_admission_both_land::<TokenBucket>();
+}
+
+#[test]
+fn fixed_window_refund_races_a_check() {
+    a_refund_races_a_check::<FixedWindow>();
+    a_refund_and_an_admission_both_land::<FixedWindow>();
+}
+
+#[test]
+fn sliding_window_counter_refund_races_a_check() {
+    a_refund_races_a_check::<SlidingWindowCounter>();
+    a_refund_and_an_admission_both_land::<SlidingWindowCounter>();
+}
