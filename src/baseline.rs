@@ -1042,11 +1042,11 @@ impl State {
                 }
                 // The admissions at `at`: one time per unit, side by side.
                 let first = times.partition_point(|&t| t < at);
-                let here = times.range(first..).take_while(|&&t| t == at).count() as u64;
+                let here = (times.partition_point(|&t| t <= at) - first) as u64;
                 let given = cost.min(here);
-                for _ in 0..given {
-                    times.remove(first);
-                }
+                // `given <= here`, so the range is within the deque; a
+                // drain moves the shorter side over the gap once.
+                times.drain(first..first + given as usize);
                 given
             }
             State::Bucket {

@@ -396,6 +396,65 @@ fn differential_sliding_window() {
     differential(PolicyKind::SlidingWindow, 300);
 }
 
+/// The log's refund removes a block of entries from the middle of its
+/// ring by moving only the shorter side over the gap (the older live
+/// entries or the newer ones). Refunds here name times that were
+/// admissions, at every depth of small rings that wrap, so both sides move
+/// and entries that have left the window are dropped on the way; every
+/// answer is the mutex engine's.
+#[test]
+#[ignore = "needs a Redis server: FLOODGATE_REDIS_URL and --include-ignored"]
+fn a_log_refund_at_any_depth_answers_as_the_mutex_engine() {
+    let url = shared_url();
+    let prefix = prefix("log_refund_depths");
+    let mut rng = fastrand::Rng::with_seed(0x10C);
+    let (mut compared, mut moved) = (0, 0);
+    for number in 0..200 {
+        let (limit, window) = (rng.u64(1..=8), rng.u64(5..=30));
+        let config = Config::per_ticks(limit, window).unwrap();
+        let memory = refunding_in_memory(PolicyKind::SlidingWindow, config);
+        let redis = RedisLimiter::new(
+            &url,
+            PolicyKind::SlidingWindow,
+            config,
+            exact_options(&prefix),
+        )
+        .unwrap();
+        let key = format!("t{number}");
+        let (mut now, mut admitted) = (rng.u64(0..=100), Vec::new());
+        for call in 0..40 {
+            now += rng.u64(0..=3);
+            let context = format!("L={limit} W={window} trace {number} call {call} at {now}");
+            if rng.u8(..3) == 0 && !admitted.is_empty() {
+                let at: u64 = admitted[rng.usize(..admitted.len())];
+                let cost = rng.u64(1..=3);
+                let expected = memory.refund_at(&key, now, at, cost);
+                let got = redis.try_refund_at(&key, now, at, cost).unwrap();
+                assert_eq!(got, expected, "refund {cost} at {at}: {context}");
+                moved += usize::from(expected > 0);
+            } else {
+                let cost = rng.u64(1..=3);
+                let expected = memory.check_n_at(&key, now, cost);
+                let got = redis.try_check_n_at(&key, now, cost).unwrap();
+                assert_eq!(got, expected, "check {cost}: {context}");
+                if expected.allowed() {
+                    admitted.push(expected.at_ticks());
+                }
+            }
+            let expected = memory.remaining_at(&key, now);
+            assert_eq!(
+                redis.try_remaining_at(&key, now).unwrap(),
+                expected,
+                "{context}"
+            );
+            compared += 2;
+        }
+    }
+    clear(&url, &prefix);
+    eprintln!("{compared} answers identical to the mutex engine's, {moved} refunds giving back");
+    assert!(moved > 500, "only {moved} refunds gave anything back");
+}
+
 #[test]
 #[ignore = "needs a Redis server: FLOODGATE_REDIS_URL and --include-ignored"]
 fn differential_token_bucket() {

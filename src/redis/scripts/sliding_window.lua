@@ -39,44 +39,86 @@ end
 local used = n - low
 
 if refunding then
-  -- g of the kept admissions at the refund's time leave the log: the ring
-  -- is rewritten from slot 0 without them (O(L), a refund's cost only).
+  -- g of the kept admissions at the refund's time leave the log. The
+  -- times are sorted, so the block at `a` is found by binary search, and
+  -- only the shorter side of the ring moves over the gap: the older live
+  -- entries or the newer ones (the entries that have left the window, the
+  -- first `low`, are dropped for free: they answer nothing). A refund of
+  -- a recent admission, the usual one, touches O(g) fields; the most one
+  -- can move is half the live entries.
   local a = refunding - origin
   if new or now - refunding >= W or a < 0 or a + W <= at then
     return {0}
   end
-  local times, g = {}, 0
-  for k = 0, n - 1 do
-    local t = kept(k)
-    if t == a and g < cost then
-      g = g + 1
+  -- `first`: the oldest entry at or after `a` (entries at `a` are in the
+  -- window, as a + W > at, so it is at least `low`).
+  local first, high = low, n
+  while first < high do
+    local middle = floor((first + high) / 2)
+    if kept(middle) < a then
+      first = middle + 1
     else
-      times[#times + 1] = t
+      high = middle
     end
   end
+  -- `last`: past the first `cost` entries at `a`.
+  local last = first
+  high = n
+  if cost < n - first then
+    high = first + cost
+  end
+  while last < high do
+    local middle = floor((last + high) / 2)
+    if kept(middle) <= a then
+      last = middle + 1
+    else
+      high = middle
+    end
+  end
+  local g = last - first
   if g == 0 then
     return {0}
   end
-  local newest = times[#times]
-  if newest == nil or newest + W <= at then
+  local older, newer = first - low, n - last
+  if older + newer == 0 then
     redis.call('DEL', key)
     return {g}
   end
+  local newest
+  if newer > 0 then
+    newest = kept(n - 1)
+  else
+    newest = kept(first - 1)
+  end
   local fields = {}
-  for k = 1, #times do
-    fields[#fields + 1] = int(k - 1)
-    fields[#fields + 1] = int(times[k])
+  local function move(from, to)
+    fields[#fields + 1] = int((head + to) % L)
+    fields[#fields + 1] = int(kept(from))
     if #fields >= 2000 then
-      hset(key, unpack(fields))
+      redis.call('HSET', key, unpack(fields))
       fields = {}
     end
   end
+  if older <= newer then
+    -- Newest first, each into a slot already read (to > from).
+    for k = first - 1, low, -1 do
+      move(k, k + g)
+    end
+    head = (head + low + g) % L
+  else
+    -- Oldest first, each into a slot already read or removed (to < from).
+    for k = last, n - 1 do
+      move(k, k - g)
+    end
+    head = (head + low) % L
+  end
+  n = older + newer
   fields[#fields + 1] = 'o'
   fields[#fields + 1] = int(origin)
   fields[#fields + 1] = 'n'
-  fields[#fields + 1] = int(#times)
+  fields[#fields + 1] = int(n)
   fields[#fields + 1] = 'h'
-  fields[#fields + 1] = '0'
+  fields[#fields + 1] = int(head)
   rewrite(key, newest + W - (now - origin), unpack(fields))
   return {g}
 end
