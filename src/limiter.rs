@@ -246,6 +246,7 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
     /// decision's [`at_ticks`](Decision::at_ticks)): a request that failed
     /// upstream, or used less than it was admitted for. A refused decision
     /// admitted nothing, and gives nothing back.
+    #[inline]
     fn refund(&self, key: &Q, admitted: &Decision, cost: u64) -> u64 {
         if !admitted.allowed {
             return 0;
@@ -957,6 +958,7 @@ where
     /// client's state, or none when nothing comes back. A client with no
     /// state gets 0 and is not created; one under the shared overflow
     /// state has none of its own, and gets 0 too.
+    #[inline]
     pub fn refund_at<Q>(&self, key: &Q, now: u64, at: u64, cost: u64) -> u64
     where
         Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
@@ -986,6 +988,7 @@ where
     /// One refund on `client`'s state, in the times its policy counts in
     /// (`now >= at`): a call before the origin is judged at it, as a
     /// check is.
+    #[inline]
     fn give_back(
         &self,
         client: &Resident<P>,
@@ -1308,6 +1311,7 @@ where
         Some(self.watch.as_ref()?.offenders.as_ref()?.take())
     }
 
+    #[inline]
     fn refund_at(&self, key: &Q, now: u64, at: u64, cost: u64) -> u64 {
         Limiter::refund_at(self, key, now, at, cost)
     }

@@ -1139,3 +1139,108 @@ async fn a_reservation_gives_back_what_the_body_did_not_use() {
     drop(response);
     assert_eq!(limiter.remaining_at("a", 0), 3, "used more than reserved");
 }
+
+/// The Redis store gives units back through the layer as the in-memory
+/// engines do: a 5xx's units inline, before its response is handed on; a
+/// reservation's unused units and a cancelled request's units from the
+/// body's end and the future's drop, where nothing can await, so the layer
+/// sends those refunds on a task of their own (awaited here by reading the
+/// client's count until it shows them).
+#[cfg(feature = "redis")]
+#[tokio::test]
+#[ignore = "needs a Redis server: FLOODGATE_REDIS_URL and --include-ignored"]
+async fn the_redis_store_gives_units_back_behind_the_layer() {
+    use floodgate::redis::{AsyncRedisLimiter, RedisOptions};
+
+    let url = std::env::var("FLOODGATE_REDIS_URL").expect(
+        "FLOODGATE_REDIS_URL is not set (e.g. redis://127.0.0.1:6379; .ci/run starts a server)",
+    );
+    let prefix = format!("floodgate-http-refund-test:{}:", std::process::id());
+    // Ten units an hour: one drips back every six minutes, none while the
+    // test runs.
+    let limiter = AsyncRedisLimiter::new(
+        &url,
+        PolicyKind::TokenBucket,
+        Config::per(10, Duration::from_secs(3600)).unwrap(),
+        RedisOptions::new().prefix(prefix.clone()),
+    )
+    .await
+    .unwrap();
+    let _ = limiter.try_forget("a").await;
+    let number = |parts: &Parts, name: &str| -> u64 {
+        parts.headers[name].to_str().unwrap().parse().unwrap()
+    };
+    let used = |response: &http::response::Parts| -> Option<u64> {
+        response.headers.get("x-used")?.to_str().ok()?.parse().ok()
+    };
+    let layer = RateLimitLayer::new(limiter.clone(), Header::new("x-key"))
+        .cost(move |parts| number(parts, "x-units"))
+        .refund_on(|status| status.is_server_error())
+        .refund_cancelled()
+        .settle_with(used);
+    // Answers `x-status` with `x-used` echoed, or never when `x-status` is
+    // 0 (and then says it has the request).
+    let reached = Arc::new(tokio::sync::Notify::new());
+    let reaching = Arc::clone(&reached);
+    let service = layer.layer(tower::service_fn(move |request: Request<Empty<Bytes>>| {
+        let reaching = Arc::clone(&reaching);
+        async move {
+            let (parts, _) = request.into_parts();
+            let status = number(&parts, "x-status") as u16;
+            if status == 0 {
+                reaching.notify_one();
+                std::future::pending::<()>().await;
+            }
+            let response = Response::builder()
+                .status(StatusCode::from_u16(status).unwrap())
+                .header("x-used", parts.headers["x-used"].clone())
+                .body(http_body_util::Full::new(Bytes::from_static(b"streamed")))
+                .unwrap();
+            Ok::<_, Infallible>(response)
+        }
+    }));
+    // Reads the client's count until it is `expected` (a refund on a task
+    // of its own lands a moment after the event that sent it).
+    let settles_at = |expected: u64, what: &'static str| {
+        let limiter = limiter.clone();
+        async move {
+            let mut last = None;
+            for _ in 0..500 {
+                let now = limiter.try_remaining("a").await.unwrap();
+                if now == expected {
+                    return;
+                }
+                last = Some(now);
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            panic!("{what}: the client's count stayed {last:?}, not {expected}");
+        }
+    };
+
+    let failed = service.clone().oneshot(request(4, 503, 0)).await.unwrap();
+    assert_eq!(failed.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        limiter.try_remaining("a").await.unwrap(),
+        10,
+        "a 5xx gives back before its response is handed on"
+    );
+
+    let reserved = service.clone().oneshot(request(8, 200, 3)).await.unwrap();
+    assert_eq!(limiter.try_remaining("a").await.unwrap(), 2);
+    let body = reserved.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(body, Bytes::from_static(b"streamed"));
+    settles_at(7, "a reservation that used 3 of 8").await;
+
+    // Driven until the service has it (the check went to Redis and
+    // admitted), then dropped: the client went away.
+    let mut call = Box::pin(service.clone().oneshot(request(4, 0, 0)));
+    tokio::select! {
+        _ = &mut call => panic!("the service never answers"),
+        () = reached.notified() => {}
+    }
+    assert_eq!(limiter.try_remaining("a").await.unwrap(), 3);
+    drop(call);
+    settles_at(7, "a request cancelled before its response").await;
+    assert_eq!(limiter.faults(), 0, "every call reached Redis");
+    let _ = limiter.try_forget("a").await;
+}

@@ -401,7 +401,10 @@ pub(super) fn rows(
                     let limiter = DefaultKeyedRateLimiter::<u64>::keyed(governor_quota(config));
                     probe(&limiter, known, new)
                 }
-                EngineName::Floor | EngineName::Counted | EngineName::Refunding => {
+                EngineName::Floor
+                | EngineName::Counted
+                | EngineName::Refunding
+                | EngineName::Admitting => {
                     unreachable!("the tail rows have no floor, do not count and give nothing back")
                 }
             };

@@ -4,14 +4,16 @@
 //! interleaving loses either's write. And a refund racing the store's
 //! removals, a sweep and `forget`, over the limiter's real retire and
 //! remove protocols: a refund never creates a client, never lands on a
-//! removed one, and never gives back what a removal already forgot.
-//! (A refund racing a rebuild's move is `shuttle-tests/tests/refunds.rs`.)
+//! removed one, and never gives back what a removal already forgot. And a
+//! refund racing the move of a rebuild: it lands once, on the state before
+//! its freeze (and moves with it) or on the moved one. (Many threads
+//! refunding across moves: `shuttle-tests/tests/refunds.rs`.)
 #![cfg(floodgate_loom)]
 
 use floodgate::policy::{
     FixedWindow, Gcra, LeakyBucket, Policy, SlidingWindowCounter, TokenBucket,
 };
-use floodgate::{Config, Limiter, ManualClock, RateLimiter};
+use floodgate::{Bounds, Config, Limiter, ManualClock, RateLimiter};
 use floodgate_loom_tests::{explore, Answer, Bare, Call, Run, Scenario};
 use loom::sync::Arc;
 use loom::thread;
@@ -124,6 +126,43 @@ fn a_refund_races_forget<P: Policy>() {
         );
         assert_eq!(limiter.tracked_clients(), 0);
     });
+}
+
+/// `L = 2`, `W = 1000`: client 1 has spent both units at 0 and fills the
+/// table (under loom a new table has room for one client). A refund of one
+/// of them at 10 races the insert of client 2, which moves client 1 into a
+/// larger table. The refund lands on the state before the freeze (and the
+/// move carries it) or on the moved state, never on neither: it gives back
+/// 1 in every order, client 1 has 1 left, and its next check takes it. A
+/// refund that wrote a frozen state, or gave up on one instead of looking
+/// again, leaves client 1 with nothing.
+fn a_refund_races_a_move<P: Policy>() {
+    floodgate_loom_tests::model(|| {
+        let policy = P::new(Config::per_ticks(2, 1_000).unwrap()).unwrap();
+        let limiter = Arc::new(
+            Limiter::<u64, P, _>::with_bounds(policy, ManualClock::new(0), Bounds::new()).unwrap(),
+        );
+        assert!(limiter.check_n_at(&1, 0, 2).allowed());
+        let inserter = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || limiter.check_at(&2, 10))
+        };
+        let given = limiter.refund_at(&1, 10, 0, 1);
+        assert!(inserter.join().unwrap().allowed());
+        assert_eq!(given, 1, "client 1 had state throughout");
+        assert_eq!(limiter.peek_at(&1, 10), Some(1), "the refund moved");
+        assert!(limiter.check_at(&1, 10).allowed());
+        assert!(!limiter.check_at(&1, 10).allowed());
+        assert_eq!(limiter.tracked_clients(), 2);
+    });
+}
+
+#[test]
+fn refunds_race_a_move() {
+    a_refund_races_a_move::<Gcra>();
+    a_refund_races_a_move::<TokenBucket>();
+    a_refund_races_a_move::<FixedWindow>();
+    a_refund_races_a_move::<SlidingWindowCounter>();
 }
 
 #[test]

@@ -215,6 +215,7 @@ impl Gcra {
     }
 
     /// `give_back` on the state, in one CAS.
+    #[inline]
     pub(super) fn refund_state(
         &self,
         state: &GcraState,
@@ -294,6 +295,7 @@ impl Policy for Gcra {
         self.remaining_state(state, now)
     }
 
+    #[inline]
     fn refund(&self, state: &GcraState, now: u64, ago: u64, cost: u64) -> Result<u64, Retired> {
         self.refund_state(state, now, ago, cost)
     }
