@@ -396,63 +396,116 @@ fn differential_sliding_window() {
     differential(PolicyKind::SlidingWindow, 300);
 }
 
+/// One call on the mutex engine and on Redis, which must answer alike: a
+/// refund of `cost` of the admission at `refund` if set, else a check of
+/// `cost` (an admission's time kept in `admitted`); then `remaining`.
+/// Whether a refund gave anything back.
+#[allow(clippy::too_many_arguments)]
+fn log_call(
+    memory: &dyn RateLimiter<str>,
+    redis: &RedisLimiter,
+    key: &str,
+    now: u64,
+    cost: u64,
+    refund: Option<u64>,
+    admitted: &mut Vec<u64>,
+    context: &str,
+) -> bool {
+    let mut gave = false;
+    if let Some(at) = refund {
+        let expected = memory.refund_at(key, now, at, cost);
+        let got = redis.try_refund_at(key, now, at, cost).unwrap();
+        assert_eq!(got, expected, "refund {cost} at {at}: {context}");
+        gave = expected > 0;
+    } else {
+        let expected = memory.check_n_at(key, now, cost);
+        let got = redis.try_check_n_at(key, now, cost).unwrap();
+        assert_eq!(got, expected, "check {cost}: {context}");
+        if expected.allowed() {
+            admitted.push(expected.at_ticks());
+        }
+    }
+    let expected = memory.remaining_at(key, now);
+    assert_eq!(
+        redis.try_remaining_at(key, now).unwrap(),
+        expected,
+        "{context}"
+    );
+    gave
+}
+
 /// The log's refund removes a block of entries from the middle of its
 /// ring by moving only the shorter side over the gap (the older live
 /// entries or the newer ones). Refunds here name times that were
 /// admissions, at every depth of small rings that wrap, so both sides move
-/// and entries that have left the window are dropped on the way; every
-/// answer is the mutex engine's.
+/// and entries that have left the window are dropped on the way; then on
+/// a log of thousands of entries, which moves a chunk of a thousand at a
+/// time. Every answer is the mutex engine's.
 #[test]
 #[ignore = "needs a Redis server: FLOODGATE_REDIS_URL and --include-ignored"]
 fn a_log_refund_at_any_depth_answers_as_the_mutex_engine() {
     let url = shared_url();
     let prefix = prefix("log_refund_depths");
     let mut rng = fastrand::Rng::with_seed(0x10C);
-    let (mut compared, mut moved) = (0, 0);
-    for number in 0..200 {
-        let (limit, window) = (rng.u64(1..=8), rng.u64(5..=30));
+    let limiters = |limit, window| {
         let config = Config::per_ticks(limit, window).unwrap();
         let memory = refunding_in_memory(PolicyKind::SlidingWindow, config);
-        let redis = RedisLimiter::new(
-            &url,
-            PolicyKind::SlidingWindow,
-            config,
-            exact_options(&prefix),
-        )
-        .unwrap();
+        let options = exact_options(&prefix);
+        let redis = RedisLimiter::new(&url, PolicyKind::SlidingWindow, config, options).unwrap();
+        (memory, redis)
+    };
+    let mut moved = 0;
+    for number in 0..200 {
+        let (limit, window) = (rng.u64(1..=8), rng.u64(5..=30));
+        let (memory, redis) = limiters(limit, window);
         let key = format!("t{number}");
         let (mut now, mut admitted) = (rng.u64(0..=100), Vec::new());
         for call in 0..40 {
             now += rng.u64(0..=3);
+            let refund = (rng.u8(..3) == 0 && !admitted.is_empty())
+                .then(|| admitted[rng.usize(..admitted.len())]);
             let context = format!("L={limit} W={window} trace {number} call {call} at {now}");
-            if rng.u8(..3) == 0 && !admitted.is_empty() {
-                let at: u64 = admitted[rng.usize(..admitted.len())];
-                let cost = rng.u64(1..=3);
-                let expected = memory.refund_at(&key, now, at, cost);
-                let got = redis.try_refund_at(&key, now, at, cost).unwrap();
-                assert_eq!(got, expected, "refund {cost} at {at}: {context}");
-                moved += usize::from(expected > 0);
-            } else {
-                let cost = rng.u64(1..=3);
-                let expected = memory.check_n_at(&key, now, cost);
-                let got = redis.try_check_n_at(&key, now, cost).unwrap();
-                assert_eq!(got, expected, "check {cost}: {context}");
-                if expected.allowed() {
-                    admitted.push(expected.at_ticks());
-                }
-            }
-            let expected = memory.remaining_at(&key, now);
-            assert_eq!(
-                redis.try_remaining_at(&key, now).unwrap(),
-                expected,
-                "{context}"
+            let cost = rng.u64(1..=3);
+            let gave = log_call(
+                &*memory,
+                &redis,
+                &key,
+                now,
+                cost,
+                refund,
+                &mut admitted,
+                &context,
             );
-            compared += 2;
+            moved += usize::from(gave);
         }
     }
+    // A log of up to 3,000 entries that wraps its ring.
+    let (memory, redis) = limiters(3_000, 500);
+    let (mut admitted, mut long_moves) = (Vec::new(), 0);
+    for now in 1..=1_500 {
+        let refund =
+            (now % 5 == 0 && !admitted.is_empty()).then(|| admitted[rng.usize(..admitted.len())]);
+        let cost = if refund.is_some() { rng.u64(1..=9) } else { 7 };
+        let context = format!("the long log at {now}");
+        let gave = log_call(
+            &*memory,
+            &redis,
+            "long",
+            now,
+            cost,
+            refund,
+            &mut admitted,
+            &context,
+        );
+        long_moves += usize::from(gave);
+    }
     clear(&url, &prefix);
-    eprintln!("{compared} answers identical to the mutex engine's, {moved} refunds giving back");
+    eprintln!("{moved} refunds gave back on small logs, {long_moves} on the long one");
     assert!(moved > 500, "only {moved} refunds gave anything back");
+    assert!(
+        long_moves > 100,
+        "only {long_moves} refunds on the long log gave back"
+    );
 }
 
 #[test]

@@ -90,29 +90,43 @@ if refunding then
   else
     newest = kept(first - 1)
   end
-  local fields = {}
-  local function move(from, to)
-    fields[#fields + 1] = int((head + to) % L)
-    fields[#fields + 1] = int(kept(from))
-    if #fields >= 2000 then
+  -- Entries [from, to) of the kept ones move by `by` slots, read and
+  -- written a chunk at a time (one HMGET and one HSET a chunk: a call
+  -- into Redis per field would cost several times the move itself).
+  -- Every slot a chunk writes was read already or holds a removed entry:
+  -- moving up (by > 0), chunks go newest first and each writes above what
+  -- it read; moving down, oldest first and below.
+  local function move(from, to, by)
+    local count, done = to - from, 0
+    while done < count do
+      local size = min(1000, count - done)
+      local lo = from + done
+      if by > 0 then
+        lo = to - done - size
+      end
+      local names = {}
+      for k = lo, lo + size - 1 do
+        names[#names + 1] = int((head + k) % L)
+      end
+      local times = redis.call('HMGET', key, unpack(names))
+      local fields = {}
+      for i = 1, size do
+        fields[#fields + 1] = int((head + lo + i - 1 + by) % L)
+        fields[#fields + 1] = times[i]
+      end
       redis.call('HSET', key, unpack(fields))
-      fields = {}
+      done = done + size
     end
   end
   if older <= newer then
-    -- Newest first, each into a slot already read (to > from).
-    for k = first - 1, low, -1 do
-      move(k, k + g)
-    end
+    move(low, first, g)
     head = (head + low + g) % L
   else
-    -- Oldest first, each into a slot already read or removed (to < from).
-    for k = last, n - 1 do
-      move(k, k - g)
-    end
+    move(last, n, -g)
     head = (head + low) % L
   end
   n = older + newer
+  local fields = {}
   fields[#fields + 1] = 'o'
   fields[#fields + 1] = int(origin)
   fields[#fields + 1] = 'n'
