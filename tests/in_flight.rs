@@ -247,3 +247,27 @@ fn threads_holding_and_releasing_leave_exact_totals() {
         assert!(admitted > 0);
     }
 }
+
+/// `forget` removes a client that holds units, held units and all: its
+/// next request starts from nothing held, and a release of the old units
+/// afterwards finds none (docs/in-flight.md says so).
+#[test]
+fn forget_drops_held_units() {
+    let rules: RuleSet = "in-flight:1".parse().unwrap();
+    for engine in [Engine::LockFree, Engine::Mutex] {
+        let limiter = built(&rules, engine, Bounds::new());
+        assert!(limiter.check_at(&1, 0).allowed());
+        assert!(!limiter.check_at(&1, 0).allowed());
+        assert!(limiter.forget(&1), "{engine:?}");
+        assert_eq!(
+            limiter.release_at(&1, 0, 1),
+            0,
+            "{engine:?}: nothing held now"
+        );
+        assert!(
+            limiter.check_at(&1, 0).allowed(),
+            "{engine:?}: a fresh client"
+        );
+        assert_eq!(limiter.release_at(&1, 0, 1), 1, "{engine:?}");
+    }
+}
