@@ -161,6 +161,7 @@ fn engines(window: u64) -> Vec<(PolicyKind, &'static str, Box<dyn Runner>)> {
             PolicyKind::SlidingWindowCounter => lockfree::<SlidingWindowCounter>(config),
             PolicyKind::Gcra => lockfree::<Gcra>(config),
             PolicyKind::LeakyBucket => lockfree::<LeakyBucket>(config),
+            PolicyKind::InFlight => unreachable!("not a rate policy (PolicyKind::ALL)"),
         };
         all.push((kind, "lockfree", fast));
         let fresh = move || {

@@ -618,6 +618,15 @@ where
         given
     }
 
+    /// Under the client's lock, as a refund: a client with no state gets
+    /// 0, and none is made.
+    fn release_at(&self, key: &Q, _now: u64, cost: u64) -> u64 {
+        let Some(client) = lock(&self.clients).get(key).map(Arc::clone) else {
+            return 0;
+        };
+        unless_retired(&client, |client| client.release(&self.rules, cost)).unwrap_or(0)
+    }
+
     fn forget(&self, key: &Q) -> bool {
         let Some(client) = lock(&self.clients).remove(key) else {
             return false;
@@ -794,12 +803,28 @@ impl Client {
     /// Gives back up to `cost` units of the admission made at `at` (both
     /// absolute, `at <= now`), the contract's "Giving units back": every
     /// rule gives back on its own, and the answer is the smallest of what
-    /// they gave.
+    /// they gave, leaving out `in-flight` rules (0 if every rule is one).
     fn refund(&mut self, rules: &[Rules], now: u64, at: u64, cost: u64) -> u64 {
         self.parts
             .iter_mut()
             .zip(rules)
+            // An `in-flight` rule is left out: a release gives its units
+            // back, never a refund.
+            .filter(|(_, rules)| rules.policy.has_window())
             .map(|(part, rules)| part.refund(rules, now, at, cost))
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// Gives back up to `cost` of the units its `in-flight` rules hold
+    /// (the contract's "Requests in flight"): each gives back on its own,
+    /// the answer is the smallest; 0 without such a rule.
+    fn release(&mut self, rules: &[Rules], cost: u64) -> u64 {
+        self.parts
+            .iter_mut()
+            .zip(rules)
+            .filter(|(_, rules)| rules.policy == PolicyKind::InFlight)
+            .map(|(part, _)| part.state.release(cost))
             .min()
             .unwrap_or(0)
     }
@@ -971,6 +996,8 @@ enum State {
     /// `gcra` and `leaky-bucket`: the theoretical arrival time. A `u128`
     /// because `TAT ≤ now + W`, and both may be close to `u64::MAX`.
     Tat(u128),
+    /// `in-flight`: the units held.
+    Held(u64),
 }
 
 impl State {
@@ -990,6 +1017,7 @@ impl State {
                 current: 0,
             },
             PolicyKind::Gcra | PolicyKind::LeakyBucket => State::Tat(0),
+            PolicyKind::InFlight => State::Held(0),
         }
     }
 
@@ -1019,6 +1047,15 @@ impl State {
                 current,
             } => counter_check(index, previous, current, rules, now, cost),
             State::Tat(tat) => gcra_check(tat, rules, now, cost),
+            State::Held(held) => {
+                let after = *held + cost;
+                if after <= rules.limit {
+                    *held = after;
+                    Decision::admit(rules.limit - after)
+                } else {
+                    Decision::reject(rules.limit.saturating_sub(*held), u64::MAX)
+                }
+            }
         }
     }
 
@@ -1110,6 +1147,23 @@ impl State {
                 }
                 given
             }
+            // A release gives held units back, never a refund (the
+            // contract: a failed request is refunded and released, each
+            // once).
+            State::Held(_) => 0,
+        }
+    }
+
+    /// Gives back `min(cost, h)` of an `in-flight` rule's held units; 0
+    /// for every other policy.
+    fn release(&mut self, cost: u64) -> u64 {
+        match self {
+            State::Held(held) => {
+                let released = cost.min(*held);
+                *held -= released;
+                released
+            }
+            _ => 0,
         }
     }
 
@@ -1139,6 +1193,7 @@ impl State {
                 counter_remaining(at.previous, at.current, at.elapsed, rules)
             }
             State::Tat(tat) => gcra_remaining(*tat, rules, now),
+            State::Held(held) => rules.limit.saturating_sub(*held),
         }
     }
 }
@@ -1177,6 +1232,8 @@ impl State {
             // `max(TAT, t) = t` for every `t ≥ now`, as for a new client's
             // `TAT = origin`.
             State::Tat(tat) => *tat <= u128::from(now),
+            // Held units come back only by a release, never by time.
+            State::Held(held) => *held == 0,
         }
     }
 }

@@ -42,6 +42,9 @@ pub enum PolicyKind {
     Gcra,
     /// `leaky-bucket`: GCRA's admissions, answered as a queueing delay.
     LeakyBucket,
+    /// `in-flight`: at most `limit` units held at once, each until it is
+    /// released; no window (the contract's "Requests in flight").
+    InFlight,
 }
 
 impl PolicyKind {
@@ -55,6 +58,18 @@ impl PolicyKind {
         PolicyKind::LeakyBucket,
     ];
 
+    /// Every rule kind: the six rate policies and `in-flight`, which bounds
+    /// what is held at once rather than what is spent per window.
+    pub const EVERY: [PolicyKind; 7] = [
+        PolicyKind::SlidingWindow,
+        PolicyKind::TokenBucket,
+        PolicyKind::FixedWindow,
+        PolicyKind::SlidingWindowCounter,
+        PolicyKind::Gcra,
+        PolicyKind::LeakyBucket,
+        PolicyKind::InFlight,
+    ];
+
     /// The policy's configuration name, e.g. `"token-bucket"`.
     pub const fn name(self) -> &'static str {
         match self {
@@ -64,7 +79,14 @@ impl PolicyKind {
             PolicyKind::SlidingWindowCounter => "sliding-window-counter",
             PolicyKind::Gcra => "gcra",
             PolicyKind::LeakyBucket => "leaky-bucket",
+            PolicyKind::InFlight => "in-flight",
         }
+    }
+
+    /// Whether the rule has a window: every rate policy; not `in-flight`,
+    /// which holds units until they are released.
+    pub const fn has_window(self) -> bool {
+        !matches!(self, PolicyKind::InFlight)
     }
 
     /// Whether the policy releases one request per interval `window / limit`
@@ -86,13 +108,13 @@ impl fmt::Display for PolicyKind {
 impl FromStr for PolicyKind {
     type Err = UnknownPolicy;
 
-    /// Parses one of the six names exactly (case-sensitive).
+    /// Parses one of the seven names exactly (case-sensitive).
     ///
     /// # Errors
     ///
     /// [`UnknownPolicy`], whose message lists the names that exist.
     fn from_str(name: &str) -> Result<Self, Self::Err> {
-        PolicyKind::ALL
+        PolicyKind::EVERY
             .into_iter()
             .find(|kind| kind.name() == name)
             .ok_or_else(|| UnknownPolicy {
@@ -101,7 +123,7 @@ impl FromStr for PolicyKind {
     }
 }
 
-/// A policy name that is not one of the six.
+/// A policy name that is not one of the seven.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UnknownPolicy {
     /// The name that was asked for.
@@ -111,7 +133,7 @@ pub struct UnknownPolicy {
 impl fmt::Display for UnknownPolicy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "unknown policy {:?}; the policies are ", self.name)?;
-        for (i, kind) in PolicyKind::ALL.iter().enumerate() {
+        for (i, kind) in PolicyKind::EVERY.iter().enumerate() {
             if i > 0 {
                 f.write_str(", ")?;
             }
@@ -367,6 +389,16 @@ impl Config {
             window,
             span: None,
         })
+    }
+
+    /// At most `limit` units held at once, for an `in-flight` rule: no
+    /// window (it is kept as one tick, which nothing reads).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::LimitOutOfRange`] unless `1 <= limit <= MAX_LIMIT`.
+    pub const fn in_flight(limit: u64) -> Result<Self, ConfigError> {
+        Self::per_ticks(limit, 1)
     }
 
     /// At most `limit` requests per `window`: the same rate on every clock

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::policy::{
-    Compound, FixedWindow, Gcra, LeakyBucket, Pair, SlidingWindow, SlidingWindowCounter,
+    Compound, FixedWindow, Gcra, InFlight, LeakyBucket, Pair, SlidingWindow, SlidingWindowCounter,
     TokenBucket, WideWindowPair, WindowPair,
 };
 use crate::{
@@ -518,6 +518,7 @@ where
                 PolicyKind::LeakyBucket => {
                     boxed::<Q, LeakyBucket, C>(config, clock, bounds, extras)
                 }
+                PolicyKind::InFlight => boxed::<Q, InFlight, C>(config, clock, bounds, extras),
             }
         }
         (Engine::LockFree, _) if Pair::fits(&rules) => {

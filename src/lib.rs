@@ -205,6 +205,11 @@ pub struct HttpDoctests;
 #[cfg(doctest)]
 pub struct RefundsDoctests;
 
+/// `docs/in-flight.md`'s examples, compiled and run as doctests.
+#[doc = include_str!("../docs/in-flight.md")]
+#[cfg(doctest)]
+pub struct InFlightDoctests;
+
 /// `docs/bounds.md`'s examples, compiled and run as doctests.
 #[doc = include_str!("../docs/bounds.md")]
 #[cfg(doctest)]

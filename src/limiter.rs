@@ -104,6 +104,12 @@ macro_rules! forward_rate_limiter {
         fn refund_in_at(&self, tier: &str, key: &Q, now: u64, at: u64, cost: u64) -> u64 {
             (**self).refund_in_at(tier, key, now, at, cost)
         }
+        fn release_at(&self, key: &Q, now: u64, cost: u64) -> u64 {
+            (**self).release_at(key, now, cost)
+        }
+        fn release(&self, key: &Q, cost: u64) -> u64 {
+            (**self).release(key, cost)
+        }
         #[inline]
         fn check_n_at(&self, key: &Q, now: u64, cost: u64) -> Decision {
             (**self).check_n_at(key, now, cost)
@@ -252,6 +258,41 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
             return 0;
         }
         self.refund_at(key, self.now().max(admitted.at), admitted.at, cost)
+    }
+
+    /// Gives back up to `cost` of the units `key` holds under its
+    /// `in-flight` rules (the contract's "Requests in flight": each gives
+    /// back `min(cost, held)`, the answer is the smallest), at `now`, and
+    /// answers how many. 0 for a client with no state (none is made) or
+    /// without an `in-flight` rule. A refund never gives these back: a
+    /// request that failed is refunded and released, each once.
+    ///
+    /// ```
+    /// use floodgate::{build_rules, Bounds, Engine, ManualClock, RateLimiter};
+    ///
+    /// let streams = build_rules::<str, _>(
+    ///     &"in-flight:2".parse()?,
+    ///     Engine::LockFree,
+    ///     ManualClock::new(0),
+    ///     Bounds::new(),
+    /// )?;
+    /// assert!(streams.check_n_at("alice", 0, 2).allowed());
+    /// let third = streams.check_at("alice", 1_000_000);
+    /// assert!(!third.allowed()); // only a release admits it
+    /// assert_eq!(third.retry_after(), None);
+    /// assert_eq!(streams.release_at("alice", 5, 1), 1);
+    /// assert!(streams.check_at("alice", 5).allowed());
+    /// assert_eq!(streams.release_at("nobody", 5, 1), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    fn release_at(&self, key: &Q, now: u64, cost: u64) -> u64 {
+        let _ = (key, now, cost);
+        0
+    }
+
+    /// [`release_at`](Self::release_at) now by the limiter's clock.
+    fn release(&self, key: &Q, cost: u64) -> u64 {
+        self.release_at(key, self.now(), cost)
     }
 
     /// How many requests of `key` would be admitted if they arrived one after
@@ -985,6 +1026,30 @@ where
         }
     }
 
+    /// Gives back up to `cost` of the units `key` holds under its
+    /// `in-flight` rules (see [`RateLimiter::release_at`]): one CAS step on
+    /// the client's state. A client with no state gets 0 and is not
+    /// created.
+    pub fn release_at<Q>(&self, key: &Q, now: u64, cost: u64) -> u64
+    where
+        Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
+        K: Borrow<Q>,
+    {
+        // Progress: as `peek_at`'s.
+        loop {
+            match self.clients.peek(key, |client| {
+                let (since, _) = since_origin(client.origin.tick(), now);
+                self.policy.release(&client.state, since, cost)
+            }) {
+                None => return 0,
+                Some(Ok(released)) => return released,
+                // Moved or removed under this call: look again once that
+                // step is done (a removed client held nothing any more).
+                Some(Err(Retired)) => self.clients.settle(),
+            }
+        }
+    }
+
     /// One refund on `client`'s state, in the times its policy counts in
     /// (`now >= at`): a call before the origin is judged at it, as a
     /// check is.
@@ -1314,6 +1379,10 @@ where
     #[inline]
     fn refund_at(&self, key: &Q, now: u64, at: u64, cost: u64) -> u64 {
         Limiter::refund_at(self, key, now, at, cost)
+    }
+
+    fn release_at(&self, key: &Q, now: u64, cost: u64) -> u64 {
+        Limiter::release_at(self, key, now, cost)
     }
 
     fn peek_at(&self, key: &Q, now: u64) -> Option<u64> {

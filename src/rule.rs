@@ -86,6 +86,9 @@ impl Rule {
 
 impl fmt::Display for Rule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if !self.policy.has_window() {
+            return write!(f, "{}:{}", self.policy, self.config.limit());
+        }
         write!(f, "{}:{}/", self.policy, self.config.limit())?;
         match self.config.span() {
             Some(span) => write_duration(f, span),
@@ -112,8 +115,11 @@ pub enum RuleProblem {
     MissingColon,
     /// No `/` between the limit and the window.
     MissingSlash,
-    /// The policy is not one of the six.
+    /// The policy is not one of the seven.
     Policy(UnknownPolicy),
+    /// A window on an `in-flight` rule, which bounds units held at once
+    /// and has none (`in-flight:10`).
+    WindowOnInFlight,
     /// The limit is not a whole number.
     Limit(String),
     /// The window's count is not a whole number.
@@ -162,6 +168,10 @@ impl fmt::Display for RuleError {
                 f.write_str("expected POLICY:LIMIT/WINDOW, e.g. gcra:100/1s (no `/`)")
             }
             RuleProblem::Policy(unknown) => write!(f, "{unknown}"),
+            RuleProblem::WindowOnInFlight => f.write_str(
+                "in-flight takes no window: in-flight:LIMIT, e.g. in-flight:10 (units held at \
+                 once, each until it is released)",
+            ),
             RuleProblem::Limit(text) => write!(f, "the limit {text:?} is not a whole number"),
             RuleProblem::Count(text) => {
                 write!(f, "the window {text:?} does not start with a whole number")
@@ -231,6 +241,20 @@ impl FromStr for Rule {
             .parse()
             .map_err(|unknown| fail(0, RuleProblem::Policy(unknown)))?;
         let limit_at = policy.name().len() + 1;
+        if !policy.has_window() {
+            // `in-flight:L`: a limit and no window.
+            if let Some(slash) = rest.find('/') {
+                return Err(fail(limit_at + slash, RuleProblem::WindowOnInFlight));
+            }
+            if let Some(comma) = rest.find(',') {
+                return Err(fail(limit_at + comma, RuleProblem::Comma));
+            }
+            let limit = parse_number(rest.trim())
+                .ok_or_else(|| fail(limit_at, RuleProblem::Limit(rest.to_owned())))?;
+            return Config::in_flight(limit)
+                .and_then(|config| Rule::new(policy, config))
+                .map_err(|error| fail(limit_at, RuleProblem::Config(error)));
+        }
         let (limit, window) = rest
             .split_once('/')
             .ok_or_else(|| fail(limit_at, RuleProblem::MissingSlash))?;

@@ -1060,6 +1060,14 @@ where
         }
     }
 
+    /// In the tier the resolver names now, as [`refund_at`](Self::refund_at).
+    fn release_at(&self, key: &Q, now: u64, cost: u64) -> u64 {
+        match self.tier_of(key) {
+            Ok((_, tier, _)) => tier.release(key, now, cost),
+            Err(_) => 0,
+        }
+    }
+
     /// Forgets the client in the tier the resolver names now (a client
     /// checked in other tiers with [`Tiers::check_in`] has state in each).
     fn forget(&self, key: &Q) -> bool {
@@ -1422,6 +1430,33 @@ where
         }
     }
 
+    /// Gives back up to `cost` of the units the client holds under its
+    /// `in-flight` rules, on its state of the current rule (carried over
+    /// first, as a refund's).
+    fn release<Q>(&self, key: &Q, now: u64, cost: u64) -> u64
+    where
+        Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
+        K: Borrow<Q>,
+    {
+        // Progress: as `call`'s.
+        loop {
+            let guard = self.current.load();
+            let generation: &Arc<Generation> = &guard;
+            let Some(answer) = self.clients.peek(key, |client| {
+                Arc::ptr_eq(&client.state.generation, generation).then(|| {
+                    let since = now.saturating_sub(client.origin);
+                    generation.release(&client.state.state, since, cost)
+                })
+            }) else {
+                return 0;
+            };
+            match answer {
+                Some(Ok(released)) => return released,
+                _ => self.carry_over(key, now),
+            }
+        }
+    }
+
     fn forget<Q>(&self, key: &Q) -> bool
     where
         Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
@@ -1486,6 +1521,10 @@ impl Generation {
 
     fn refund(&self, state: &AnyState, now: u64, ago: u64, cost: u64) -> Result<u64, Retired> {
         self.policy.refund(state, now, ago, cost)
+    }
+
+    fn release(&self, state: &AnyState, now: u64, cost: u64) -> Result<u64, Retired> {
+        self.policy.release(state, now, cost)
     }
 
     fn retire_if_idle(&self, state: &AnyState, now: u64) -> bool {

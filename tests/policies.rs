@@ -9,7 +9,7 @@ use floodgate::{Decision, PolicyKind, MAX_LIMIT, MAX_LOG_LIMIT};
 use support::{admitted, delayed, on_both, rejected};
 
 use PolicyKind::{
-    FixedWindow, Gcra, LeakyBucket, SlidingWindow, SlidingWindowCounter, TokenBucket,
+    FixedWindow, Gcra, InFlight, LeakyBucket, SlidingWindow, SlidingWindowCounter, TokenBucket,
 };
 
 /// One call of a hand-written session and the answer the spec gives.
@@ -469,6 +469,7 @@ fn retry_after_a_full_burst(policy: PolicyKind) -> u64 {
         FixedWindow => 7,          // the window's end
         SlidingWindowCounter => 8, // c = L: one tick into the next window
         Gcra | LeakyBucket => 2,   // TAT +6, minus τ
+        InFlight => unreachable!("no window: not in PolicyKind::ALL"),
     }
 }
 
@@ -480,6 +481,7 @@ fn admitted_at_the_retry(policy: PolicyKind) -> Decision {
         SlidingWindowCounter => admitted(0),        // 3·6 < 21, then 3·6 + 7
         Gcra => admitted(0),                        // TAT +6 − 2 = τ
         LeakyBucket => delayed(0, 4),
+        InFlight => unreachable!("no window: not in PolicyKind::ALL"),
     }
 }
 

@@ -44,6 +44,7 @@ fn allowed_after_reload(policy: PolicyKind, new_limit: u64) -> u64 {
         }
         PolicyKind::Gcra | PolicyKind::LeakyBucket => new_limit + 999 / interval,
         PolicyKind::TokenBucket => new_limit + (1_999 / interval - 1_000 / interval),
+        PolicyKind::InFlight => unreachable!("not a rate policy (PolicyKind::ALL)"),
     }
 }
 
@@ -224,6 +225,8 @@ fn bound(rule: TierSpec, elapsed: u64) -> u64 {
         PolicyKind::FixedWindow | PolicyKind::SlidingWindowCounter => {
             limit * (elapsed / window + 2)
         }
+        // Nothing comes back by time: the limit, until releases.
+        PolicyKind::InFlight => limit,
     }
 }
 

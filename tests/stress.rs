@@ -439,6 +439,7 @@ fn a_concurrent_flood_tracks_exactly_the_cap() {
             PolicyKind::SlidingWindowCounter => flood_lock_free::<SlidingWindowCounter>(config),
             PolicyKind::Gcra => flood_lock_free::<Gcra>(config),
             PolicyKind::LeakyBucket => flood_lock_free::<LeakyBucket>(config),
+            PolicyKind::InFlight => unreachable!("not a rate policy (PolicyKind::ALL)"),
         }
         let limiter: MutexLimiter<u64, _> =
             MutexLimiter::with_bounds(policy, config, ManualClock::new(50), flood_bounds())

@@ -137,10 +137,19 @@ where
 
 /// Parses `--policy`: one of the six names.
 pub fn parse_policy(text: &str) -> Result<PolicyKind, String> {
-    text.parse().map_err(|_| {
+    let names = || {
         let names: Vec<&str> = PolicyKind::ALL.iter().map(|p| p.name()).collect();
-        format!("expected one of {}", names.join(", "))
-    })
+        names.join(", ")
+    };
+    match text.parse() {
+        Ok(PolicyKind::InFlight) => Err(format!(
+            "in-flight has no window, so it is no --policy (one of {}): give it as a rule, \
+             --rule in-flight:LIMIT",
+            names()
+        )),
+        Ok(policy) => Ok(policy),
+        Err(_) => Err(format!("expected one of {}", names())),
+    }
 }
 
 /// Parses a rule, `POLICY:LIMIT/WINDOW` (`gcra:10/1s`), as the library

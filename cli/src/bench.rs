@@ -806,6 +806,7 @@ fn engines(
                     }
                     PolicyKind::Gcra => Box::new(lockfree::<Gcra>(config)),
                     PolicyKind::LeakyBucket => Box::new(lockfree::<LeakyBucket>(config)),
+                    PolicyKind::InFlight => unreachable!("--policy refuses in-flight"),
                 }
             },
         ));

@@ -71,6 +71,8 @@ The trace on standard input has one call per line:
   remaining CLIENT NOW      answered with a count
   refund CLIENT NOW COST AT answered with the units given back of COST,
                             for the admission made at AT (AT <= NOW)
+  release CLIENT NOW [COST] answered with the units released of COST
+                            (1 when absent) that in-flight rules hold
 
 COST is what the request spends of the limit (ASCII digits, at most
 18446744073709551615; 1 when absent), all of it or nothing: a request of
@@ -366,8 +368,26 @@ const RULE_UNITS: [(&str, u64); 5] = [
 /// `--limit` take them, W a whole number with a unit of [`RULE_UNITS`]
 /// within `--window-ms`'s bounds, and what the policy refuses of the pair.
 fn parse_rule(text: &str) -> Result<RuleArg, String> {
-    const FORM: &str = "expected NAME:L/W, such as gcra:10/1s";
+    const FORM: &str = "expected NAME:L/W, such as gcra:10/1s, or in-flight:L";
     let (name, rest) = text.split_once(':').ok_or(FORM)?;
+    if name == PolicyKind::InFlight.name() {
+        // Units held at once: a limit and no window.
+        if rest.contains('/') {
+            return Err(
+                "in-flight takes no window: in-flight:L, such as in-flight:10 (units held \
+                 at once, each until it is released)"
+                    .to_owned(),
+            );
+        }
+        let limit = parse_limit(rest)?;
+        let rule = Config::in_flight(limit)
+            .and_then(|config| Rule::new(PolicyKind::InFlight, config))
+            .map_err(|_| limit_range())?;
+        return Ok(RuleArg {
+            text: text.to_owned(),
+            rule,
+        });
+    }
     let (limit, window) = rest.split_once('/').ok_or(FORM)?;
     let policy = parse_policy(name).map_err(|why| format!("the policy {}: {why}", shown(name)))?;
     let limit = parse_limit(limit)?;
@@ -478,6 +498,9 @@ enum Verb {
     /// `refund CLIENT NOW COST AT`: give back up to `COST` units of the
     /// admission made at `AT`.
     Refund,
+    /// `release CLIENT NOW [COST]`: give back up to `COST` of the units
+    /// the client's `in-flight` rules hold.
+    Release,
 }
 
 /// One call of a trace.
@@ -551,13 +574,13 @@ impl fmt::Display for LineError {
             ),
             LineError::FieldCount(found) => write!(
                 f,
-                "expected 3 or 4 fields (allow CLIENT NOW [COST]), 3 (remaining CLIENT NOW) or \
-                 5 (refund CLIENT NOW COST AT), found {found}"
+                "expected 3 or 4 fields (allow CLIENT NOW [COST] or release CLIENT NOW [COST]), \
+                 3 (remaining CLIENT NOW) or 5 (refund CLIENT NOW COST AT), found {found}"
             ),
             LineError::Verb(verb) => {
                 write!(
                     f,
-                    "unknown call {verb:?}: expected allow, remaining or refund"
+                    "unknown call {verb:?}: expected allow, remaining, refund or release"
                 )
             }
             LineError::RefundFields(found) => write!(
@@ -624,6 +647,7 @@ fn parse_line(bytes: &[u8]) -> Result<Line<'_>, LineError> {
         "allow" => Verb::Allow,
         "remaining" => Verb::Remaining,
         "refund" => Verb::Refund,
+        "release" => Verb::Release,
         _ if count() < 3 || count() > 5 => return Err(LineError::FieldCount(count())),
         _ => return Err(LineError::Verb(first.to_owned())),
     };
@@ -881,6 +905,20 @@ fn answer<W: Write>(
                 .unwrap_or_else(|| limiter.config().limit());
             writeln!(output, r#"{{"refunded":{given},"remaining":{remaining}}}"#)
         }
+        (Verb::Release, detail) => {
+            let released = limiter.release_at(call.client, call.now, call.cost);
+            if !detail {
+                return writeln!(output, "{released}");
+            }
+            // A client with no state has the whole of the smallest limit.
+            let remaining = limiter
+                .peek_at(call.client, call.now)
+                .unwrap_or_else(|| limiter.config().limit());
+            writeln!(
+                output,
+                r#"{{"released":{released},"remaining":{remaining}}}"#
+            )
+        }
     }
 }
 
@@ -1040,6 +1078,30 @@ mod tests {
     }
 
     #[test]
+    fn a_release_takes_a_cost_or_one() {
+        let release = |cost| {
+            Ok(Line::Call(Call {
+                verb: Verb::Release,
+                client: "a",
+                now: 9,
+                cost,
+                at: 0,
+            }))
+        };
+        assert_eq!(parse_line(b"release a 9"), release(1));
+        assert_eq!(parse_line(b"release a 9 3"), release(3));
+        assert_eq!(
+            parse_line(b"release a 9 3 4"),
+            Err(LineError::FieldCount(5))
+        );
+        assert_eq!(parse_line(b"release a"), Err(LineError::FieldCount(2)));
+        assert_eq!(
+            parse_line(b"release a 9 x"),
+            Err(LineError::Cost("x".into()))
+        );
+    }
+
+    #[test]
     fn verbs_are_exact() {
         for verb in ["Allow", "ALLOW", "alow", "remain", "check"] {
             let line = format!("{verb} a 1");
@@ -1097,7 +1159,10 @@ mod tests {
             r#"NOW "12a" is not a number of milliseconds (ASCII digits, at most 2000000000000)"#
         );
         let message = parse_line(b"allo a 1").unwrap_err().to_string();
-        assert!(message.contains("allow, remaining or refund"), "{message}");
+        assert!(
+            message.contains("allow, remaining, refund or release"),
+            "{message}"
+        );
     }
 
     fn gcra(bounds: Bounds) -> Arc<dyn RateLimiter<str>> {

@@ -447,7 +447,7 @@ fn unknown_calls_stop_the_replay() {
             trace,
             PREFIX_ANSWERS,
             5,
-            "expected allow, remaining or refund",
+            "expected allow, remaining, refund or release",
         );
     }
 }
@@ -1302,5 +1302,66 @@ fn bad_refunds_stop_the_replay() {
     ] {
         let trace = format!("{PREFIX}{line}\nallow b 0\n");
         assert_stops(trace, PREFIX_ANSWERS, 5, reason);
+    }
+}
+
+/// `--rule in-flight:L` holds units until a `release` line gives them
+/// back, on both engines and beside a rate rule: a refusal waits for a
+/// release (its `retry_after` is 2^64 − 1), a release answers
+/// `min(COST, held)`, 1 when COST is absent, 0 for a client with no state.
+#[test]
+fn in_flight_rules_hold_until_released() {
+    let trace = "allow a 0\nallow a 0 2\nallow a 5\nrelease a 6\nallow a 7\nrelease a 8 5\n\
+                 release a 9\nrelease nobody 9 3\nremaining a 9\n";
+    for engine in ["lockfree", "mutex"] {
+        for rules in [vec!["in-flight:2"], vec!["in-flight:2", "gcra:100/1s"]] {
+            let mut args = vec!["replay", "--engine", engine];
+            for rule in &rules {
+                args.extend(["--rule", rule]);
+            }
+            let run = floodgate(&args, trace);
+            assert_eq!(
+                run.answers(),
+                "true\nfalse\ntrue\n1\ntrue\n2\n0\n0\n2\n",
+                "{engine} {rules:?}"
+            );
+            args.push("--detail");
+            let run = floodgate(&args, "allow a 0 2\nallow a 1\nrelease a 2\nrelease b 2\n");
+            assert_eq!(
+                run.answers(),
+                lines(&[
+                    allow(true, 0, 0, 0),
+                    allow(false, 0, u64::MAX, 0),
+                    r#"{"released":1,"remaining":1}"#.to_owned(),
+                    r#"{"released":0,"remaining":2}"#.to_owned(),
+                ]),
+                "{engine} {rules:?}"
+            );
+        }
+    }
+}
+
+/// `in-flight` has no window: `--policy in-flight` and a rule with a
+/// window are errors (status 2, nothing answered, the message says how to
+/// write it).
+#[test]
+fn in_flight_takes_no_window() {
+    for args in [
+        vec![
+            "replay",
+            "--policy",
+            "in-flight",
+            "--limit",
+            "2",
+            "--window-ms",
+            "1000",
+        ],
+        vec!["replay", "--rule", "in-flight:2/1s"],
+    ] {
+        let run = floodgate(&args, "allow a 0\n");
+        assert_eq!(run.code, Some(2), "{args:?}: {}", run.stderr);
+        assert_eq!(run.stdout, "");
+        assert!(run.stderr.contains("in-flight"), "{args:?}: {}", run.stderr);
+        assert!(run.stderr.contains("window"), "{args:?}: {}", run.stderr);
     }
 }

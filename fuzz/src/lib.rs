@@ -588,6 +588,8 @@ impl Subject {
                 PolicyKind::TokenBucket | PolicyKind::SlidingWindow => {
                     spec(policy, limit, window.checked_add(1)?)
                 }
+                // The fuzzed policies are the rate policies only.
+                PolicyKind::InFlight => None,
             },
             Rule::OtherLimit => {
                 let higher = (policy != PolicyKind::SlidingWindow || limit < MAX_SLIDING_LIMIT)

@@ -6,7 +6,9 @@
 //! The check reads the trace with its own few lines of the contract's line
 //! rules (at most 8192 bytes before the `\n`, fields split on runs of spaces
 //! and tabs, a trailing `\r` ignored, blank and `#` lines skipped, three
-//! fields or, for `allow`, four, `NOW` of ASCII digits up to 2 × 10^12,
+//! fields or, for `allow` and `release`, four, `NOW` of ASCII digits up to
+//! 2 × 10^12 (a `refund` line is read as malformed: the fuzzer has not
+//! reached one; the end-to-end tests cover it),
 //! never earlier than the client's previous call, `COST` of ASCII digits up
 //! to 2^64 − 1; a trace is text, so a line that is not UTF-8 is malformed)
 //! and asks the library
@@ -119,6 +121,8 @@ impl Options {
 /// One call of a trace, as the contract reads it.
 struct Call<'a> {
     allow: bool,
+    /// A `release CLIENT NOW [COST]` line (then `allow` is false).
+    release: bool,
     client: &'a str,
     now: u64,
     /// 1 when the line gives none.
@@ -156,12 +160,13 @@ fn read_line<'a>(
         [] => Ok(None),
         [first, ..] if first.starts_with('#') => Ok(None),
         [verb, client, now, ref cost @ ..] if cost.len() <= 1 => {
-            let allow = match verb {
-                "allow" => true,
-                "remaining" => false,
+            let (allow, release) = match verb {
+                "allow" => (true, false),
+                "remaining" => (false, false),
+                "release" => (false, true),
                 _ => return Err(()),
             };
-            let cost = match (allow, cost) {
+            let cost = match (allow || release, cost) {
                 (_, []) => 1,
                 (true, [cost]) => read_cost(cost)?,
                 // `remaining` takes no cost.
@@ -184,6 +189,7 @@ fn read_line<'a>(
             latest.insert(client, now);
             Ok(Some(Call {
                 allow,
+                release,
                 client,
                 now,
                 cost,
@@ -270,6 +276,17 @@ pub fn check_replay(data: &[u8]) {
 
 /// The answer line the contract prescribes for `call`.
 fn answer(limiter: &dyn RateLimiter<str>, call: &Call<'_>, detail: bool) -> String {
+    if call.release {
+        let released = limiter.release_at(call.client, call.now, call.cost);
+        if !detail {
+            return format!("{released}\n");
+        }
+        // A client with no state has the whole of the limit.
+        let remaining = limiter
+            .peek_at(call.client, call.now)
+            .unwrap_or_else(|| limiter.config().limit());
+        return format!("{{\"released\":{released},\"remaining\":{remaining}}}\n");
+    }
     match (call.allow, detail) {
         (true, false) => format!(
             "{}\n",

@@ -1,14 +1,14 @@
-//! The six policies chosen at run time, and their states: what a tier's
+//! The policies chosen at run time, and their states: what a tier's
 //! rule and each rule of several ([`Compound`](super::Compound)) hold.
 
 use super::{
-    Compound, CompoundState, FixedWindow, FixedWindowState, Gcra, GcraState, LeakyBucket, Policy,
-    Retired, SlidingWindow, SlidingWindowCounter, SlidingWindowCounterState, SlidingWindowState,
-    Spent, TokenBucket, TokenBucketState,
+    Compound, CompoundState, FixedWindow, FixedWindowState, Gcra, GcraState, InFlight,
+    InFlightState, LeakyBucket, Policy, Retired, SlidingWindow, SlidingWindowCounter,
+    SlidingWindowCounterState, SlidingWindowState, Spent, TokenBucket, TokenBucketState,
 };
 use crate::{ConfigError, Decision, PolicyKind, Rule, RuleSet};
 
-/// One of the six policies.
+/// One of the seven rule kinds, or several.
 #[derive(Clone, Debug)]
 pub(crate) enum AnyPolicy {
     SlidingWindow(SlidingWindow),
@@ -17,6 +17,7 @@ pub(crate) enum AnyPolicy {
     SlidingWindowCounter(SlidingWindowCounter),
     Gcra(Gcra),
     LeakyBucket(LeakyBucket),
+    InFlight(InFlight),
     /// Several rules (a tier's rule may be several): never one of a
     /// [`Compound`]'s own rules.
     Several(Compound),
@@ -30,6 +31,7 @@ pub(crate) enum AnyState {
     FixedWindow(FixedWindowState),
     SlidingWindowCounter(SlidingWindowCounterState),
     Schedule(GcraState),
+    Held(InFlightState),
     Several(CompoundState),
 }
 
@@ -45,6 +47,7 @@ macro_rules! with_pair {
             (AnyPolicy::SlidingWindowCounter($p), AnyState::SlidingWindowCounter($s)) => $body,
             (AnyPolicy::Gcra($p), AnyState::Schedule($s)) => $body,
             (AnyPolicy::LeakyBucket($p), AnyState::Schedule($s)) => $body,
+            (AnyPolicy::InFlight($p), AnyState::Held($s)) => $body,
             (AnyPolicy::Several($p), AnyState::Several($s)) => $body,
             _ => unreachable!("a state is made by its own policy"),
         }
@@ -61,6 +64,7 @@ macro_rules! with_policy {
             AnyPolicy::SlidingWindowCounter($p) => $body,
             AnyPolicy::Gcra($p) => $body,
             AnyPolicy::LeakyBucket($p) => $body,
+            AnyPolicy::InFlight($p) => $body,
             AnyPolicy::Several($p) => $body,
         }
     };
@@ -76,6 +80,7 @@ macro_rules! making {
             AnyPolicy::SlidingWindowCounter($p) => AnyState::SlidingWindowCounter($make),
             AnyPolicy::Gcra($p) => AnyState::Schedule($make),
             AnyPolicy::LeakyBucket($p) => AnyState::Schedule($make),
+            AnyPolicy::InFlight($p) => AnyState::Held($make),
             AnyPolicy::Several($p) => AnyState::Several($make),
         }
     };
@@ -98,6 +103,7 @@ impl AnyPolicy {
             }
             PolicyKind::Gcra => Self::Gcra(Gcra::new(config)?),
             PolicyKind::LeakyBucket => Self::LeakyBucket(LeakyBucket::new(config)?),
+            PolicyKind::InFlight => Self::InFlight(InFlight::new(config)?),
         })
     }
 
@@ -158,6 +164,10 @@ impl AnyPolicy {
         cost: u64,
     ) -> Result<u64, Retired> {
         with_pair!(self, state, |p, s| p.refund(s, now, ago, cost))
+    }
+
+    pub(crate) fn release(&self, state: &AnyState, now: u64, cost: u64) -> Result<u64, Retired> {
+        with_pair!(self, state, |p, s| p.release(s, now, cost))
     }
 
     pub(crate) fn retire_if_idle(&self, state: &AnyState, now: u64) -> bool {

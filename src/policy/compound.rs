@@ -43,7 +43,7 @@ use super::combine::{beyond, own_answer, Verdict};
 use super::pair::WordRule;
 use super::sliding_window::{LogView, LogWords, Moved};
 use super::window_pair::{judge, Counts, Judged, WindowRule};
-use super::{sealed, Policy, Retired, SlidingWindow, Spent};
+use super::{sealed, InFlight, Policy, Retired, SlidingWindow, Spent};
 use crate::cell::schedule_time;
 use crate::frame::{Framed, MAX_WORDS};
 use crate::limiter::since_origin;
@@ -94,12 +94,14 @@ enum Part {
     /// its window began (four words), from the origin, over a ring of the
     /// client's.
     Log(SlidingWindow),
+    /// `in-flight`: the units held (one word, no time).
+    Held(InFlight),
 }
 
 impl Part {
     fn words(&self) -> usize {
         match self {
-            Self::Drip(_) => 1,
+            Self::Drip(_) | Self::Held(_) => 1,
             Self::Window(_) | Self::LongWindow(_) => 2,
             Self::Log(_) => 4,
         }
@@ -110,6 +112,7 @@ impl Part {
             Self::Drip(rule) => rule.config().window(),
             Self::Window(rule) | Self::LongWindow(rule) => rule.forgets_after(),
             Self::Log(rule) => rule.forgets_after(),
+            Self::Held(rule) => rule.forgets_after(),
         }
     }
 }
@@ -191,6 +194,7 @@ impl Compound {
         for rule in rules.iter() {
             let part = match rule.policy() {
                 PolicyKind::SlidingWindow => Part::Log(SlidingWindow::new(rule.config())?),
+                PolicyKind::InFlight => Part::Held(InFlight::new(rule.config())?),
                 _ => match (WordRule::new(*rule), WindowRule::new(*rule)) {
                     (Some(drip), _) => Part::Drip(drip),
                     (None, Some(window)) if window.config().window() >= LONG_WINDOW => {
@@ -341,6 +345,13 @@ impl Compound {
                 }
                 lagged(decision, lag)
             }
+            Part::Held(rule) => {
+                let step = rule.step(words[at], cost);
+                if let Some(word) = step.next {
+                    next[at] = word;
+                }
+                step.decision
+            }
         })
     }
 
@@ -365,6 +376,7 @@ impl Compound {
                 &self.view(i, state, words),
                 since_origin(state.origin, now).0,
             ),
+            Part::Held(rule) => Ok(rule.remaining_of(words[at])),
         }
     }
 
@@ -449,7 +461,7 @@ impl Compound {
                         .origin
                         .saturating_add(window.saturating_mul(rule.config().window()))
                 }
-                Part::Drip(_) | Part::Log(_) => 0,
+                Part::Drip(_) | Part::Log(_) | Part::Held(_) => 0,
             };
             latest = latest.max(start);
         }
@@ -496,6 +508,8 @@ impl Compound {
             }
             // Not yet: a log among the rules gives nothing back.
             Part::Log(_) => 0,
+            // Left out by the caller: a release gives held units back.
+            Part::Held(_) => 0,
         }
     }
 
@@ -542,6 +556,10 @@ impl Compound {
             }
             Part::LongWindow(rule) => rule.spent(wide(words, at), since),
             Part::Log(rule) => rule.view_spent_at(&self.view(i, state, words), since),
+            Part::Held(_) => Spent {
+                count: words[at],
+                at: now,
+            },
         }
     }
 
@@ -565,6 +583,8 @@ impl Compound {
                     rings.push(ring);
                     put_log(&mut words, at, log);
                 }
+                // Holding what was held (at most a former limit, < 2^32).
+                Part::Held(_) => words[at] = count.min(crate::MAX_LIMIT),
             }
         }
         CompoundState {
@@ -633,6 +653,8 @@ impl Policy for Compound {
                     rings.push(ring);
                     put_log(&mut words, at, log);
                 }
+                // Holding nothing: the word is 0 already.
+                Part::Held(_) => {}
             }
         }
         CompoundState {
@@ -722,15 +744,52 @@ impl Policy for Compound {
             let judged = self.latest_start(state, &words).max(now);
             let ago = ago.saturating_add(judged - now);
             let now = judged;
-            let mut least = u64::MAX;
+            // `in-flight` rules are left out (0 when every rule is one).
+            let mut least = None::<u64>;
             let mut any = false;
             for i in 0..self.parts.len() {
+                if let Part::Held(_) = self.parts[i] {
+                    continue;
+                }
                 let given = self.part_give_back(i, state, &words, (now, ago), cost, &mut next);
-                least = least.min(given);
+                least = Some(least.map_or(given, |least| least.min(given)));
                 any |= given > 0;
             }
             if !any || state.framed.publish(seen, &next)? {
-                return Ok(least);
+                return Ok(least.unwrap_or(0));
+            }
+        }
+    }
+
+    /// Every `in-flight` rule gives back `min(cost, held)` on its own, all
+    /// in one publication (or none, when nothing comes back); the answer
+    /// is the smallest, 0 without such a rule.
+    ///
+    /// Progress: as `refund`'s.
+    fn release(&self, state: &CompoundState, _now: u64, cost: u64) -> Result<u64, Retired> {
+        let mut words = [0; MAX_WORDS];
+        let mut next = [0; MAX_WORDS];
+        loop {
+            let seen = state.framed.read(&mut words);
+            if seen.retired() {
+                return Err(Retired);
+            }
+            next[..self.len].copy_from_slice(&words[..self.len]);
+            let mut least = None::<u64>;
+            for (i, part) in self.parts.iter().enumerate() {
+                if let Part::Held(_) = part {
+                    let at = self.offsets[i];
+                    let (released, held) = InFlight::let_go(words[at], cost);
+                    if let Some(held) = held {
+                        next[at] = held;
+                    }
+                    least = Some(least.map_or(released, |least| least.min(released)));
+                }
+            }
+            let released = least.unwrap_or(0);
+            let changed = next[..self.len] != words[..self.len];
+            if !changed || state.framed.publish(seen, &next)? {
+                return Ok(released);
             }
         }
     }
@@ -762,6 +821,8 @@ impl Policy for Compound {
                     }
                     Part::Log(rule) => since
                         .is_some_and(|since| rule.view_idle(&self.view(i, state, words), since)),
+                    // Held units come back only by a release.
+                    Part::Held(_) => words[at] == 0,
                 }
             });
             if !idle {

@@ -10,6 +10,7 @@ mod combine;
 mod compound;
 mod fixed_window;
 mod gcra;
+mod in_flight;
 mod leaky_bucket;
 mod pair;
 pub(crate) mod sliding_window;
@@ -20,6 +21,7 @@ mod window_pair;
 
 pub use fixed_window::{FixedWindow, FixedWindowState};
 pub use gcra::{Gcra, GcraState};
+pub use in_flight::{InFlight, InFlightState};
 pub use leaky_bucket::LeakyBucket;
 pub use sliding_window::{SlidingWindow, SlidingWindowState};
 pub use sliding_window_counter::{SlidingWindowCounter, SlidingWindowCounterState};
@@ -202,6 +204,22 @@ pub trait Policy: sealed::Sealed + Send + Sync + Sized + 'static {
     /// [`Retired`] if the state was retired.
     #[doc(hidden)]
     fn refund(&self, state: &Self::State, now: u64, ago: u64, cost: u64) -> Result<u64, Retired>;
+
+    /// Gives back up to `cost` of the units an `in-flight` rule holds (the
+    /// contract's "Requests in flight": `min(n, h)`), and answers how many.
+    /// One CAS step; 0 for every rate policy, which holds nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`Retired`] if the state was retired.
+    #[doc(hidden)]
+    fn release(&self, state: &Self::State, now: u64, cost: u64) -> Result<u64, Retired> {
+        let _ = (now, cost);
+        if self.is_retired(state) {
+            return Err(Retired);
+        }
+        Ok(0)
+    }
 
     /// Retires the state if it is idle at `now` — it answers every call at
     /// `now` or later as a new state would (see [`crate::bounds`]) — and

@@ -518,6 +518,10 @@ pub enum RedisConfigError {
         /// The window, in ticks.
         window: u64,
     },
+    /// An `in-flight` rule: the Redis store does not hold units in flight
+    /// yet (a holder that dies must not hold them for ever, which needs
+    /// leases); use an in-memory engine for it.
+    InFlight,
     /// A caller tick shorter than 1 µs, or neither a whole number of
     /// milliseconds nor a divisor of one.
     Tick(Duration),
@@ -541,6 +545,10 @@ impl fmt::Display for RedisConfigError {
                 f,
                 "limit {limit} times window {window} is too large for sliding-window-counter \
                  in Redis: the product must be at most {MAX_COUNTER_PRODUCT}"
+            ),
+            RedisConfigError::InFlight => f.write_str(
+                "in-flight rules are not held in Redis yet (their holders need leases): use \
+                 an in-memory engine for them",
             ),
             RedisConfigError::Tick(tick) => write!(
                 f,
@@ -825,6 +833,9 @@ impl Core {
         };
         let mut resolved = Vec::with_capacity(rules.len());
         for &(policy, config) in rules {
+            if !policy.has_window() {
+                return Err(RedisConfigError::InFlight);
+            }
             let config = config.resolve(policy, tick)?;
             if config.window() > MAX_WINDOW {
                 return Err(RedisConfigError::WindowTooLong {

@@ -106,6 +106,7 @@ pub(super) fn script(rules: &[(PolicyKind, Config)], tick_ns: u64, min_ttl_ms: u
             PolicyKind::FixedWindow => include_str!("scripts/fixed_window.lua"),
             PolicyKind::SlidingWindowCounter => include_str!("scripts/sliding_window_counter.lua"),
             PolicyKind::Gcra | PolicyKind::LeakyBucket => include_str!("scripts/gcra.lua"),
+            PolicyKind::InFlight => unreachable!("refused when the limiter is built"),
         };
         // Each step in a block of its own, so that its L, W and leaky are
         // its rule's.
