@@ -131,6 +131,7 @@ mod frame;
 pub mod http;
 mod limiter;
 pub mod offenders;
+pub mod permit;
 pub mod policy;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]

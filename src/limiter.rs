@@ -110,6 +110,9 @@ macro_rules! forward_rate_limiter {
         fn release(&self, key: &Q, cost: u64) -> u64 {
             (**self).release(key, cost)
         }
+        fn release_in_at(&self, tier: &str, key: &Q, now: u64, cost: u64) -> u64 {
+            (**self).release_in_at(tier, key, now, cost)
+        }
         #[inline]
         fn check_n_at(&self, key: &Q, now: u64, cost: u64) -> Decision {
             (**self).check_n_at(key, now, cost)
@@ -480,6 +483,17 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
         let _ = (tier, key, now, at, cost);
         0
     }
+
+    /// [`release_at`](Self::release_at) in the tier named `tier`, for an
+    /// admission made by
+    /// [`check_ruled_in_n_at`](Self::check_ruled_in_n_at) in that tier
+    /// (where [`refund_in_at`](Self::refund_in_at) gives back). A limiter
+    /// without tiers admitted nothing in a named tier, and releases
+    /// nothing (this default).
+    fn release_in_at(&self, tier: &str, key: &Q, now: u64, cost: u64) -> u64 {
+        let _ = (tier, key, now, cost);
+        0
+    }
 }
 
 /// A decision with the rule that made it ([`RateLimiter::check_ruled_at`]).
@@ -506,6 +520,34 @@ pub struct RuledDecision<'a> {
     /// order of [`RateLimiter::rules`] (one `RateLimit` header item each);
     /// empty for one rule.
     pub each: RuleAnswers,
+}
+
+impl RuledDecision<'_> {
+    /// Whether an admission by this decision holds units until they are
+    /// released: one of the rules that decided is an `in-flight` rule
+    /// (the contract's "Requests in flight").
+    pub fn holds(&self) -> bool {
+        if self.each.is_empty() {
+            self.policy == PolicyKind::InFlight
+        } else {
+            self.each
+                .iter()
+                .any(|answer| answer.rule.policy() == PolicyKind::InFlight)
+        }
+    }
+
+    /// The `in-flight` rule that refused the request, when one did: the
+    /// client has as many units in flight as the rule allows (or asked for
+    /// more than it ever allows). Only a release admits it, never a wait.
+    pub fn refused_in_flight(&self) -> Option<crate::Rule> {
+        let by = self.decision.refused_by()?;
+        let rule = if self.each.is_empty() {
+            crate::Rule::from_parts(self.policy, self.config)
+        } else {
+            self.each.iter().nth(by)?.rule
+        };
+        (rule.policy() == PolicyKind::InFlight).then_some(rule)
+    }
 }
 
 /// A boxed limiter (what [`Builder::build`](crate::Builder::build) gives)

@@ -1105,6 +1105,17 @@ where
         found.refund(key, now.max(at), at, cost)
     }
 
+    /// Where `check_ruled_in_n_at` held units, as
+    /// [`refund_in_at`](RateLimiter::refund_in_at) finds it.
+    fn release_in_at(&self, tier: &str, key: &Q, now: u64, cost: u64) -> u64 {
+        let found = match self.tiers.get(tier) {
+            Some(found) => found,
+            None if self.reject_unknown => return 0,
+            None => &self.tiers[&self.default_tier],
+        };
+        found.release(key, now, cost)
+    }
+
     fn check_ruled_n_at(&self, key: &Q, now: u64, cost: u64) -> RuledDecision<'_> {
         let tiered = self.check_tiered_n_at(key, now, cost);
         self.ruled(tiered)

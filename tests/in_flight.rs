@@ -1,10 +1,14 @@
 //! `in-flight` rules (the contract's "Requests in flight"): alone and beside
 //! rate rules, on both engines, call by call against each other and against
 //! the contract's own model; held units survive bounded memory; threads
-//! holding and releasing at a frozen clock leave exact totals.
+//! holding and releasing at a frozen clock leave exact totals; permits
+//! release once however their request ends, panics included.
 
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 
+use floodgate::permit::Permit;
 use floodgate::{build_rules, Bounds, Engine, ManualClock, Overflow, RateLimiter, RuleSet};
 use proptest::prelude::*;
 use proptest::sample::select;
@@ -250,7 +254,9 @@ fn threads_holding_and_releasing_leave_exact_totals() {
 
 /// `forget` removes a client that holds units, held units and all: its
 /// next request starts from nothing held, and a release of the old units
-/// afterwards finds none (docs/in-flight.md says so).
+/// afterwards finds none, unless the client was admitted again meanwhile:
+/// releases go by key, so it then releases the newer request's unit
+/// (docs/in-flight.md says both).
 #[test]
 fn forget_drops_held_units() {
     let rules: RuleSet = "in-flight:1".parse().unwrap();
@@ -269,5 +275,121 @@ fn forget_drops_held_units() {
             "{engine:?}: a fresh client"
         );
         assert_eq!(limiter.release_at(&1, 0, 1), 1, "{engine:?}");
+
+        // A permit of the forgotten client, released after a newer
+        // admission, releases that admission's unit: never more than held.
+        let old = Permit::acquire(&limiter, &2, 1).unwrap();
+        assert!(limiter.forget(&2));
+        let new = Permit::acquire(&limiter, &2, 1).unwrap();
+        assert_eq!(old.release(), 1, "{engine:?}: by key");
+        assert_eq!(new.release(), 0, "{engine:?}: nothing left to release");
+        assert_eq!(limiter.remaining_at(&2, 0), 1, "{engine:?}");
+    }
+}
+
+/// A permit releases its units once, however its request ends: dropped,
+/// released, or unwound by a panic; a detached one leaves them held for a
+/// release by key; an `Arc`'s permit moves to another thread.
+#[test]
+fn a_permit_releases_once_however_its_request_ends() {
+    let rules: RuleSet = "in-flight:3,gcra:100/100ticks".parse().unwrap();
+    for engine in [Engine::LockFree, Engine::Mutex] {
+        let limiter = built(&rules, engine, Bounds::new());
+        let dropped = Permit::acquire(&limiter, &1, 2).unwrap();
+        assert_eq!(dropped.units(), 2);
+        assert_eq!(dropped.decision().remaining(), 1);
+        let refused = Permit::acquire(&limiter, &1, 2).unwrap_err();
+        assert_eq!(
+            refused.refused_by(),
+            Some(0),
+            "{engine:?}: the in-flight rule"
+        );
+        assert_eq!(refused.retry_after(), None, "{engine:?}");
+        drop(dropped);
+        assert_eq!(limiter.remaining_at(&1, 0), 3, "{engine:?}: dropped");
+
+        let released = Permit::acquire(&limiter, &1, 3).unwrap();
+        assert_eq!(released.release(), 3, "{engine:?}");
+        assert_eq!(limiter.remaining_at(&1, 0), 3, "{engine:?}: not twice");
+
+        let unwound = catch_unwind(AssertUnwindSafe(|| {
+            let _permit = Permit::acquire(&limiter, &1, 3).unwrap();
+            assert_eq!(limiter.remaining_at(&1, 0), 0);
+            resume_unwind(Box::new("the handler failed"));
+        }));
+        assert!(unwound.is_err());
+        assert_eq!(limiter.remaining_at(&1, 0), 3, "{engine:?}: unwound");
+
+        let detached = Permit::acquire(&limiter, &1, 2).unwrap();
+        assert_eq!(detached.detach(), 2);
+        assert_eq!(limiter.remaining_at(&1, 0), 1, "{engine:?}: still held");
+        assert_eq!(limiter.release_at(&1, 0, 2), 2, "{engine:?}");
+
+        let owned = Permit::acquire(Arc::clone(&limiter), &1, 1).unwrap();
+        std::thread::spawn(move || drop(owned)).join().unwrap();
+        assert_eq!(limiter.remaining_at(&1, 0), 3, "{engine:?}: owned");
+    }
+}
+
+/// Four threads hold permits of a few clients at a frozen clock, and one
+/// request in five unwinds while it holds one. Each thread counts the
+/// permits it sees alive per client (raised after the admission, lowered
+/// before the release), so the count never exceeds what the limiter
+/// holds: it never passes the limit, no unit leaks (every client ends
+/// holding none) and every admission was released once.
+#[test]
+fn permits_under_panics_leave_exact_totals() {
+    const LIMIT: u64 = 3;
+    let rules: RuleSet = "in-flight:3,gcra:1000000/1000000ticks".parse().unwrap();
+    for engine in [Engine::LockFree, Engine::Mutex] {
+        let limiter = built(&rules, engine, Bounds::new());
+        let alive: Arc<[AtomicU64; 4]> = Arc::new(Default::default());
+        let most = Arc::new(AtomicU64::new(0));
+        let barrier = Arc::new(Barrier::new(4));
+        let threads: Vec<_> = (0..4u64)
+            .map(|t| {
+                let (limiter, barrier) = (Arc::clone(&limiter), Arc::clone(&barrier));
+                let (alive, most) = (Arc::clone(&alive), Arc::clone(&most));
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    let (mut admitted, mut unwound) = (0u64, 0u64);
+                    for i in 0..20_000u64 {
+                        let client = (i + t) % 4;
+                        let run = catch_unwind(AssertUnwindSafe(|| {
+                            let Ok(permit) = Permit::acquire(&limiter, &client, 1) else {
+                                return false;
+                            };
+                            let count = &alive[client as usize];
+                            let now = count.fetch_add(1, Ordering::SeqCst) + 1;
+                            most.fetch_max(now, Ordering::SeqCst);
+                            count.fetch_sub(1, Ordering::SeqCst);
+                            if i % 5 == 0 {
+                                resume_unwind(Box::new(i));
+                            }
+                            assert_eq!(permit.release(), 1);
+                            true
+                        }));
+                        match run {
+                            Ok(held) => admitted += u64::from(held),
+                            Err(_) => unwound += 1,
+                        }
+                    }
+                    (admitted, unwound)
+                })
+            })
+            .collect();
+        let (mut admitted, mut unwound) = (0, 0);
+        for thread in threads {
+            let (a, u) = thread.join().unwrap();
+            admitted += a;
+            unwound += u;
+        }
+        assert!(admitted > 0 && unwound > 0, "{engine:?}");
+        let most = most.load(Ordering::SeqCst);
+        assert!(most <= LIMIT, "{engine:?}: {most} permits alive at once");
+        for client in 0..4 {
+            assert_eq!(limiter.release_at(&client, 0, 5), 0, "{engine:?}: leaked");
+            assert_eq!(limiter.remaining_at(&client, 0), LIMIT, "{engine:?}");
+        }
     }
 }

@@ -154,7 +154,7 @@ pub fn parse_policy(text: &str) -> Result<PolicyKind, String> {
 
 /// Parses a rule, `POLICY:LIMIT/WINDOW` (`gcra:10/1s`), as the library
 /// reads it, its window with a unit: a count of ticks means a different
-/// window for each clock, as for `--window`. The refusal says where in
+/// window for each clock, as for `--window`. `in-flight:LIMIT` has none. The refusal says where in
 /// the rule it is wrong; `--rule` and the rule itself come first, from
 /// [`Checked`].
 pub fn parse_rule(text: &str) -> Result<Rule, String> {
@@ -166,7 +166,7 @@ pub fn parse_rule(text: &str) -> Result<Rule, String> {
             None => message,
         }
     })?;
-    if rule.config().span().is_none() {
+    if rule.config().span().is_none() && rule.policy() != PolicyKind::InFlight {
         return Err(format!(
             "a window in ticks depends on the clock: give it with a unit ({UNITS}), \
              {DURATION_EXAMPLES}"

@@ -61,7 +61,8 @@ use std::sync::{Barrier, OnceLock};
 use std::time::{Duration, Instant};
 
 use floodgate::policy::{
-    FixedWindow, Gcra, LeakyBucket, Policy, SlidingWindow, SlidingWindowCounter, TokenBucket,
+    FixedWindow, Gcra, InFlight, LeakyBucket, Policy, SlidingWindow, SlidingWindowCounter,
+    TokenBucket,
 };
 use floodgate::{
     Clock, CoarseClock, Config, Limiter, MutexLimiter, PolicyKind, QuantaClock, RateLimiter,
@@ -318,6 +319,10 @@ enum EngineName {
     /// refund is held to where the plain row mostly refuses (a hot
     /// client), `"engine": "lockfree", "admitting": true` in `--json`.
     Admitting,
+    /// The lock-free engine under one `in-flight` rule, each admission
+    /// released at once ([`CheckThenRelease`]): `"engine": "lockfree",
+    /// "holds": true` in `--json`.
+    Holding,
     Mutex,
     Governor,
     /// The open-addressing table of `(key, state)` slots: [`FloorTable`].
@@ -331,6 +336,7 @@ impl EngineName {
             EngineName::Counted => "counted",
             EngineName::Refunding => "refund",
             EngineName::Admitting => "admit",
+            EngineName::Holding => "hold",
             EngineName::Mutex => "mutex",
             EngineName::Governor => "governor",
             EngineName::Floor => "floor",
@@ -429,6 +435,24 @@ impl Subject for CheckThenRefund {
         let decision = Limiter::check(&self.0, &key);
         if decision.allowed() {
             RateLimiter::refund(&self.0, &key, &decision, 1);
+        }
+        decision.allowed()
+    }
+}
+
+/// The lock-free engine under `in-flight:L`, releasing every admission at
+/// once: each call is a check and, when it admits, a release of its unit
+/// ([`RateLimiter::release`], which reads the clock again, as a guard's
+/// drop does). Set beside the admitting check of one rate rule: what a
+/// request pays for holding its slot.
+struct CheckThenRelease(Limiter<u64, InFlight, QuantaClock>);
+
+impl Subject for CheckThenRelease {
+    #[inline]
+    fn check(&self, key: u64, _now: u64) -> bool {
+        let decision = Limiter::check(&self.0, &key);
+        if decision.allowed() {
+            RateLimiter::release(&self.0, &key, 1);
         }
         decision.allowed()
     }
@@ -833,6 +857,14 @@ fn engines(
                     let never_spent = Config::per_ticks(floodgate::MAX_LIMIT, floodgate::MAX_LIMIT)
                         .expect("valid quota");
                     Box::new(lockfree::<Gcra>(never_spent))
+                },
+            ));
+            all.push(measured(
+                (kind, EngineName::Holding, ClockKind::Quanta, 1),
+                clients,
+                || {
+                    let slots = Config::in_flight(1_000).expect("a valid limit");
+                    Box::new(CheckThenRelease(lockfree::<InFlight>(slots)))
                 },
             ));
             all.push(measured(
@@ -1627,6 +1659,26 @@ fn targets(rows: &[Row], cores: usize) -> String {
             );
         }
     }
+    // Requests in flight (issue 38): a check under `in-flight` and its
+    // release, beside a rate rule's check that admits (both write).
+    for keys in [Keys::Hot, Keys::Uniform] {
+        for threads in [1, 2] {
+            let (Some(held), Some(admitting)) = (
+                find(EngineName::Holding, ClockKind::Quanta, threads, keys),
+                find(EngineName::Admitting, ClockKind::Quanta, threads, keys),
+            ) else {
+                continue;
+            };
+            let _ = writeln!(
+                out,
+                "  in-flight, {threads}t {:<7} a check and its release: {:.1} ns, a gcra check that admits {:.1} ns, {:.2}x",
+                keys.name(),
+                held.ns_per_op(),
+                admitting.ns_per_op(),
+                held.ns_per_op() / admitting.ns_per_op(),
+            );
+        }
+    }
     let insert = |engine| find(engine, ClockKind::Quanta, 1, Keys::Fresh);
     if let (Some(ours), Some(theirs)) = (insert(EngineName::LockFree), insert(EngineName::Governor))
     {
@@ -1652,7 +1704,10 @@ fn json_values(rows: &[Row]) -> impl Iterator<Item = serde_json::Value> + '_ {
         serde_json::json!({
             "policy": row.policy.name(),
             "engine": match row.engine {
-                EngineName::Counted | EngineName::Refunding | EngineName::Admitting => {
+                EngineName::Counted
+                | EngineName::Refunding
+                | EngineName::Admitting
+                | EngineName::Holding => {
                     EngineName::LockFree.name()
                 }
                 engine => engine.name(),
@@ -1660,6 +1715,7 @@ fn json_values(rows: &[Row]) -> impl Iterator<Item = serde_json::Value> + '_ {
             "metrics": row.engine == EngineName::Counted,
             "refunds": row.engine == EngineName::Refunding,
             "admitting": row.engine == EngineName::Admitting,
+            "holds": row.engine == EngineName::Holding,
             "vs_uncounted": row.vs_uncounted,
             "cost": row.cost,
             "threads": row.threads,

@@ -404,8 +404,9 @@ pub(super) fn rows(
                 EngineName::Floor
                 | EngineName::Counted
                 | EngineName::Refunding
-                | EngineName::Admitting => {
-                    unreachable!("the tail rows have no floor, do not count and give nothing back")
+                | EngineName::Admitting
+                | EngineName::Holding => {
+                    unreachable!("the tail rows have no floor, do not count, give nothing back and hold nothing")
                 }
             };
             for (who, histogram, admitted) in [

@@ -98,7 +98,10 @@ pub struct Args {
     /// such as a burst and a daily quota: a request is admitted only if
     /// every rule admits it, and counts in every rule then. The headers
     /// give one item per rule, named NAME-1, NAME-2... after
-    /// --policy-name. At most 8 rules.
+    /// --policy-name. At most 8 rules. in-flight:N (no window) bounds the
+    /// requests a client has running at once: each holds its slot until
+    /// the upstream's response body ends or the client goes away, and a
+    /// refusal is a 429 without Retry-After.
     #[arg(long = "rule", value_name = "POLICY:LIMIT/WINDOW", value_parser = Checked(parse_rule),
           conflicts_with_all = ["policy", "limit", "window"])]
     rule: Vec<Rule>,
@@ -358,6 +361,8 @@ pub struct Stats {
     failed: AtomicU64,
     /// Units given back (`--refund-on`).
     refunded: AtomicU64,
+    /// Units released at the end of a response body (`--rule in-flight:N`).
+    released: AtomicU64,
 }
 
 impl Stats {
@@ -375,23 +380,24 @@ impl Stats {
         self.failed.fetch_add(1, Ordering::Relaxed);
     }
 
-    fn snapshot(&self) -> [u64; 5] {
+    fn snapshot(&self) -> [u64; 6] {
         [
             &self.admitted,
             &self.shaped,
             &self.rejected,
             &self.failed,
             &self.refunded,
+            &self.released,
         ]
         .map(|counter| counter.load(Ordering::Relaxed))
     }
 }
 
-fn stats_line(counts: [u64; 5]) -> String {
-    let [admitted, shaped, rejected, failed, refunded] = counts;
+fn stats_line(counts: [u64; 6]) -> String {
+    let [admitted, shaped, rejected, failed, refunded, released] = counts;
     format!(
         "floodgate proxy: admitted {admitted}, shaped {shaped}, rejected {rejected}, \
-         units given back {refunded}, upstream errors {failed}"
+         units given back {refunded}, units released {released}, upstream errors {failed}"
     )
 }
 
@@ -468,6 +474,18 @@ impl AsyncLimiter<Client> for Counted {
         };
         self.stats.refunded.fetch_add(given, Ordering::Relaxed);
         given
+    }
+
+    async fn release_in(&self, tier: Option<&str>, key: &Client, cost: u64) -> u64 {
+        let released = match &self.store {
+            Store::Memory(limiter) => AsyncLimiter::release_in(&**limiter, tier, key, cost).await,
+            // The Redis store takes no in-flight rule (it says so when the
+            // proxy starts): nothing is held there.
+            #[cfg(feature = "redis")]
+            Store::Redis(_) => 0,
+        };
+        self.stats.released.fetch_add(released, Ordering::Relaxed);
+        released
     }
 }
 
@@ -843,7 +861,7 @@ fn describe_key(args: &Args) -> String {
 /// Prints the counts every [`STATS_EVERY`] in which they changed, with the
 /// last upstream failure if there was one.
 async fn print_stats(stats: Arc<Stats>, forward: Forward) {
-    let mut printed = [0; 5];
+    let mut printed = [0; 6];
     let start = tokio::time::Instant::now() + STATS_EVERY;
     let mut ticks = tokio::time::interval_at(start, STATS_EVERY);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -362,7 +362,7 @@ async fn a_fixed_window_admits_exactly_its_limit_with_the_headers() {
     let (status, counts) = proxy.stop();
     assert!(status.success(), "{status}");
     assert!(
-        counts.ends_with("admitted 3, shaped 0, rejected 2, units given back 0, upstream errors 0"),
+        counts.ends_with("admitted 3, shaped 0, rejected 2, units given back 0, units released 0, upstream errors 0"),
         "{counts}"
     );
 }
@@ -401,9 +401,9 @@ async fn header_keys_each_get_a_limit_and_a_request_without_one_is_400() {
     assert!(body.contains("x-api-key"), "{body}");
     let (status, counts) = proxy.stop();
     assert!(status.success(), "{status}");
-    assert!(
-        counts.ends_with("admitted 2, shaped 0, rejected 1, units given back 0, upstream errors 0")
-    );
+    assert!(counts.ends_with(
+        "admitted 2, shaped 0, rejected 1, units given back 0, units released 0, upstream errors 0"
+    ));
 }
 
 #[tokio::test]
@@ -564,9 +564,9 @@ async fn a_dead_upstream_is_a_502_and_the_proxy_keeps_serving() {
     assert_eq!(body, "hello");
     let (status, counts) = proxy.stop();
     assert!(status.success(), "{status}");
-    assert!(
-        counts.ends_with("admitted 3, shaped 0, rejected 0, units given back 0, upstream errors 2")
-    );
+    assert!(counts.ends_with(
+        "admitted 3, shaped 0, rejected 0, units given back 0, units released 0, upstream errors 2"
+    ));
 }
 
 #[tokio::test]
@@ -708,7 +708,7 @@ async fn several_rules_send_one_item_each_and_the_stricter_refuses() {
     let (status, counts) = proxy.stop();
     assert!(status.success(), "{status}");
     assert!(
-        counts.ends_with("admitted 2, shaped 0, rejected 1, units given back 0, upstream errors 0"),
+        counts.ends_with("admitted 2, shaped 0, rejected 1, units given back 0, units released 0, upstream errors 0"),
         "{counts}"
     );
 }
@@ -836,9 +836,9 @@ async fn the_redis_backend_limits_behind_the_layer() {
     );
     let (status, counts) = proxy.stop();
     assert!(status.success(), "{status}");
-    assert!(
-        counts.ends_with("admitted 2, shaped 0, rejected 1, units given back 0, upstream errors 0")
-    );
+    assert!(counts.ends_with(
+        "admitted 2, shaped 0, rejected 1, units given back 0, units released 0, upstream errors 0"
+    ));
 }
 
 /// The issue's example: each request's tier from `x-plan`, 2 an hour for
@@ -883,7 +883,7 @@ async fn the_tier_header_chooses_each_requests_tier() {
     let (status, counts) = proxy.stop();
     assert!(status.success(), "{status}");
     assert!(
-        counts.ends_with("admitted 9, shaped 0, rejected 6, units given back 0, upstream errors 0"),
+        counts.ends_with("admitted 9, shaped 0, rejected 6, units given back 0, units released 0, upstream errors 0"),
         "{counts}"
     );
 }
@@ -926,7 +926,65 @@ async fn a_failed_upstream_answer_gives_its_units_back() {
     let (status, counts) = proxy.stop();
     assert!(status.success(), "{status}");
     assert!(
-        counts.ends_with("admitted 5, shaped 0, rejected 1, units given back 3, upstream errors 0"),
+        counts.ends_with("admitted 5, shaped 0, rejected 1, units given back 3, units released 0, upstream errors 0"),
+        "{counts}"
+    );
+}
+
+/// `--rule in-flight:2`: a client streams two responses at once and its
+/// third request is a 429 without `Retry-After`; a stream's slot comes back
+/// when the upstream's body ends, before the client has its last byte, so
+/// the next request is admitted. The count line says how many units were
+/// released.
+#[tokio::test]
+async fn in_flight_streams_hold_their_slot_until_the_upstream_body_ends() {
+    let upstream = Upstream::start().await;
+    let proxy = Proxy::start(&[
+        "--upstream",
+        &upstream.url(),
+        "--key",
+        "header:x-key",
+        "--rule",
+        "in-flight:2",
+    ]);
+    let mut streams = Vec::new();
+    for i in 0..2u8 {
+        let (chunks, body) = async_mpsc::channel(1);
+        let request = Request::post(proxy.url("/echo"))
+            .header("x-key", "a")
+            .body(Chunks(body))
+            .unwrap();
+        chunks.send(Bytes::from(vec![i; 16])).await.unwrap();
+        let response = send(request).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(response.headers()["ratelimit-policy"], r#""default";q=2"#);
+        let mut body = response.into_body();
+        let frame = patiently("the first chunk", body.frame())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(frame.into_data().unwrap(), Bytes::from(vec![i; 16]));
+        streams.push((chunks, body));
+    }
+    let (refused, text) = get(&proxy.url("/"), &[("x-key", "a")]).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS, "{text}");
+    assert!(refused.headers().get("retry-after").is_none());
+    assert!(text.contains("in-flight:2"), "{text}");
+    let (other, _) = get(&proxy.url("/"), &[("x-key", "b")]).await;
+    assert_eq!(other.status(), StatusCode::OK, "another client's slots");
+
+    for (chunks, mut body) in streams {
+        drop(chunks);
+        assert!(patiently("the stream's end", body.frame()).await.is_none());
+        let (next, text) = get(&proxy.url("/"), &[("x-key", "a")]).await;
+        assert_eq!(next.status(), StatusCode::OK, "{text}");
+    }
+    let (status, counts) = proxy.stop();
+    assert!(status.success(), "{status}");
+    assert!(
+        counts.ends_with(
+            "admitted 5, shaped 0, rejected 1, units given back 0, units released 5, upstream errors 0"
+        ),
         "{counts}"
     );
 }

@@ -384,7 +384,7 @@ async fn a_scrape_while_serving_counts_what_the_client_saw() {
     let (exited, counts) = proxy.stop();
     assert!(exited);
     assert!(
-        counts.ends_with("admitted 5, shaped 0, rejected 2, units given back 0, upstream errors 0"),
+        counts.ends_with("admitted 5, shaped 0, rejected 2, units given back 0, units released 0, upstream errors 0"),
         "{counts}"
     );
 }

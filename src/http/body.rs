@@ -57,11 +57,12 @@ impl<B> ResponseBody<B> {
         }
     }
 
-    /// The inner service's body, which runs `end` once it ends.
-    pub(crate) fn inner_then(body: B, end: OnEnd) -> Self {
+    /// The inner service's body, which runs `end` (when there is one)
+    /// once it ends.
+    pub(crate) fn inner_then(body: B, end: Option<OnEnd>) -> Self {
         Self {
             kind: Kind::Inner { body },
-            end: End(Some(end)),
+            end: End(end),
         }
     }
 

@@ -183,13 +183,19 @@ fn window(rule: Rule, decision: &Decision) -> Duration {
 /// for the drip policies, the window for the log and the fixed window, the
 /// window and one tick for the counter (its current count becomes the
 /// previous window's at the next boundary, and decays from the tick after).
-/// `None` for a request that can never be admitted.
+/// `None` for a request that no wait admits, and for an `in-flight` rule
+/// with none left (a release, not a time, gives the next).
 fn until_more(rule: Rule, decision: &Decision, window: Duration) -> Option<u64> {
     if !decision.allowed {
         return decision.retry_after_secs();
     }
     if decision.remaining > 0 {
         return Some(0);
+    }
+    // An `in-flight` rule's next unit comes with a release, at no time
+    // known.
+    if rule.policy() == PolicyKind::InFlight {
+        return None;
     }
     let tick = decision.tick;
     let wait = match rule.policy() {

@@ -50,6 +50,9 @@ pub(crate) struct Options {
     /// Give back what the response did not use, at the end of its body
     /// (`settle_with`).
     pub(crate) used: Option<Used>,
+    /// Answer a refusal by an `in-flight` rule `503 Service Unavailable`
+    /// rather than `429` (`in_flight_unavailable`).
+    pub(crate) in_flight_unavailable: bool,
 }
 
 impl Options {
@@ -77,6 +80,7 @@ impl Options {
             refund_on: None,
             refund_cancelled: false,
             used: None,
+            in_flight_unavailable: false,
         }
     }
 }
@@ -284,6 +288,39 @@ impl<L, E> RateLimitLayer<L, E> {
     /// [`settle_with`](Self::settle_with)).
     pub fn refund_cancelled(mut self) -> Self {
         self.options().refund_cancelled = true;
+        self
+    }
+
+    /// Answers a request refused by an `in-flight` rule (its client has
+    /// as many requests running as the rule allows) `503 Service
+    /// Unavailable` rather than the default `429 Too Many Requests`: for
+    /// clients that treat a 429 as "slow down" and a 503 as "busy, try
+    /// another replica". Neither carries `Retry-After`: only the end of
+    /// one of the client's own requests admits it, at no time the layer
+    /// knows.
+    ///
+    /// Under an `in-flight` rule the layer holds each admitted request's
+    /// units until its response body ends (its last byte was read) or is
+    /// dropped (the client went away), so a streamed response keeps its
+    /// slot to the end; an error of the service, or a request cancelled
+    /// before its response, releases them at once.
+    ///
+    /// ```
+    /// use floodgate::http::{Header, RateLimitLayer};
+    /// use floodgate::{Bounds, Engine, QuantaClock};
+    ///
+    /// let streams = floodgate::build_rules::<str, _>(
+    ///     &"gcra:10/1s,in-flight:4".parse()?,
+    ///     Engine::LockFree,
+    ///     QuantaClock::new(),
+    ///     Bounds::new(),
+    /// )?;
+    /// let layer = RateLimitLayer::new(streams, Header::new("x-api-key")).in_flight_unavailable();
+    /// # let _ = layer;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn in_flight_unavailable(mut self) -> Self {
+        self.options().in_flight_unavailable = true;
         self
     }
 

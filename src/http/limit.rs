@@ -41,6 +41,19 @@ pub trait AsyncLimiter<Q: ?Sized>: Send + Sync {
         admitted: &Decision,
         cost: u64,
     ) -> impl Future<Output = u64> + Send;
+
+    /// Releases up to `cost` units `key` holds under its `in-flight` rules
+    /// (held by an admission in the tier named `tier`, when the request
+    /// named one), now by the limiter's clock: the units released
+    /// ([`RateLimiter::release`](crate::RateLimiter::release)). The layer
+    /// calls it when a response body that such an admission let through
+    /// ends or is dropped.
+    fn release_in(
+        &self,
+        tier: Option<&str>,
+        key: &Q,
+        cost: u64,
+    ) -> impl Future<Output = u64> + Send;
 }
 
 impl<Q, L> AsyncLimiter<Q> for L
@@ -78,6 +91,19 @@ where
                 let now = self.now().max(admitted.at);
                 self.refund_in_at(tier, key, now, admitted.at, cost)
             }
+        })
+    }
+
+    #[inline]
+    fn release_in(
+        &self,
+        tier: Option<&str>,
+        key: &Q,
+        cost: u64,
+    ) -> impl Future<Output = u64> + Send {
+        ready(match tier {
+            None => self.release(key, cost),
+            Some(tier) => self.release_in_at(tier, key, self.now(), cost),
         })
     }
 }
@@ -125,6 +151,12 @@ mod redis {
                 None => self.refund(key, admitted, cost).await,
             }
         }
+
+        /// The Redis store refuses `in-flight` rules (until held units get
+        /// a lease): it holds nothing to release.
+        async fn release_in(&self, _tier: Option<&str>, _key: &str, _cost: u64) -> u64 {
+            0
+        }
     }
 
     /// The Redis store has no tiers: every name is one it lacks, refused
@@ -171,6 +203,15 @@ mod redis {
             let key = key.to_string();
             let admitted = *admitted;
             async move { AsyncLimiter::<str>::refund_in(self, tier, &key, &admitted, cost).await }
+        }
+
+        fn release_in(
+            &self,
+            _tier: Option<&str>,
+            _key: &IpAddr,
+            _cost: u64,
+        ) -> impl Future<Output = u64> + Send {
+            std::future::ready(0)
         }
     }
 }

@@ -120,6 +120,7 @@ mod headers;
 mod layer;
 mod limit;
 mod refund;
+mod release;
 mod service;
 
 pub use body::ResponseBody;

@@ -126,23 +126,29 @@ where
 }
 
 /// Gives `cost` units of `decision` back from a destructor, which cannot
-/// wait: a limiter in memory answers at the first poll; a store that waits
-/// on the network (Redis) finishes on the current tokio runtime, or, with
-/// none, gives nothing back (the units stay spent: never given twice).
+/// wait ([`run_detached`]).
 fn detached<L, K>(limiter: Arc<L>, key: K, tier: Option<String>, decision: Decision, cost: u64)
 where
     L: AsyncLimiter<K::Query> + 'static,
     K: Key,
 {
-    let mut refund = Box::pin(async move {
+    run_detached(async move {
         limiter
             .refund_in(tier.as_deref(), key.query(), &decision, cost)
             .await;
     });
+}
+
+/// Runs `work` (a refund, a release) from a destructor, which cannot wait:
+/// a limiter in memory answers at the first poll; a store that waits on
+/// the network (Redis) finishes on the current tokio runtime, or, with
+/// none, gives nothing back (the units stay spent: never given twice).
+pub(crate) fn run_detached(work: impl Future<Output = ()> + Send + 'static) {
+    let mut work = Box::pin(work);
     let mut context = Context::from_waker(Waker::noop());
-    if refund.as_mut().poll(&mut context).is_pending() {
+    if work.as_mut().poll(&mut context).is_pending() {
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(refund);
+            runtime.spawn(work);
         }
     }
 }

@@ -16,7 +16,8 @@ use super::extract::{Key, KeyExtractor};
 use super::headers::RateLimitHeaders;
 use super::layer::{Options, RateLimitLayer};
 use super::limit::AsyncLimiter;
-use super::refund::Admission;
+use super::refund::{Admission, OnEnd};
+use super::release::Holding;
 use crate::RuledDecision;
 
 /// The future of a [`RateLimitService`] call.
@@ -152,8 +153,14 @@ where
                 return Ok(response.map(ResponseBody::full));
             }
             // Made before the wait, so that a request dropped while it
-            // waits for its delay is cancelled too.
-            let admission = options.refunds().then(|| {
+            // waits for its delay is cancelled too (and releases what it
+            // holds: the holding drops with the future).
+            let holds = ruled.holds();
+            let refunds = options.refunds();
+            let key = Shared(Arc::new(key));
+            let holding =
+                holds.then(|| Holding::new(Arc::clone(&limiter), key.clone(), tier.clone(), cost));
+            let admission = refunds.then(|| {
                 let on_drop = options.refund_cancelled;
                 Admission::new(limiter, key, tier, decision, cost, on_drop)
             });
@@ -161,31 +168,61 @@ where
                 tokio::time::sleep(decision.delay()).await;
             }
             parts.extensions.insert(decision);
+            // An error of the inner service drops the holding here: the
+            // request is over, its units released.
             let mut response = inner.call(Request::from_parts(parts, body)).await?;
             headers.apply(response.headers_mut());
+            let release: Option<OnEnd> =
+                holding.map(|holding| Box::new(move || drop(holding)) as OnEnd);
             let Some(mut admission) = admission else {
-                return Ok(response.map(ResponseBody::inner));
+                return Ok(response.map(|body| ResponseBody::inner_then(body, release)));
             };
             // The response arrived: it is no longer cancelled.
             admission.arrived();
             if let Some(refund) = &options.refund_on {
                 if refund(response.status()) {
                     admission.give_back().await;
-                    return Ok(response.map(ResponseBody::inner));
+                    return Ok(response.map(|body| ResponseBody::inner_then(body, release)));
                 }
             }
             match &options.used {
                 Some(used) => {
                     let (head, body) = response.into_parts();
-                    let end = admission.settle_at_end(Arc::clone(used), head.clone());
+                    let settle = admission.settle_at_end(Arc::clone(used), head.clone());
+                    let end: OnEnd = match release {
+                        Some(release) => Box::new(move || {
+                            settle();
+                            release();
+                        }),
+                        None => settle,
+                    };
                     Ok(Response::from_parts(
                         head,
-                        ResponseBody::inner_then(body, end),
+                        ResponseBody::inner_then(body, Some(end)),
                     ))
                 }
-                None => Ok(response.map(ResponseBody::inner)),
+                None => Ok(response.map(|body| ResponseBody::inner_then(body, release))),
             }
         })
+    }
+}
+
+/// The request's key, shared by what gives its units back at the end of
+/// the response (a refund, a release): one allocation for an admission
+/// the layer may still give back, none otherwise.
+struct Shared<K>(Arc<K>);
+
+impl<K> Clone for Shared<K> {
+    fn clone(&self) -> Self {
+        Self(Arc::clone(&self.0))
+    }
+}
+
+impl<K: Key> Key for Shared<K> {
+    type Query = K::Query;
+
+    fn query(&self) -> &K::Query {
+        self.0.query()
     }
 }
 
@@ -214,6 +251,10 @@ fn log_once(flag: &AtomicBool, log: impl FnOnce()) {
 ///   configuration at fault, with a body saying what to fix and no
 ///   rate-limit headers, which would describe a tier the request does not
 ///   belong to;
+/// * a request refused by an `in-flight` rule, its client's requests
+///   running as many as the rule allows: `429` without `Retry-After`
+///   (only the end of one of them admits it, at no time known), or `503`
+///   with `in_flight_unavailable`;
 /// * any other request that can never be admitted (a cost above the
 ///   limit): `429` without `Retry-After`, which RFC 6585 makes optional,
 ///   rather than a time the limiter could not honour.
@@ -248,14 +289,34 @@ fn refusal(
         );
     }
     let limit = ruled.config.limit();
-    let mut response = match headers.retry_after() {
-        Some(seconds) => answer(
+    let busy = ruled
+        .refused_in_flight()
+        .filter(|rule| cost.is_none_or(|cost| cost <= rule.config().limit()));
+    let mut response = match (busy, headers.retry_after()) {
+        (Some(rule), _) => {
+            let status = if options.in_flight_unavailable {
+                StatusCode::SERVICE_UNAVAILABLE
+            } else {
+                StatusCode::TOO_MANY_REQUESTS
+            };
+            answer(
+                options.format,
+                status,
+                &format!(
+                    "this client has its most requests in flight (in-flight:{}): \
+                     retry when one of them has ended",
+                    rule.config().limit()
+                ),
+                None,
+            )
+        }
+        (None, Some(seconds)) => answer(
             options.format,
             StatusCode::TOO_MANY_REQUESTS,
             &format!("retry after {seconds} s"),
             Some(seconds),
         ),
-        None => {
+        (None, None) => {
             // "11, more than" when the cost is known (the layer's), "more
             // than" when it is not (`too_many_requests`).
             let costs = cost.map_or_else(String::new, |cost| format!(" {cost},"));
