@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 
 use floodgate::permit::Permit;
+use floodgate::policy::{Pair, WindowPair};
 use floodgate::{build_rules, Bounds, Engine, ManualClock, Overflow, RateLimiter, RuleSet};
 use proptest::prelude::*;
 use proptest::sample::select;
@@ -26,6 +27,7 @@ fn rules() -> impl Strategy<Value = RuleSet> {
         "in-flight:3",
         "in-flight:2,in-flight:5",
         "gcra:3/10ticks,in-flight:2",
+        "leaky-bucket:3/9ticks,in-flight:2",
         "in-flight:4,token-bucket:5/20ticks",
         "fixed-window:4/10ticks,in-flight:3",
         "sliding-window-counter:5/10ticks,in-flight:2",
@@ -284,6 +286,28 @@ fn forget_drops_held_units() {
         assert_eq!(old.release(), 1, "{engine:?}: by key");
         assert_eq!(new.release(), 0, "{engine:?}: nothing left to release");
         assert_eq!(limiter.remaining_at(&2, 0), 1, "{engine:?}");
+    }
+}
+
+/// An `in-flight` rule beside one one-word rate rule (or another
+/// `in-flight` rule) is decided in one 16-byte word, as two drip rules
+/// are; beside a window rule it takes the general several-rules design.
+#[test]
+fn an_in_flight_rule_beside_a_one_word_rule_is_a_pair() {
+    for text in [
+        "gcra:3/10ticks,in-flight:2",
+        "in-flight:4,token-bucket:5/20ticks",
+        "leaky-bucket:3/9ticks,in-flight:1",
+        "in-flight:2,in-flight:5",
+    ] {
+        assert!(Pair::fits(&text.parse().unwrap()), "{text}");
+    }
+    for text in [
+        "fixed-window:4/10ticks,in-flight:3",
+        "sliding-window-counter:5/10ticks,in-flight:2",
+    ] {
+        let rules: RuleSet = text.parse().unwrap();
+        assert!(!Pair::fits(&rules) && !WindowPair::fits(&rules), "{text}");
     }
 }
 

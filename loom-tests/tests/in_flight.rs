@@ -1,11 +1,12 @@
 //! `in-flight` rules under loom: a release racing a check on one client's
 //! word (alone and in a frame of several rules), and a release racing a
-//! sweep: a release is one CAS step, so a check decided before it sees the
-//! units still held and one after sees them back, and a held client is
-//! never swept.
+//! sweep or a rebuild's move: a release is one CAS step, so a check
+//! decided before it sees the units still held and one after sees them
+//! back, a held client is never swept, and a release that meets a moved
+//! client looks again where it went.
 #![cfg(floodgate_loom)]
 
-use floodgate::policy::{Compound, InFlight, Policy};
+use floodgate::policy::{Compound, InFlight, Pair, Policy};
 use floodgate::{Bounds, Config, Limiter, ManualClock, RateLimiter, RuleSet};
 use loom::sync::Arc;
 use loom::thread;
@@ -71,6 +72,63 @@ fn a_release_and_an_admission_both_land_in_a_frame() {
         a_release_and_an_admission_both_land(
             Limiter::with_clock(policy, ManualClock::new(0)).unwrap(),
         );
+    });
+}
+
+#[test]
+fn a_release_and_an_admission_both_land_in_a_pair() {
+    floodgate_loom_tests::model(|| {
+        let rules: RuleSet = "gcra:5/100ticks,in-flight:2".parse().unwrap();
+        let policy = Pair::from_rules(&rules).unwrap();
+        a_release_and_an_admission_both_land(
+            Limiter::with_clock(policy, ManualClock::new(0)).unwrap(),
+        );
+    });
+}
+
+#[test]
+fn a_release_races_a_check_in_a_pair() {
+    floodgate_loom_tests::model(|| {
+        let rules: RuleSet = "in-flight:1,token-bucket:5/100ticks".parse().unwrap();
+        let policy = Pair::from_rules(&rules).unwrap();
+        a_release_races_a_check(Limiter::with_clock(policy, ManualClock::new(0)).unwrap());
+    });
+}
+
+/// `in-flight:2` (with `rules`), client 1 holding 2 at 0: a release of
+/// one races a new client whose insertion moves client 1 into a larger
+/// table (the guard dropped during a rebuild). The release gives back 1
+/// in every order, client 1 has 1 left, and its next check takes it. A
+/// release that wrote a frozen state, or gave up on one instead of
+/// looking again, leaves client 1 with nothing.
+fn a_release_races_a_move<P: Policy>(policy: P) {
+    let limiter = Arc::new(Limiter::<u64, P, _>::with_clock(policy, ManualClock::new(0)).unwrap());
+    assert!(limiter.check_n_at(&1, 0, 2).allowed());
+    let inserter = {
+        let limiter = Arc::clone(&limiter);
+        thread::spawn(move || limiter.check_at(&2, 10))
+    };
+    let released = limiter.release_at(&1, 10, 1);
+    assert!(inserter.join().unwrap().allowed());
+    assert_eq!(released, 1, "client 1 held its units throughout");
+    assert_eq!(limiter.peek_at(&1, 10), Some(1), "the release moved");
+    assert!(limiter.check_at(&1, 10).allowed());
+    assert!(!limiter.check_at(&1, 10).allowed());
+    assert_eq!(limiter.tracked_clients(), 2);
+}
+
+#[test]
+fn a_release_races_a_move_alone() {
+    floodgate_loom_tests::model(|| {
+        a_release_races_a_move(InFlight::new(Config::in_flight(2).unwrap()).unwrap());
+    });
+}
+
+#[test]
+fn a_release_races_a_move_in_a_pair() {
+    floodgate_loom_tests::model(|| {
+        let rules: RuleSet = "gcra:5/100ticks,in-flight:2".parse().unwrap();
+        a_release_races_a_move(Pair::from_rules(&rules).unwrap());
     });
 }
 

@@ -1,7 +1,7 @@
-//! Two one-word rules (`gcra`, `token-bucket`, `leaky-bucket`) in one
-//! 16-byte word, decided by one compare-and-swap: no allocation and no
-//! pointer, so a client under two rules costs about what it costs under
-//! one. A drip rule beside a window rule takes one word too
+//! Two one-word rules (`gcra`, `token-bucket`, `leaky-bucket`, and
+//! `in-flight`, whose word is the units it holds) in one 16-byte word,
+//! decided by one compare-and-swap: no allocation and no pointer, so a
+//! client under two rules costs about what it costs under one. A drip rule beside a window rule takes one word too
 //! ([`WindowPair`](super::WindowPair),
 //! [`WideWindowPair`](super::WideWindowPair)).
 //!
@@ -12,7 +12,9 @@
 //! alone.
 
 use super::combine::{self, beyond, own_answer};
-use super::{sealed, Gcra, LeakyBucket, Policy, Retired, Spent, TokenBucket, TokenBucketState};
+use super::{
+    sealed, Gcra, InFlight, LeakyBucket, Policy, Retired, Spent, TokenBucket, TokenBucketState,
+};
 use crate::cell::{self, schedule_time, transition, AtomicWord, Step, Stepper};
 use crate::sync::AtomicU128;
 use crate::{Config, ConfigError, Decision, PolicyKind, Rule, RuleAnswers, RuleSet, Tick};
@@ -126,10 +128,112 @@ impl WordRule {
     }
 }
 
+/// A rule of a [`Pair`]: a one-word rate rule, or an `in-flight` rule,
+/// whose word is the units it holds (below 2^32: a limit's bound).
+#[derive(Clone, Copy, Debug)]
+enum PairRule {
+    Word(WordRule),
+    Held(InFlight),
+}
+
+impl PairRule {
+    fn new(rule: Rule) -> Option<Self> {
+        match rule.policy() {
+            PolicyKind::InFlight => InFlight::new(rule.config()).ok().map(Self::Held),
+            _ => WordRule::new(rule).map(Self::Word),
+        }
+    }
+
+    fn config(&self) -> Config {
+        match self {
+            Self::Word(rule) => rule.config(),
+            Self::Held(rule) => rule.config(),
+        }
+    }
+
+    #[inline(always)]
+    fn step(&self, word: u64, now: u64, cost: u64) -> Step<u64> {
+        match self {
+            Self::Word(rule) => rule.step(word, now, cost),
+            Self::Held(rule) => rule.step(word, cost),
+        }
+    }
+
+    #[inline]
+    fn remaining(&self, word: u64, now: u64) -> u64 {
+        match self {
+            Self::Word(rule) => rule.remaining(word, now),
+            Self::Held(rule) => rule.remaining_of(word),
+        }
+    }
+
+    /// What a refund gives back and the word after: `None` for an
+    /// `in-flight` rule, which a refund leaves out (only a release gives
+    /// its units back).
+    #[inline]
+    fn give_back(&self, word: u64, now: u64, ago: u64, cost: u64) -> Option<(u64, u64)> {
+        match self {
+            Self::Word(rule) => Some(rule.give_back(word, now, ago, cost)),
+            Self::Held(_) => None,
+        }
+    }
+
+    #[inline]
+    fn settled(&self, word: u64, now: u64) -> u64 {
+        match self {
+            Self::Word(rule) => rule.settled(word, now),
+            Self::Held(_) => word,
+        }
+    }
+
+    /// Idle as the rule alone is: a drip rule's schedule not ahead of
+    /// `now`; an `in-flight` rule holding nothing (time never frees it).
+    fn idle(&self, word: u64, now: u64) -> bool {
+        match self {
+            Self::Word(_) => WordRule::idle(word, now),
+            Self::Held(_) => word == 0,
+        }
+    }
+
+    fn spent(&self, word: u64, now: u64) -> Spent {
+        match self {
+            Self::Word(rule) => rule.spent(word, now),
+            Self::Held(_) => Spent {
+                count: word,
+                at: now,
+            },
+        }
+    }
+
+    fn begin(&self, origin: u64) -> u64 {
+        match self {
+            Self::Word(rule) => rule.begin(origin),
+            Self::Held(_) => 0,
+        }
+    }
+
+    fn spent_word(&self, spent: u64, now: u64) -> u64 {
+        match self {
+            Self::Word(rule) => rule.spent_word(spent, now),
+            // Holding what was held (at most a former limit, < 2^32), as
+            // the several-rules design carries it over.
+            Self::Held(_) => spent.min(crate::MAX_LIMIT),
+        }
+    }
+
+    fn forgets_after(&self) -> u64 {
+        match self {
+            Self::Word(rule) => rule.config().window(),
+            Self::Held(rule) => rule.forgets_after(),
+        }
+    }
+}
+
 /// Two one-word rules in one `u128`, updated by one 16-byte CAS.
 ///
 /// Layout: each rule's word is below 2^63 (`cell`'s layouts: time stops at
-/// 2^62 − 1 and a schedule runs at most one window, at most 2^62, ahead),
+/// 2^62 − 1 and a schedule runs at most one window, at most 2^62, ahead;
+/// an `in-flight` rule's held units are at most its limit, below 2^32),
 /// so the first rule's word takes bits 0–62, bit 63 is 0, the second's
 /// takes bits 64–126, and bit 127 is the retirement mark `R` that every
 /// `u128` state word uses (`cell::AtomicWord`).
@@ -142,7 +246,7 @@ impl WordRule {
 /// ```
 #[derive(Clone, Debug)]
 pub struct Pair {
-    rules: [WordRule; 2],
+    rules: [PairRule; 2],
     set: RuleSet,
     /// The index of the rule with the smallest limit.
     strictest: usize,
@@ -173,10 +277,10 @@ impl Pair {
     /// # Errors
     ///
     /// [`ConfigError::RuleCount`] unless there are two rules, both of
-    /// `gcra`, `leaky-bucket` and `token-bucket`.
+    /// `gcra`, `leaky-bucket`, `token-bucket` and `in-flight`.
     pub fn from_rules(rules: &RuleSet) -> Result<Self, ConfigError> {
         match rules.rules() {
-            [first, second] => match (WordRule::new(*first), WordRule::new(*second)) {
+            [first, second] => match (PairRule::new(*first), PairRule::new(*second)) {
                 (Some(a), Some(b)) => Ok(Self {
                     rules: [a, b],
                     set: rules.clone(),
@@ -190,7 +294,7 @@ impl Pair {
 
     /// Whether `rules` can be a pair.
     pub fn fits(rules: &RuleSet) -> bool {
-        rules.len() == 2 && rules.iter().all(|r| WordRule::new(*r).is_some())
+        rules.len() == 2 && rules.iter().all(|r| PairRule::new(*r).is_some())
     }
 
     /// Both rules' steps, combined as the contract combines them
@@ -311,19 +415,44 @@ impl Policy for Pair {
     }
 
     /// Each rule gives back on its own, in one CAS of the word; the
-    /// answer is the smaller of the two.
+    /// answer is the smaller of the two. An `in-flight` rule is left out
+    /// (the answer is the other rule's; 0 when both are).
     fn refund(&self, state: &PairState, now: u64, ago: u64, cost: u64) -> Result<u64, Retired> {
         let now = schedule_time(now);
         cell::update(&state.words, |words| {
             let (a, b) = unpack(words);
-            let (given_a, a) = self.rules[0].give_back(a, now, ago, cost);
-            let (given_b, b) = self.rules[1].give_back(b, now, ago, cost);
+            let gave_a = self.rules[0].give_back(a, now, ago, cost);
+            let gave_b = self.rules[1].give_back(b, now, ago, cost);
+            let (given_a, a) = gave_a.unwrap_or((0, a));
+            let (given_b, b) = gave_b.unwrap_or((0, b));
+            let given = match (gave_a, gave_b) {
+                (Some(_), Some(_)) => given_a.min(given_b),
+                (Some(_), None) => given_a,
+                (None, Some(_)) => given_b,
+                (None, None) => 0,
+            };
             // Both words as of `now`, as every design stores a refund's.
             let next = pack(self.rules[0].settled(a, now), self.rules[1].settled(b, now));
-            (
-                given_a.min(given_b),
-                (given_a > 0 || given_b > 0).then_some(next),
-            )
+            (given, (given_a > 0 || given_b > 0).then_some(next))
+        })
+    }
+
+    /// Each `in-flight` rule gives back `min(cost, held)` on its own, in
+    /// one CAS of the word (none when nothing comes back); the answer is
+    /// the smaller, 0 without such a rule.
+    fn release(&self, state: &PairState, _now: u64, cost: u64) -> Result<u64, Retired> {
+        cell::update(&state.words, |words| {
+            let (mut a, mut b) = unpack(words);
+            let mut least = None::<u64>;
+            for (rule, word) in self.rules.iter().zip([&mut a, &mut b]) {
+                if let PairRule::Held(_) = rule {
+                    let (released, held) = InFlight::let_go(*word, cost);
+                    *word = held.unwrap_or(*word);
+                    least = Some(least.map_or(released, |least| least.min(released)));
+                }
+            }
+            let next = pack(a, b);
+            (least.unwrap_or(0), (next != words).then_some(next))
         })
     }
 
@@ -333,7 +462,7 @@ impl Policy for Pair {
         let now = schedule_time(now);
         cell::retire_if(&state.words, |words| {
             let (a, b) = unpack(words);
-            WordRule::idle(a, now) && WordRule::idle(b, now)
+            self.rules[0].idle(a, now) && self.rules[1].idle(b, now)
         })
     }
 
@@ -366,9 +495,9 @@ impl Policy for Pair {
     }
 
     fn forgets_after(&self) -> u64 {
-        self.set
+        self.rules
             .iter()
-            .map(|r| r.config().window())
+            .map(PairRule::forgets_after)
             .max()
             .unwrap_or(0)
     }
