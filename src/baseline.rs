@@ -157,6 +157,9 @@ pub struct MutexLimiter<K, C = QuantaClock> {
     clock: C,
     /// The decision counters, if it counts them (`counting`).
     counters: Option<Box<Counters>>,
+    /// The `in-flight` rules, as bits by position: their refusals are
+    /// counted apart.
+    in_flight: u8,
     /// What the map's changes were: clients created, evicted, forgotten,
     /// and sweeps (a map has no rebuild to count).
     counts: StoreCounts,
@@ -273,6 +276,7 @@ impl<K, C: Clock> MutexLimiter<K, C> {
         let set = rules.in_ticks_of(clock.tick())?;
         let bounds = bounds.validate()?;
         Ok(Self {
+            in_flight: crate::stats::in_flight_mask(&set),
             limit: set.strictest().config().limit(),
             rules: set
                 .iter()
@@ -528,7 +532,7 @@ where
             .in_ticks(self.tick)
             .made_at(now);
         if let Some(counters) = &self.counters {
-            counters.decided(&decision, cost);
+            counters.decided(&decision, cost, self.in_flight);
         }
         if let (false, Some(offenders)) = (decision.allowed, &self.offenders) {
             offenders.record(key, cost);
@@ -624,7 +628,12 @@ where
         let Some(client) = lock(&self.clients).get(key).map(Arc::clone) else {
             return 0;
         };
-        unless_retired(&client, |client| client.release(&self.rules, cost)).unwrap_or(0)
+        let released =
+            unless_retired(&client, |client| client.release(&self.rules, cost)).unwrap_or(0);
+        if let Some(counters) = &self.counters {
+            counters.released(released);
+        }
+        released
     }
 
     fn forget(&self, key: &Q) -> bool {

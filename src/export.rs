@@ -57,7 +57,7 @@ struct Family {
 
 /// Every family, in the order they are written. The one list both
 /// exporters and `docs/metrics.md` follow.
-const FAMILIES: [Family; 10] = [
+const FAMILIES: [Family; 12] = [
     Family {
         name: "floodgate_decisions_total",
         kind: Kind::Counter,
@@ -72,6 +72,16 @@ const FAMILIES: [Family; 10] = [
         name: "floodgate_refunded_units_total",
         kind: Kind::Counter,
         help: "Units given back by refunds, in the limit's units (counted when the limiter is built with counting).",
+    },
+    Family {
+        name: "floodgate_released_units_total",
+        kind: Kind::Counter,
+        help: "Units released from in-flight rules (counted when the limiter is built with counting).",
+    },
+    Family {
+        name: "floodgate_in_flight_rejections_total",
+        kind: Kind::Counter,
+        help: "Requests refused by an in-flight rule, each also a rejected decision (counted when the limiter is built with counting).",
     },
     Family {
         name: "floodgate_overflow_decisions_total",
@@ -115,21 +125,23 @@ const FAMILIES: [Family; 10] = [
 type Sample = (usize, Option<&'static str>, u64);
 
 /// A limiter's samples, family by family.
-fn samples(stats: &Stats, tracked_clients: usize) -> [Sample; 12] {
+fn samples(stats: &Stats, tracked_clients: usize) -> [Sample; 14] {
     [
         (0, Some("admitted"), stats.admitted),
         (0, Some("rejected"), stats.rejected),
         (1, Some("admitted"), stats.admitted_units),
         (1, Some("rejected"), stats.rejected_units),
         (2, None, stats.refunded_units),
-        (3, None, stats.overflowed),
-        (4, None, stats.created),
-        (5, None, stats.evicted),
-        (6, None, stats.forgotten),
-        (7, None, stats.rebuilds),
-        (8, None, stats.sweeps),
+        (3, None, stats.released_units),
+        (4, None, stats.in_flight_rejected),
+        (5, None, stats.overflowed),
+        (6, None, stats.created),
+        (7, None, stats.evicted),
+        (8, None, stats.forgotten),
+        (9, None, stats.rebuilds),
+        (10, None, stats.sweeps),
         // A count of clients always fits: `usize` is at most 64 bits.
-        (9, None, tracked_clients as u64),
+        (11, None, tracked_clients as u64),
     ]
 }
 
@@ -143,7 +155,7 @@ fn samples(stats: &Stats, tracked_clients: usize) -> [Sample; 12] {
 #[derive(Clone, Debug, Default)]
 pub struct Prometheus {
     /// Each limiter's escaped `limiter` and `tier` labels, and its samples.
-    limiters: Vec<(String, [Sample; 12])>,
+    limiters: Vec<(String, [Sample; 14])>,
     /// Each Redis store's escaped `limiter` label, and its stats.
     #[cfg(feature = "redis")]
     redis: Vec<(String, crate::redis::RedisStats)>,

@@ -639,6 +639,9 @@ struct Watch<K> {
     counters: Option<Box<Counters>>,
     /// The clients refused most, if it keeps them ([`Limiter::offenders`]).
     offenders: Option<Offenders<K>>,
+    /// The policy's `in-flight` rules, as bits by position
+    /// (`stats::in_flight_mask`): their refusals are counted apart.
+    in_flight: u8,
 }
 
 impl<K> Watch<K> {
@@ -650,7 +653,7 @@ impl<K> Watch<K> {
         K: Borrow<Q>,
     {
         if let Some(counters) = &self.counters {
-            counters.decided(decision, cost);
+            counters.decided(decision, cost, self.in_flight);
         }
         if !decision.allowed {
             self.refused(key, cost);
@@ -713,10 +716,12 @@ where
 
     /// The limiter's watch, made if it had none.
     fn watch_mut(&mut self) -> &mut Watch<K> {
+        let in_flight = crate::stats::in_flight_mask(&self.policy.rule_set());
         self.watch.get_or_insert_with(|| {
             Box::new(Watch {
                 counters: None,
                 offenders: None,
+                in_flight,
             })
         })
     }
@@ -1084,7 +1089,12 @@ where
                 self.policy.release(&client.state, since, cost)
             }) {
                 None => return 0,
-                Some(Ok(released)) => return released,
+                Some(Ok(released)) => {
+                    if let Some(counters) = self.watch.as_ref().and_then(|w| w.counters.as_ref()) {
+                        counters.released(released);
+                    }
+                    return released;
+                }
                 // Moved or removed under this call: look again once that
                 // step is done (a removed client held nothing any more).
                 Some(Err(Retired)) => self.clients.settle(),

@@ -41,6 +41,16 @@ pub struct Stats {
     /// Units given back by refunds (`RateLimiter::refund_at`), counted
     /// with the decisions.
     pub refunded_units: u64,
+    /// Units released from `in-flight` rules (`RateLimiter::release_at`,
+    /// a permit's drop, the end of a response body), counted with the
+    /// decisions. Under one `in-flight` rule and counting, the units held
+    /// now are `admitted_units - released_units` (less what `forget`
+    /// dropped with a client).
+    pub released_units: u64,
+    /// Requests refused by an `in-flight` rule: their client had as many
+    /// units in flight as the rule allows (counted with the decisions,
+    /// each also in `rejected`).
+    pub in_flight_rejected: u64,
     /// Clients created.
     pub created: u64,
     /// Clients removed by sweeps, as idle.
@@ -72,6 +82,8 @@ impl std::ops::AddAssign for Stats {
         self.rejected += other.rejected;
         self.admitted_units += other.admitted_units;
         self.refunded_units += other.refunded_units;
+        self.released_units += other.released_units;
+        self.in_flight_rejected += other.in_flight_rejected;
         self.rejected_units += other.rejected_units;
         self.overflowed += other.overflowed;
         self.created += other.created;
@@ -147,6 +159,10 @@ struct Stripe {
     overflowed: AtomicU64,
     /// Units given back by refunds.
     refunded: AtomicU64,
+    /// Units released from `in-flight` rules.
+    released: AtomicU64,
+    /// Refusals by an `in-flight` rule.
+    in_flight_rejected: AtomicU64,
 }
 
 /// The decision counters of a limiter that counts them.
@@ -258,6 +274,17 @@ fn sit() -> usize {
     number
 }
 
+/// The rules of `rules` that are `in-flight` rules, as bits by position
+/// (at most [`MAX_RULES`](crate::MAX_RULES) = 8 rules): what
+/// [`Counters::decided`] reads to count their refusals.
+pub(crate) fn in_flight_mask(rules: &crate::RuleSet) -> u8 {
+    rules
+        .iter()
+        .enumerate()
+        .filter(|(_, rule)| rule.policy() == crate::PolicyKind::InFlight)
+        .fold(0, |mask, (i, _)| mask | (1 << i))
+}
+
 /// Adds `n` to a counter only this thread writes: a load and a store.
 /// Relaxed: the counter publishes nothing; the one writer reads its own
 /// last store, and readers see some recent value, never a torn one.
@@ -301,9 +328,10 @@ impl Counters {
         }
     }
 
-    /// Counts `decision`, of a request of `cost`.
+    /// Counts `decision`, of a request of `cost`, by rules whose
+    /// `in-flight` ones are the set bits of `in_flight` ([`in_flight_mask`]).
     #[inline(always)]
-    pub(crate) fn decided(&self, decision: &Decision, cost: u64) {
+    pub(crate) fn decided(&self, decision: &Decision, cost: u64, in_flight: u8) {
         let outcome = usize::from(decision.allowed);
         self.on_stripe(|stripe, add| {
             add(&stripe.decided[outcome], 1);
@@ -312,12 +340,32 @@ impl Counters {
                 add(&stripe.extra[outcome], cost.wrapping_sub(1));
             }
         });
+        if !decision.allowed && in_flight != 0 {
+            self.refused_by(decision, in_flight);
+        }
+    }
+
+    /// Counts a refusal by an `in-flight` rule.
+    #[cold]
+    #[inline(never)]
+    fn refused_by(&self, decision: &Decision, in_flight: u8) {
+        // `refused_by` is a rule's index, below MAX_RULES = 8.
+        if (in_flight >> (decision.refused_by & 7)) & 1 == 1 {
+            self.on_stripe(|stripe, add| add(&stripe.in_flight_rejected, 1));
+        }
     }
 
     /// Counts the units a refund gave back.
     pub(crate) fn refunded(&self, units: u64) {
         if units > 0 {
             self.on_stripe(|stripe, add| add(&stripe.refunded, units));
+        }
+    }
+
+    /// Counts the units a release gave back.
+    pub(crate) fn released(&self, units: u64) {
+        if units > 0 {
+            self.on_stripe(|stripe, add| add(&stripe.released, units));
         }
     }
 
@@ -338,6 +386,8 @@ impl Counters {
             admitted_extra = admitted_extra.wrapping_add(stripe.extra[1].load(Ordering::Relaxed));
             stats.overflowed += stripe.overflowed.load(Ordering::Relaxed);
             stats.refunded_units += stripe.refunded.load(Ordering::Relaxed);
+            stats.released_units += stripe.released.load(Ordering::Relaxed);
+            stats.in_flight_rejected += stripe.in_flight_rejected.load(Ordering::Relaxed);
         }
         stats.admitted_units = stats.admitted.wrapping_add(admitted_extra);
         stats.rejected_units = stats.rejected.wrapping_add(rejected_extra);

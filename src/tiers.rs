@@ -806,7 +806,15 @@ where
             .in_ticks(self.tick)
             .made_at(now);
         if let Some(counters) = &tier.counters {
-            counters.decided(&decision, cost);
+            // Only a refusal reads it: the rules of the tier now (a reload
+            // racing this call may have changed them; a count, not a
+            // decision).
+            let in_flight = if decision.allowed {
+                0
+            } else {
+                crate::stats::in_flight_mask(&tier.current.load().spec)
+            };
+            counters.decided(&decision, cost, in_flight);
         }
         decision
     }
@@ -1462,7 +1470,12 @@ where
                 return 0;
             };
             match answer {
-                Some(Ok(released)) => return released,
+                Some(Ok(released)) => {
+                    if let Some(counters) = &self.counters {
+                        counters.released(released);
+                    }
+                    return released;
+                }
                 _ => self.carry_over(key, now),
             }
         }

@@ -13,7 +13,7 @@ use openmetrics_parser::{MetricNumber, PrometheusType, PrometheusValue};
 
 /// Every metric, its type, and the field it must equal (`None`: the
 /// tracked clients), with the outcome label where the family has one.
-const EXPECTED: [(&str, &str, Option<&str>); 12] = [
+const EXPECTED: [(&str, &str, Option<&str>); 14] = [
     ("floodgate_decisions_total", "counter", Some("admitted")),
     ("floodgate_decisions_total", "counter", Some("rejected")),
     (
@@ -27,6 +27,8 @@ const EXPECTED: [(&str, &str, Option<&str>); 12] = [
         Some("rejected"),
     ),
     ("floodgate_refunded_units_total", "counter", None),
+    ("floodgate_released_units_total", "counter", None),
+    ("floodgate_in_flight_rejections_total", "counter", None),
     ("floodgate_overflow_decisions_total", "counter", None),
     ("floodgate_clients_created_total", "counter", None),
     ("floodgate_clients_evicted_total", "counter", None),
@@ -44,6 +46,8 @@ fn expected(index: usize, stats: &Stats, tracked: usize) -> u64 {
         stats.admitted_units,
         stats.rejected_units,
         stats.refunded_units,
+        stats.released_units,
+        stats.in_flight_rejected,
         stats.overflowed,
         stats.created,
         stats.evicted,
@@ -55,10 +59,11 @@ fn expected(index: usize, stats: &Stats, tracked: usize) -> u64 {
 }
 
 /// A counting limiter after a seeded trace that moves every number: a cap
-/// that overflows, idle clients swept, forgets, costs other than 1.
+/// that overflows, idle clients swept, forgets, costs other than 1,
+/// refunds, releases and refusals by its `in-flight` rule.
 fn traced(seed: u64) -> (std::sync::Arc<dyn RateLimiter<u64>>, Stats) {
     let clock = ManualClock::new(0);
-    let limiter = Builder::new(PolicyKind::FixedWindow, 5, Duration::from_micros(10))
+    let limiter = Builder::from_rules(&"fixed-window:5/10us,in-flight:6".parse().unwrap())
         .clock(clock.clone())
         .bounds(
             Bounds::new()
@@ -76,7 +81,9 @@ fn traced(seed: u64) -> (std::sync::Arc<dyn RateLimiter<u64>>, Stats) {
         let roll = rng.u8(..100);
         if roll == 0 {
             limiter.forget(&key);
-        } else if roll < 6 {
+        } else if roll < 30 {
+            limiter.release(&key, rng.u64(1..=4));
+        } else if roll < 36 {
             let now = limiter.now();
             limiter.refund_at(
                 &key,

@@ -311,6 +311,54 @@ fn an_in_flight_rule_beside_a_one_word_rule_is_a_pair() {
     }
 }
 
+/// A counting limiter counts the units released and the refusals by an
+/// `in-flight` rule apart from the rate rule's, on both engines and in a
+/// tier; a refusal feeds the offenders' summary as any other.
+#[test]
+fn releases_and_in_flight_refusals_are_counted() {
+    let rules: RuleSet = "gcra:3/1000ticks,in-flight:2".parse().unwrap();
+    for engine in [Engine::LockFree, Engine::Mutex] {
+        let limiter = floodgate::Builder::from_rules(&rules)
+            .engine(engine)
+            .clock(ManualClock::new(0))
+            .counting(true)
+            .build::<u64>()
+            .unwrap();
+        assert!(limiter.check_n_at(&1, 0, 2).allowed());
+        assert!(!limiter.check_at(&1, 0).allowed(), "held: in-flight");
+        assert_eq!(limiter.release_at(&1, 0, 2), 2);
+        assert!(!limiter.check_n_at(&1, 0, 2).allowed(), "the rate rule");
+        assert!(limiter.check_at(&1, 0).allowed());
+        assert_eq!(limiter.release_at(&1, 0, 5), 1);
+        let stats = limiter.stats().expect("a limiter in memory keeps stats");
+        assert_eq!((stats.admitted, stats.rejected), (2, 2), "{engine:?}");
+        assert_eq!(stats.in_flight_rejected, 1, "{engine:?}");
+        assert_eq!(stats.released_units, 3, "{engine:?}");
+        assert_eq!(
+            stats.admitted_units - stats.released_units,
+            0,
+            "{engine:?}: none held"
+        );
+    }
+    let tiers = floodgate::tiers::Tiers::<String, _, _>::with_clock_rules(
+        "free",
+        rules,
+        |_: &str| "free",
+        ManualClock::new(0),
+    )
+    .unwrap()
+    .counting(true);
+    assert!(tiers.check_n_at("a", 0, 2).allowed());
+    assert!(!tiers.check_at("a", 0).allowed());
+    assert_eq!(tiers.release_at("a", 0, 1), 1);
+    let stats = tiers.stats();
+    assert_eq!(
+        (stats.in_flight_rejected, stats.released_units),
+        (1, 1),
+        "tiers"
+    );
+}
+
 /// A permit releases its units once, however its request ends: dropped,
 /// released, or unwound by a panic; a detached one leaves them held for a
 /// release by key; an `Arc`'s permit moves to another thread.

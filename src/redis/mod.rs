@@ -999,7 +999,7 @@ impl Core {
 
     /// Counts `decision`, of a request of `cost`, and answers it.
     fn counted(&self, decision: Decision, cost: u64) -> Decision {
-        self.decisions.decided(&decision, cost);
+        self.decisions.decided(&decision, cost, 0);
         decision
     }
 
