@@ -274,7 +274,7 @@ impl<K, C: Clock> MutexLimiter<K, C> {
     /// ```
     pub fn with_rules(rules: RuleSet, clock: C, bounds: Bounds) -> Result<Self, ConfigError> {
         let set = rules.in_ticks_of(clock.tick())?;
-        let bounds = bounds.validate()?;
+        let bounds = bounds.validate_for(&set)?;
         Ok(Self {
             in_flight: crate::stats::in_flight_mask(&set),
             limit: set.strictest().config().limit(),

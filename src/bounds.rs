@@ -255,6 +255,20 @@ impl Bounds {
         }
         Ok(self)
     }
+
+    /// [`validate`](Self::validate), and bounds that can apply `rules`:
+    /// [`ConfigError::SharedOverflowHolds`] for [`Overflow::Shared`] with
+    /// an `in-flight` rule.
+    pub(crate) fn validate_for(self, rules: &crate::RuleSet) -> Result<Self, ConfigError> {
+        let bounds = self.validate()?;
+        let holds = rules
+            .iter()
+            .any(|rule| rule.policy() == crate::PolicyKind::InFlight);
+        if holds && matches!(bounds.overflow, Overflow::Shared) {
+            return Err(ConfigError::SharedOverflowHolds);
+        }
+        Ok(bounds)
+    }
 }
 
 /// When sweeps run (module docs, "When sweeps run"): the bookkeeping both

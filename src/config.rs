@@ -200,6 +200,12 @@ pub enum ConfigError {
     /// Bounds that can only refuse everyone: a cap of 0 clients that
     /// rejects the ones without room ([`Bounds::validate`](crate::Bounds::validate)).
     RefusesEveryone,
+    /// [`Overflow::Shared`](crate::Overflow::Shared) with an `in-flight`
+    /// rule: the one state shared by the newcomers without room would hold
+    /// their units, and no release could find it (a release goes by the
+    /// client's own state), so it would fill and refuse every newcomer for
+    /// ever. Choose `Overflow::Reject` or `Overflow::Admit` for such rules.
+    SharedOverflowHolds,
     /// A tier added twice to one registry
     /// ([`Tiers::with_tier`](crate::tiers::Tiers::with_tier)): the second
     /// would silently replace the first. A tier's rules change at run time
@@ -288,6 +294,11 @@ impl fmt::Display for ConfigError {
                 f,
                 "tier {name:?} is added twice: each tier is added once (the default tier \
                  by `Tiers::new`), and its rules change through `reload`"
+            ),
+            ConfigError::SharedOverflowHolds => f.write_str(
+                "the shared overflow state cannot hold an in-flight rule's units (no release \
+                 finds it, so it would fill and refuse every newcomer): use Overflow::Reject \
+                 or Overflow::Admit with in-flight rules",
             ),
             ConfigError::RefusesEveryone => f.write_str(
                 "max_clients(0) with the overflow rule `reject` refuses every client: \

@@ -484,7 +484,7 @@ where
     // Resolved here for the clock's tick; `Limiter::with_bounds` then finds
     // nothing left to convert.
     let rules = rules.in_ticks_of(clock.tick())?;
-    let bounds = bounds.validate()?;
+    let bounds = bounds.validate_for(&rules)?;
     if let Some(capacity) = extras.offenders {
         if !(1..=crate::offenders::MAX_CAPACITY).contains(&capacity) {
             return Err(ConfigError::OffendersOutOfRange { capacity });

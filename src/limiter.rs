@@ -794,7 +794,7 @@ where
     /// # Ok::<(), floodgate::ConfigError>(())
     /// ```
     pub fn with_bounds(policy: P, clock: C, bounds: Bounds) -> Result<Self, ConfigError> {
-        let bounds = bounds.validate()?;
+        let bounds = bounds.validate_for(&policy.rule_set())?;
         let policy = if policy
             .rule_set()
             .iter()

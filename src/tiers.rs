@@ -486,6 +486,7 @@ where
             });
         }
         let spec = rules.in_ticks_of(self.tick)?;
+        self.bounds.validate_for(&spec)?;
         self.tiers
             .insert(name.to_owned(), Tier::new(spec, self.bounds, self.counting));
         Ok(self)
@@ -502,6 +503,9 @@ where
     /// What [`Bounds::validate`] refuses.
     pub fn with_bounds(mut self, bounds: Bounds) -> Result<Self, ConfigError> {
         self.bounds = bounds.validate()?;
+        for tier in self.tiers.values() {
+            self.bounds.validate_for(&tier.rules())?;
+        }
         for tier in self.tiers.values_mut() {
             *tier = Tier::new(tier.rules(), bounds, self.counting);
         }
@@ -619,6 +623,7 @@ where
     pub fn reload_rules(&self, name: &str, rules: RuleSet) -> Result<(), TierError> {
         let tier = self.tiers.get(name).ok_or_else(|| self.unknown(name))?;
         let spec = rules.in_ticks_of(self.tick)?;
+        self.bounds.validate_for(&spec)?;
         // Reloads of one tier may race; two that both see an old rule both
         // store, and the later store wins, as if they had run in turn.
         let before = tier.current.load_full();

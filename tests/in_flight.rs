@@ -311,6 +311,39 @@ fn an_in_flight_rule_beside_a_one_word_rule_is_a_pair() {
     }
 }
 
+/// The shared overflow state cannot hold in-flight units (no release
+/// would find it): a typed error on both engines, in a registry of tiers
+/// at its build and at a reload, never a limiter that fills for ever.
+#[test]
+fn a_shared_overflow_state_refuses_in_flight_rules() {
+    use floodgate::tiers::Tiers;
+    use floodgate::ConfigError;
+    let shared = Bounds::new().max_clients(10).on_overflow(Overflow::Shared);
+    let rules: RuleSet = "gcra:3/10ticks,in-flight:2".parse().unwrap();
+    for engine in [Engine::LockFree, Engine::Mutex] {
+        let built = build_rules::<u64, _>(&rules, engine, ManualClock::new(0), shared);
+        assert_eq!(
+            built.err(),
+            Some(ConfigError::SharedOverflowHolds),
+            "{engine:?}"
+        );
+        let rejecting = shared.on_overflow(Overflow::Reject);
+        assert!(build_rules::<u64, _>(&rules, engine, ManualClock::new(0), rejecting).is_ok());
+    }
+    let tiers = Tiers::<String, _, _>::with_clock_rules(
+        "free",
+        "gcra:3/10ticks".parse().unwrap(),
+        |_: &str| "free",
+        ManualClock::new(0),
+    )
+    .unwrap()
+    .with_bounds(shared)
+    .unwrap();
+    let reload = tiers.reload_rules("free", rules.clone()).unwrap_err();
+    assert!(reload.to_string().contains("shared overflow"), "{reload}");
+    assert!(tiers.with_tier_rules("pro", rules).is_err());
+}
+
 /// A counting limiter counts the units released and the refusals by an
 /// `in-flight` rule apart from the rate rule's, on both engines and in a
 /// tier; a refusal feeds the offenders' summary as any other.
