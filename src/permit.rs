@@ -23,7 +23,9 @@ use crate::{Decision, RateLimiter};
 /// its release gives 0 back. Units are released by key: a client that was
 /// [`forget`](RateLimiter::forget)-ten while a permit held its units
 /// starts again from none held, and the permit's release then gives 0
-/// back (the units were dropped with the client, never released twice).
+/// back, unless the client was admitted again meanwhile, whose unit it
+/// then releases (never more than is held). Forget a client only when
+/// none of its requests run.
 ///
 /// ```
 /// use floodgate::permit::Permit;

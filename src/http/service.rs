@@ -155,12 +155,12 @@ where
             // Made before the wait, so that a request dropped while it
             // waits for its delay is cancelled too (and releases what it
             // holds: the holding drops with the future).
-            let holds = ruled.holds();
-            let refunds = options.refunds();
-            let key = Shared(Arc::new(key));
-            let holding =
-                holds.then(|| Holding::new(Arc::clone(&limiter), key.clone(), tier.clone(), cost));
-            let admission = refunds.then(|| {
+            let (holds, refunds) = (ruled.holds(), options.refunds());
+            let key = (holds || refunds).then(|| Shared(Arc::new(key)));
+            let holding = key.as_ref().filter(|_| holds).map(|key| {
+                Holding::new(Arc::clone(&limiter), key.clone(), tier.clone(), cost)
+            });
+            let admission = key.filter(|_| refunds).map(|key| {
                 let on_drop = options.refund_cancelled;
                 Admission::new(limiter, key, tier, decision, cost, on_drop)
             });
