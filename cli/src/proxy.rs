@@ -476,13 +476,32 @@ impl AsyncLimiter<Client> for Counted {
         given
     }
 
+    fn holds(&self, ruled: &RuledDecision<'_>) -> bool {
+        match &self.store {
+            Store::Memory(_) => ruled.holds(),
+            #[cfg(feature = "redis")]
+            Store::Redis(redis) => AsyncLimiter::<str>::holds(redis, ruled),
+        }
+    }
+
+    fn refused_in_flight(&self, ruled: &RuledDecision<'_>) -> Option<floodgate::Rule> {
+        match &self.store {
+            Store::Memory(_) => ruled.refused_in_flight(),
+            #[cfg(feature = "redis")]
+            Store::Redis(redis) => AsyncLimiter::<str>::refused_in_flight(redis, ruled),
+        }
+    }
+
     async fn release_in(&self, tier: Option<&str>, key: &Client, cost: u64) -> u64 {
         let released = match &self.store {
             Store::Memory(limiter) => AsyncLimiter::release_in(&**limiter, tier, key, cost).await,
-            // The Redis store takes no in-flight rule (it says so when the
-            // proxy starts): nothing is held there.
             #[cfg(feature = "redis")]
-            Store::Redis(_) => 0,
+            Store::Redis(redis) => match key {
+                Client::Ip(ip) => AsyncLimiter::<IpAddr>::release_in(redis, tier, ip, cost).await,
+                Client::Text(text) => {
+                    AsyncLimiter::<str>::release_in(redis, tier, text, cost).await
+                }
+            },
         };
         self.stats.released.fetch_add(released, Ordering::Relaxed);
         released

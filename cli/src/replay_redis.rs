@@ -75,7 +75,10 @@ pub fn limiter(
         .timeout(TIMEOUT)
         .min_ttl(KEEP)
         .connections(1)
-        .rejection_cache(0);
+        .rejection_cache(0)
+        // A trace's times are not the wall clock's: held units stay held
+        // until a release line, as the contract holds them.
+        .lease(None);
     let limiter =
         RedisLimiter::with_rules(url, rules, options).map_err(|e| format!("--backend: {e}"))?;
     limiter
@@ -135,6 +138,12 @@ impl RateLimiter<str> for Strict {
     fn refund_at(&self, key: &str, now: u64, at: u64, cost: u64) -> u64 {
         self.limiter
             .try_refund_at(key, now, at, cost)
+            .unwrap_or_else(|e| self.fail(e))
+    }
+
+    fn release_at(&self, key: &str, now: u64, cost: u64) -> u64 {
+        self.limiter
+            .try_release_at(key, now, cost)
             .unwrap_or_else(|e| self.fail(e))
     }
 

@@ -54,6 +54,22 @@ pub trait AsyncLimiter<Q: ?Sized>: Send + Sync {
         key: &Q,
         cost: u64,
     ) -> impl Future<Output = u64> + Send;
+
+    /// Whether the admission `ruled` holds units until they are released
+    /// (an `in-flight` rule decided it): the layer then releases them when
+    /// the response body ends. The decision says so
+    /// ([`RuledDecision::holds`]) when it names each rule; a limiter whose
+    /// decisions name only the strictest rule says so itself.
+    fn holds(&self, ruled: &RuledDecision<'_>) -> bool {
+        ruled.holds()
+    }
+
+    /// The `in-flight` rule that refused `ruled`, if one did
+    /// ([`RuledDecision::refused_in_flight`], or the limiter's own rules
+    /// for a limiter whose decisions name only the strictest rule).
+    fn refused_in_flight(&self, ruled: &RuledDecision<'_>) -> Option<crate::Rule> {
+        ruled.refused_in_flight()
+    }
 }
 
 impl<Q, L> AsyncLimiter<Q> for L
@@ -152,10 +168,25 @@ mod redis {
             }
         }
 
-        /// The Redis store refuses `in-flight` rules (until held units get
-        /// a lease): it holds nothing to release.
-        async fn release_in(&self, _tier: Option<&str>, _key: &str, _cost: u64) -> u64 {
-            0
+        /// No tiers: an admission in a named tier held nothing.
+        async fn release_in(&self, tier: Option<&str>, key: &str, cost: u64) -> u64 {
+            match tier {
+                Some(_) => 0,
+                None => self.release(key, cost).await,
+            }
+        }
+
+        /// Its decisions name the strictest rule only: it holds when any
+        /// of its rules is an `in-flight` rule.
+        fn holds(&self, ruled: &RuledDecision<'_>) -> bool {
+            ruled.decision.allowed() && self.holds_units()
+        }
+
+        /// The rule its decision's `refused_by` names, among all of its
+        /// rules.
+        fn refused_in_flight(&self, ruled: &RuledDecision<'_>) -> Option<crate::Rule> {
+            let rule = *self.rules().get(ruled.decision.refused_by()?)?;
+            (rule.policy() == crate::PolicyKind::InFlight).then_some(rule)
         }
     }
 
@@ -207,11 +238,20 @@ mod redis {
 
         fn release_in(
             &self,
-            _tier: Option<&str>,
-            _key: &IpAddr,
-            _cost: u64,
+            tier: Option<&str>,
+            key: &IpAddr,
+            cost: u64,
         ) -> impl Future<Output = u64> + Send {
-            std::future::ready(0)
+            let key = key.to_string();
+            async move { AsyncLimiter::<str>::release_in(self, tier, &key, cost).await }
+        }
+
+        fn holds(&self, ruled: &RuledDecision<'_>) -> bool {
+            AsyncLimiter::<str>::holds(self, ruled)
+        }
+
+        fn refused_in_flight(&self, ruled: &RuledDecision<'_>) -> Option<crate::Rule> {
+            AsyncLimiter::<str>::refused_in_flight(self, ruled)
         }
     }
 }

@@ -148,18 +148,29 @@ where
                         headers.apply(response.headers_mut());
                         response
                     }
-                    None => refusal(&options, &ruled, &headers, Some(cost), tier.as_deref()),
+                    None => {
+                        let busy = limiter.refused_in_flight(&ruled);
+                        refusal(
+                            &options,
+                            &ruled,
+                            busy,
+                            &headers,
+                            Some(cost),
+                            tier.as_deref(),
+                        )
+                    }
                 };
                 return Ok(response.map(ResponseBody::full));
             }
             // Made before the wait, so that a request dropped while it
             // waits for its delay is cancelled too (and releases what it
             // holds: the holding drops with the future).
-            let (holds, refunds) = (ruled.holds(), options.refunds());
+            let (holds, refunds) = (limiter.holds(&ruled), options.refunds());
             let key = (holds || refunds).then(|| Shared(Arc::new(key)));
-            let holding = key.as_ref().filter(|_| holds).map(|key| {
-                Holding::new(Arc::clone(&limiter), key.clone(), tier.clone(), cost)
-            });
+            let holding = key
+                .as_ref()
+                .filter(|_| holds)
+                .map(|key| Holding::new(Arc::clone(&limiter), key.clone(), tier.clone(), cost));
             let admission = key.filter(|_| refunds).map(|key| {
                 let on_drop = options.refund_cancelled;
                 Admission::new(limiter, key, tier, decision, cost, on_drop)
@@ -261,6 +272,7 @@ fn log_once(flag: &AtomicBool, log: impl FnOnce()) {
 fn refusal(
     options: &Options,
     ruled: &RuledDecision<'_>,
+    in_flight: Option<crate::Rule>,
     headers: &RateLimitHeaders,
     cost: Option<u64>,
     tier: Option<&str>,
@@ -289,9 +301,7 @@ fn refusal(
         );
     }
     let limit = ruled.config.limit();
-    let busy = ruled
-        .refused_in_flight()
-        .filter(|rule| cost.is_none_or(|cost| cost <= rule.config().limit()));
+    let busy = in_flight.filter(|rule| cost.is_none_or(|cost| cost <= rule.config().limit()));
     let mut response = match (busy, headers.retry_after()) {
         (Some(rule), _) => {
             let status = if options.in_flight_unavailable {
@@ -393,7 +403,14 @@ pub fn too_many_requests(ruled: &RuledDecision<'_>, policy_name: &str) -> Respon
     );
     let options = Options::new(policy_name);
     let headers = RateLimitHeaders::new(ruled, policy_name, None, false);
-    refusal(&options, ruled, &headers, None, None)
+    refusal(
+        &options,
+        ruled,
+        ruled.refused_in_flight(),
+        &headers,
+        None,
+        None,
+    )
 }
 
 /// Adds to `headers` what the layer sends with `ruled`: `RateLimit-Policy`

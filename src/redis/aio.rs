@@ -172,11 +172,22 @@ impl AsyncRedisLimiter {
         };
         let core = std::sync::Arc::new(core);
         let batcher = match connection {
-            Connection::Single(_) if options.batching => {
+            // A batch carries no holder ids: a limiter that holds units
+            // sends each check on its own.
+            Connection::Single(_) if options.batching && core.holdings.is_none() => {
                 Batcher::spawn(std::sync::Arc::clone(&core), connection.clone())
             }
             _ => None,
         };
+        if let (Some(every), Ok(runtime)) =
+            (core.renew_every, tokio::runtime::Handle::try_current())
+        {
+            runtime.spawn(renew_leases(
+                std::sync::Arc::downgrade(&core),
+                connection.clone(),
+                every,
+            ));
+        }
         Ok(Self {
             core,
             connection,
@@ -273,7 +284,62 @@ impl AsyncRedisLimiter {
             .await;
         // Whether or not the answer came, the state may be gone.
         self.core.invalidate(Some(key));
+        self.core.forget_holdings(key);
         Ok(deleted? > 0)
+    }
+
+    /// Releases up to `cost` units `key` holds under its `in-flight` rules
+    /// at `now`: see
+    /// [`RedisLimiter::try_release_at`](super::RedisLimiter::try_release_at).
+    ///
+    /// # Errors
+    ///
+    /// As [`try_check_at`](Self::try_check_at); on a timeout the units may
+    /// have been released.
+    pub async fn try_release_at(&self, key: &str, now: u64, cost: u64) -> Result<u64, RedisError> {
+        self.let_go(key, Some(now), cost).await
+    }
+
+    /// [`try_release_at`](Self::try_release_at) now.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_release_at`](Self::try_release_at).
+    pub async fn try_release(&self, key: &str, cost: u64) -> Result<u64, RedisError> {
+        self.let_go(key, self.core.implicit_now(), cost).await
+    }
+
+    /// [`try_release`](Self::try_release); 0 when Redis fails (the units
+    /// stay held until released again or their lease ends).
+    pub async fn release(&self, key: &str, cost: u64) -> u64 {
+        self.try_release(key, cost).await.unwrap_or(0)
+    }
+
+    async fn let_go(&self, key: &str, now: Option<u64>, cost: u64) -> Result<u64, RedisError> {
+        if cost == 0 {
+            return Ok(0);
+        }
+        let Some((plan, local)) = self.core.plan_release(key, now, cost) else {
+            return Ok(0);
+        };
+        let result = match script::encode_now(now) {
+            Err(error) => Err(error),
+            Ok(encoded) => match self.core.release_call(key, &encoded, cost, &plan) {
+                None => Ok(0),
+                Some(invocation) => {
+                    let mut connection = self.connection.clone();
+                    let start = std::time::Instant::now();
+                    let result = within(
+                        self.core.timeout,
+                        invocation.invoke_async::<u64>(&mut connection),
+                    )
+                    .await;
+                    self.core.round_trips.done(start, &result);
+                    result
+                }
+            },
+        };
+        self.core.released(key, plan, local, result)
     }
 
     /// Gives back up to `cost` units of `key`'s admission at `at`, judged
@@ -407,6 +473,12 @@ impl AsyncRedisLimiter {
         }
     }
 
+    /// Whether its rules include an `in-flight` rule: its admissions then
+    /// hold units until released ([`release`](Self::release)).
+    pub fn holds_units(&self) -> bool {
+        self.core.holdings.is_some()
+    }
+
     /// What the store did: its round trips to Redis (calls and batches,
     /// errors, their latency), the fault rule's answers, the rejection
     /// cache's.
@@ -479,11 +551,13 @@ impl AsyncRedisLimiter {
             Ok(decision) => return Ok(self.core.counted(decision, cost)),
             Err(ticket) => ticket,
         };
-        let reply = match (self.core.weighed(cost), &self.batcher) {
+        let (op, holder) = self.core.holding(cost);
+        let reply = match (op, &self.batcher) {
             (Op::CheckN(cost), Some(batcher)) => self.batched(batcher, key, cost, now).await?,
             (op, _) => self.call(key, op, now).await?,
         };
         let decision = self.core.weighed_decision(reply, cost)?;
+        self.core.held(key, holder, cost, &decision);
         self.core.remember(key, cost, ticket, &decision);
         Ok(self.core.counted(decision, cost))
     }
@@ -534,6 +608,37 @@ impl AsyncRedisLimiter {
     async fn command<T: FromRedisValue>(&self, command: &::redis::Cmd) -> Result<T, RedisError> {
         let mut connection = self.connection.clone();
         within(self.core.timeout, command.query_async::<T>(&mut connection)).await
+    }
+}
+
+/// Renews this process's holders' leases every `every`, until the limiter
+/// is dropped (the task then ends at its next turn).
+async fn renew_leases(
+    core: std::sync::Weak<super::Core>,
+    mut connection: Connection,
+    every: Duration,
+) {
+    let mut turns = tokio::time::interval(every);
+    turns.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The first turn is at once: nothing is held yet.
+    turns.tick().await;
+    loop {
+        turns.tick().await;
+        let Some(core) = core.upgrade() else {
+            return;
+        };
+        let Ok(now) = script::encode_now(core.implicit_now()) else {
+            continue;
+        };
+        for invocation in core.renewals(&now) {
+            // A renewal that fails is tried again at the next turn, within
+            // the lease (a third of it has passed).
+            let _ = within(
+                core.timeout,
+                invocation.invoke_async::<u64>(&mut connection),
+            )
+            .await;
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 //! connections.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use ::redis::cluster::ClusterConnection;
@@ -58,8 +58,8 @@ use crate::{Config, Decision, PolicyKind, RateLimiter, RuleSet, RuledDecision};
 /// ```
 #[derive(Debug)]
 pub struct RedisLimiter {
-    core: Core,
-    pool: Pool,
+    core: Arc<Core>,
+    pool: Arc<Pool>,
 }
 
 impl RedisLimiter {
@@ -122,10 +122,81 @@ impl RedisLimiter {
     /// The limiter of `core` on the Redis at `url`.
     fn open(url: &str, core: Core, options: &RedisOptions) -> Result<Self, RedisConfigError> {
         let target = Target::open(url, core.timeout)?;
-        Ok(Self {
-            pool: Pool::new(target, options.connections, core.timeout),
-            core,
-        })
+        let limiter = Self {
+            pool: Arc::new(Pool::new(target, options.connections, core.timeout)),
+            core: Arc::new(core),
+        };
+        if let Some(every) = limiter.core.renew_every {
+            renew_leases(
+                Arc::downgrade(&limiter.core),
+                Arc::downgrade(&limiter.pool),
+                every,
+            );
+        }
+        Ok(limiter)
+    }
+
+    /// Releases up to `cost` units `key` holds under its `in-flight` rules
+    /// at `now` ([`RateLimiter::release_at`]): this process's own holders
+    /// first (newest first), or, when it holds none of `key`, the holders
+    /// whose leases end first. One script call.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_check_at`](Self::try_check_at); on a timeout the units may
+    /// have been released (this process then renews them no more, and they
+    /// come back within one lease).
+    pub fn try_release_at(&self, key: &str, now: u64, cost: u64) -> Result<u64, RedisError> {
+        self.let_go(key, Some(now), cost)
+    }
+
+    /// [`try_release_at`](Self::try_release_at) now.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_release_at`](Self::try_release_at).
+    pub fn try_release(&self, key: &str, cost: u64) -> Result<u64, RedisError> {
+        self.let_go(key, self.core.implicit_now(), cost)
+    }
+
+    /// Renews the leases of every holder this process holds, at `now`, as
+    /// its lease thread does every third of a lease: how many are still
+    /// held (a holder whose lease ended is not brought back). For a
+    /// caller that keeps the time itself ([`TimeSource::Caller`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`try_check_at`](Self::try_check_at).
+    pub fn try_renew_at(&self, now: u64) -> Result<u64, RedisError> {
+        let now = script::encode_now(Some(now))?;
+        let mut kept = 0;
+        for invocation in self.core.renewals(&now) {
+            kept += self
+                .pool
+                .with(|connection| invocation.invoke::<u64>(connection))?;
+        }
+        Ok(kept)
+    }
+
+    fn let_go(&self, key: &str, now: Option<u64>, cost: u64) -> Result<u64, RedisError> {
+        if cost == 0 {
+            return Ok(0);
+        }
+        let Some((plan, local)) = self.core.plan_release(key, now, cost) else {
+            return Ok(0);
+        };
+        let result = script::encode_now(now).and_then(|encoded| {
+            let Some(invocation) = self.core.release_call(key, &encoded, cost, &plan) else {
+                return Ok(0);
+            };
+            let start = std::time::Instant::now();
+            let result = self
+                .pool
+                .with(|connection| invocation.invoke::<u64>(connection));
+            self.core.round_trips.done(start, &result);
+            result
+        });
+        self.core.released(key, plan, local, result)
     }
 
     /// Decides one request of `key` at `now` (ticks of the time source).
@@ -281,6 +352,7 @@ impl RedisLimiter {
             .with(|connection| ::redis::cmd("DEL").arg(&stored).query::<u64>(connection));
         // Whether or not the answer came, the state may be gone.
         self.core.invalidate(Some(key));
+        self.core.forget_holdings(key);
         Ok(deleted? > 0)
     }
 
@@ -384,9 +456,11 @@ impl RedisLimiter {
             Ok(decision) => return Ok(self.core.counted(decision, cost)),
             Err(ticket) => ticket,
         };
+        let (op, holder) = self.core.holding(cost);
         let decision = self
-            .call(key, self.core.weighed(cost), now)
+            .call(key, op, now)
             .and_then(|reply| self.core.weighed_decision(reply, cost))?;
+        self.core.held(key, holder, cost, &decision);
         self.core.remember(key, cost, ticket, &decision);
         Ok(self.core.counted(decision, cost))
     }
@@ -519,6 +593,16 @@ impl RateLimiter<str> for RedisLimiter {
         self.try_forget(key).unwrap_or(false)
     }
 
+    /// 0 when Redis fails: the units stay held until released again or
+    /// their lease ends.
+    fn release_at(&self, key: &str, now: u64, cost: u64) -> u64 {
+        self.try_release_at(key, now, cost).unwrap_or(0)
+    }
+
+    fn release(&self, key: &str, cost: u64) -> u64 {
+        self.try_release(key, cost).unwrap_or(0)
+    }
+
     /// [`try_tracked_clients`](RedisLimiter::try_tracked_clients), or 0 when
     /// Redis fails.
     fn tracked_clients(&self) -> usize {
@@ -558,6 +642,36 @@ impl RateLimiter<str> for RedisLimiter {
 
 /// One connection of the pool: to one server, or to a cluster (itself a
 /// connection per node, routing each call by its key's slot).
+/// Renews this process's holders' leases every `every` on a thread of its
+/// own, until the limiter is dropped (the thread then ends at its next
+/// turn).
+fn renew_leases(core: Weak<Core>, pool: Weak<Pool>, every: Duration) {
+    let renew = move || loop {
+        std::thread::sleep(every);
+        let (Some(core), Some(pool)) = (core.upgrade(), pool.upgrade()) else {
+            return;
+        };
+        let Ok(now) = script::encode_now(core.implicit_now()) else {
+            continue;
+        };
+        for invocation in core.renewals(&now) {
+            // A renewal that fails is tried again at the next turn, within
+            // the lease (a third of it has passed).
+            let _ = pool.with(|connection| invocation.invoke::<u64>(connection));
+        }
+    };
+    // Without a thread, leases are not renewed: a request longer than the
+    // lease then gives its units back early, never later.
+    if let Err(error) = std::thread::Builder::new()
+        .name("floodgate-redis-leases".to_owned())
+        .spawn(renew)
+    {
+        tracing::error!(
+            "floodgate: no thread to renew the Redis leases of in-flight rules: {error}"
+        );
+    }
+}
+
 enum Conn {
     Single(Connection),
     /// Boxed: it is several times the size of a single connection.

@@ -252,6 +252,8 @@
 mod aio;
 mod batch;
 mod blocking;
+mod held;
+mod options;
 mod rejections;
 mod script;
 mod stats;
@@ -263,240 +265,20 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub use aio::AsyncRedisLimiter;
 pub use blocking::RedisLimiter;
+pub use options::{
+    OnFailure, RedisOptions, TimeSource, DEFAULT_LEASE, DEFAULT_LOCAL_BOUNDS,
+    DEFAULT_LOCAL_MAX_CLIENTS,
+};
 pub use rejections::DEFAULT_REJECTION_CACHE;
 pub use script::{MAX_COUNTER_PRODUCT, MAX_NOW, MAX_WINDOW};
 pub use stats::{RedisStats, LATENCY_BUCKETS};
 
 use crate::decision::NEVER;
 use crate::{
-    build_bounded, build_rules, Bounds, Clock, Config, ConfigError, Decision, Engine, Overflow,
-    PolicyKind, RateLimiter, Rule, RuleSet, Tick,
+    build_bounded, build_rules, Clock, Config, ConfigError, Decision, Engine, PolicyKind,
+    RateLimiter, Rule, RuleSet, Tick,
 };
 use rejections::{Rejections, Stamp};
-
-/// Where a decision's `now` comes from.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum TimeSource {
-    /// Redis's clock (`TIME`), in microseconds since the Unix epoch: one
-    /// clock for every instance. The window is in microseconds. The `*_at`
-    /// methods may still pass a time, in the same unit.
-    #[default]
-    Server,
-    /// The caller's time, in ticks of `tick`. `tick` is a whole number of
-    /// milliseconds or divides one millisecond (1 µs, 10 µs, 250 µs, 1 ms,
-    /// 1 s, …), and is at least 1 µs; it converts TTLs to real time and
-    /// scales the Unix time that `check` and `remaining` pass.
-    Caller {
-        /// The real duration of one tick.
-        tick: Duration,
-    },
-}
-
-impl TimeSource {
-    /// Caller-supplied times in milliseconds, as `floodgate replay` uses.
-    pub const MILLIS: TimeSource = TimeSource::Caller {
-        tick: Duration::from_millis(1),
-    };
-
-    /// The tick's length in nanoseconds.
-    fn tick_ns(self) -> u128 {
-        match self {
-            TimeSource::Server => 1_000,
-            TimeSource::Caller { tick } => tick.as_nanos(),
-        }
-    }
-}
-
-/// What the [`RateLimiter`] methods answer when Redis fails (the `try_*`
-/// methods return the error instead).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum OnFailure {
-    /// Reject: `allowed` false, `remaining` 0, `retry_after` the timeout in
-    /// ticks (at least 1). The default, as with the in-memory engine's caps:
-    /// an outage of the limiter must not become an outage of what it
-    /// protects.
-    #[default]
-    FailClosed,
-    /// Admit: `allowed` true, `remaining` the limit, no delay.
-    FailOpen,
-    /// Decide with an in-memory limiter of the same policy and
-    /// configuration, local to this process: each instance then limits on
-    /// its own until Redis is back, so the total admitted may reach the
-    /// limit times the number of instances. Its state is not merged into
-    /// Redis afterwards.
-    ///
-    /// That limiter is [`build_bounded`] with [`RedisOptions::local_bounds`],
-    /// by default [`DEFAULT_LOCAL_BOUNDS`]: idle clients are evicted and at
-    /// most [`DEFAULT_LOCAL_MAX_CLIENTS`] are tracked, and a new client that
-    /// finds no room is rejected ([`Overflow::Reject`]), so an outage under
-    /// a flood of new ids costs bounded memory and fails closed for the
-    /// newcomers only.
-    Local,
-}
-
-/// The cap of [`DEFAULT_LOCAL_BOUNDS`]: how many clients the
-/// [`OnFailure::Local`] fallback tracks at most unless told otherwise.
-///
-/// With idle eviction only the clients that called within about a window
-/// count, so one instance rarely holds that many while Redis is down; a
-/// flood of new ids reaches it, and then costs about 10 MB (56 to 72 bytes
-/// per client for the fixed-size policies, plus the `String` key's 24
-/// bytes and its length, for ids of about 20 bytes). `sliding-window`
-/// keeps `L` times per client (72 + 16·`L` bytes): with a large limit,
-/// give a smaller cap.
-pub const DEFAULT_LOCAL_MAX_CLIENTS: usize = 100_000;
-
-/// The default [`RedisOptions::local_bounds`]: idle eviction, at most
-/// [`DEFAULT_LOCAL_MAX_CLIENTS`] clients, and [`Overflow::Reject`] at the
-/// cap. Failing closed for newcomers matches [`OnFailure`]'s own default:
-/// an outage must not become a way around the limit, and the clients the
-/// fallback already tracks (the ones that keep calling) never feel the cap.
-pub const DEFAULT_LOCAL_BOUNDS: Bounds = Bounds::new()
-    .evict_idle()
-    .max_clients(DEFAULT_LOCAL_MAX_CLIENTS)
-    .on_overflow(Overflow::Reject);
-
-/// Options of a Redis limiter; [`RedisOptions::new`] gives the defaults.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RedisOptions {
-    prefix: String,
-    time: TimeSource,
-    timeout: Duration,
-    on_failure: OnFailure,
-    local_bounds: Bounds,
-    min_ttl: Duration,
-    connections: usize,
-    rejection_cache: usize,
-    batching: bool,
-}
-
-impl Default for RedisOptions {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl RedisOptions {
-    /// Prefix `floodgate`, Redis's clock, a 100 ms timeout, fail closed
-    /// (with [`DEFAULT_LOCAL_BOUNDS`] should the rule become
-    /// [`OnFailure::Local`]), no least TTL, 8 blocking connections, a
-    /// rejection cache of [`DEFAULT_REJECTION_CACHE`] clients, and the async
-    /// limiter's checks batched.
-    pub fn new() -> Self {
-        Self {
-            prefix: "floodgate".to_owned(),
-            time: TimeSource::Server,
-            timeout: Duration::from_millis(100),
-            on_failure: OnFailure::FailClosed,
-            local_bounds: DEFAULT_LOCAL_BOUNDS,
-            min_ttl: Duration::ZERO,
-            connections: 8,
-            rejection_cache: DEFAULT_REJECTION_CACHE,
-            batching: true,
-        }
-    }
-
-    /// The first part of every key (no `{` or `}`, which would move the
-    /// client's hash tag).
-    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
-    }
-
-    /// Where `now` comes from.
-    pub fn time(mut self, time: TimeSource) -> Self {
-        self.time = time;
-        self
-    }
-
-    /// How long Redis may keep a call waiting before it fails with
-    /// [`RedisError::Timeout`] (at least 1 ms; default 100 ms). The async
-    /// limiter bounds the whole call, reconnection included; the blocking
-    /// one bounds each wait on its socket (connecting, sending, the reply),
-    /// so a call that must also load its script may wait up to three times
-    /// as long.
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// What the [`RateLimiter`] methods answer when Redis fails.
-    pub fn on_failure(mut self, rule: OnFailure) -> Self {
-        self.on_failure = rule;
-        self
-    }
-
-    /// How the in-memory limiter of [`OnFailure::Local`] bounds its memory
-    /// (default [`DEFAULT_LOCAL_BOUNDS`]; see [`crate::bounds`]). Ignored by
-    /// the other rules. [`Bounds::new`] alone tracks every client until the
-    /// process ends, however many new ids an outage brings.
-    pub fn local_bounds(mut self, bounds: Bounds) -> Self {
-        self.local_bounds = bounds;
-        self
-    }
-
-    /// The least TTL of a written state (whole milliseconds count; default
-    /// zero). States normally expire as soon as they answer as an empty one;
-    /// a longer life keeps the grid policies' origins (and so their answers
-    /// exact) for clients that come back within it, and protects
-    /// caller-supplied times that run slower than real time. At most 2^46
-    /// ms (2,230 years), the longest TTL the scripts set: a longer one is
-    /// that.
-    pub fn min_ttl(mut self, min_ttl: Duration) -> Self {
-        self.min_ttl = min_ttl;
-        self
-    }
-
-    /// How many connections the blocking [`RedisLimiter`] keeps (at least
-    /// 1): that many calls can be in flight at once; more wait for one.
-    /// The async limiter multiplexes one connection and ignores this.
-    pub fn connections(mut self, connections: usize) -> Self {
-        self.connections = connections;
-        self
-    }
-
-    /// How many rejected clients the local rejection cache remembers at
-    /// most (default [`DEFAULT_REJECTION_CACHE`]); 0 turns the cache off,
-    /// and every decision is then a round trip. See the module's
-    /// "A flood is answered locally".
-    pub fn rejection_cache(mut self, max_clients: usize) -> Self {
-        self.rejection_cache = max_clients;
-        self
-    }
-
-    /// Whether the async limiter sends checks that wait at the same time as
-    /// one script call (default on, one server only): see the module's
-    /// "Batches". Off, every check is a script call of its own.
-    pub fn batching(mut self, enabled: bool) -> Self {
-        self.batching = enabled;
-        self
-    }
-
-    /// Whether the async limiter batches checks.
-    pub fn get_batching(&self) -> bool {
-        self.batching
-    }
-
-    /// The rejection cache's cap (0: off).
-    pub fn get_rejection_cache(&self) -> usize {
-        self.rejection_cache
-    }
-
-    /// The key prefix.
-    pub fn get_prefix(&self) -> &str {
-        &self.prefix
-    }
-
-    /// The time source.
-    pub fn get_time(&self) -> TimeSource {
-        self.time
-    }
-
-    /// The bounds of the [`OnFailure::Local`] fallback.
-    pub fn get_local_bounds(&self) -> Bounds {
-        self.local_bounds
-    }
-}
 
 /// A Redis limiter that cannot be built as asked.
 #[derive(Debug)]
@@ -518,10 +300,9 @@ pub enum RedisConfigError {
         /// The window, in ticks.
         window: u64,
     },
-    /// An `in-flight` rule: the Redis store does not hold units in flight
-    /// yet (a holder that dies must not hold them for ever, which needs
-    /// leases); use an in-memory engine for it.
-    InFlight,
+    /// A lease of `in-flight` holders under 1 ms or longer than the
+    /// scripts compute exactly ([`MAX_WINDOW`] ticks).
+    Lease(Duration),
     /// A caller tick shorter than 1 µs, or neither a whole number of
     /// milliseconds nor a divisor of one.
     Tick(Duration),
@@ -546,9 +327,10 @@ impl fmt::Display for RedisConfigError {
                 "limit {limit} times window {window} is too large for sliding-window-counter \
                  in Redis: the product must be at most {MAX_COUNTER_PRODUCT}"
             ),
-            RedisConfigError::InFlight => f.write_str(
-                "in-flight rules are not held in Redis yet (their holders need leases): use \
-                 an in-memory engine for them",
+            RedisConfigError::Lease(lease) => write!(
+                f,
+                "lease {lease:?} is invalid: it must be at least 1 ms and at most {MAX_WINDOW} \
+                 ticks"
             ),
             RedisConfigError::Tick(tick) => write!(
                 f,
@@ -784,6 +566,11 @@ struct Core {
     /// Every decision answered, Redis's, the cache's or the fault rule's:
     /// beside a round trip, an add costs nothing, so it is always kept.
     decisions: Box<crate::stats::Counters>,
+    /// With `in-flight` rules: this process's holders ([`held`]).
+    holdings: Option<held::Holdings>,
+    /// With `in-flight` rules and a lease: how often the holders' leases
+    /// are renewed (a third of the lease).
+    renew_every: Option<Duration>,
 }
 
 /// What a call that reaches Redis needs to remember its rejection: when it
@@ -833,9 +620,6 @@ impl Core {
         };
         let mut resolved = Vec::with_capacity(rules.len());
         for &(policy, config) in rules {
-            if !policy.has_window() {
-                return Err(RedisConfigError::InFlight);
-            }
             let config = config.resolve(policy, tick)?;
             if config.window() > MAX_WINDOW {
                 return Err(RedisConfigError::WindowTooLong {
@@ -914,6 +698,20 @@ impl Core {
             _ => None,
         };
         let min_ttl_ms = u64::try_from(options.min_ttl.as_millis()).unwrap_or(u64::MAX);
+        // The lease in ticks (0: none), checked whether or not a rule
+        // holds, so that a bad option is an error wherever it is given.
+        let lease = match options.lease {
+            None => 0,
+            Some(lease) => u64::try_from(lease.as_nanos() / tick_ns)
+                .ok()
+                .filter(|&ticks| {
+                    lease >= Duration::from_millis(1) && (1..=MAX_WINDOW).contains(&ticks)
+                })
+                .ok_or(RedisConfigError::Lease(lease))?,
+        };
+        let holds = resolved
+            .iter()
+            .any(|&(policy, _)| policy == PolicyKind::InFlight);
         let rule_names: Vec<String> = resolved
             .iter()
             .map(|(policy, config)| {
@@ -933,7 +731,10 @@ impl Core {
                 &resolved,
                 u64::try_from(tick_ns).expect("checked above"),
                 min_ttl_ms,
+                lease,
             ),
+            holdings: holds.then(held::Holdings::new),
+            renew_every: options.lease.filter(|_| holds).map(|lease| lease / 3),
             time: options.time,
             clock,
             timeout: options.timeout,
@@ -983,7 +784,9 @@ impl Core {
     /// `client`, if it is a rejection that ends.
     fn remember(&self, client: &str, cost: u64, ticket: Option<Ticket>, decision: &Decision) {
         if let (Some(cache), Some(ticket)) = (&self.rejections, ticket) {
-            if !decision.allowed {
+            // A refusal no wait ends (an `in-flight` rule's) is not one the
+            // cache can answer until a time: only a release ends it.
+            if !decision.allowed && decision.retry_after != NEVER {
                 cache.insert(client, cost, ticket.stamp, ticket.generation, decision);
             }
         }
@@ -1116,7 +919,9 @@ impl Core {
                     ..Decision::admit(remaining)
                 }
             } else {
-                Decision::reject(remaining, field(own[2])?)
+                let wait = script::wait(own[2])
+                    .ok_or_else(|| RedisError::Reply(format!("negative wait in {reply:?}")))?;
+                Decision::reject(remaining, wait)
             };
             answers.push(crate::RuleAnswer {
                 rule: *rule,
@@ -1138,6 +943,14 @@ impl Core {
     /// The fault rule's decision for a check of `key` at `now` (the local
     /// clock's time when the call had none).
     fn check_on_failure(&self, key: &str, now: Option<u64>) -> Decision {
+        let decision = self.fail(key, now);
+        self.held_on_failure(key, &decision, 1);
+        decision
+    }
+
+    /// The fault rule's decision for one request, without recording what
+    /// it holds.
+    fn fail(&self, key: &str, now: Option<u64>) -> Decision {
         self.faults.fetch_add(1, Ordering::Relaxed);
         match (self.on_failure, &self.local) {
             (OnFailure::Local, Some(local)) => {
@@ -1145,6 +958,112 @@ impl Core {
             }
             (OnFailure::FailOpen, _) => Decision::admit(self.config.limit()).in_ticks(self.tick()),
             _ => Decision::reject(0, self.timeout_ticks()).in_ticks(self.tick()),
+        }
+    }
+
+    /// Records what a fault rule's admission of `cost` holds: units held by
+    /// the in-memory fallback, or none (failing open), so that its release
+    /// takes back nothing of another admission's.
+    fn held_on_failure(&self, key: &str, decision: &Decision, cost: u64) {
+        if let (Some(holdings), true) = (&self.holdings, decision.allowed && cost > 0) {
+            let held = match self.on_failure {
+                OnFailure::Local => held::Held::Local(cost),
+                _ => held::Held::Unheld(cost),
+            };
+            holdings.add(key, held);
+        }
+    }
+
+    /// What a release of `cost` units of `key` at `now` takes from this
+    /// process's holdings, the in-memory fallback's part released: the
+    /// plan for the script and the units released already. `None` without
+    /// an `in-flight` rule (nothing is ever held).
+    fn plan_release(&self, key: &str, now: Option<u64>, cost: u64) -> Option<(held::Plan, u64)> {
+        let plan = self.holdings.as_ref()?.take(key, cost);
+        let mut released = plan.unheld;
+        if let (Some(local), true) = (&self.local, plan.local > 0) {
+            let now = now.unwrap_or_else(|| self.clock.now());
+            released += local.release_at(key, now, plan.local);
+        }
+        Some((plan, released))
+    }
+
+    /// The script call of a release `plan` of `cost` units of `key` at
+    /// `now` (from [`script::encode_now`]), if it has a Redis part.
+    fn release_call<'s>(
+        &'s self,
+        key: &str,
+        now: &str,
+        cost: u64,
+        plan: &held::Plan,
+    ) -> Option<::redis::ScriptInvocation<'s>> {
+        let wanted = if plan.by_key { cost } else { plan.redis };
+        (wanted > 0)
+            .then(|| script::release(&self.script, &self.key(key), now, wanted, &plan.holders))
+    }
+
+    /// After a release of `key` was answered (`result`): counted, the
+    /// client's cached refusal dropped; on a failure the Redis holders go
+    /// back to the holdings (still held there).
+    fn released(
+        &self,
+        key: &str,
+        plan: held::Plan,
+        local: u64,
+        result: Result<u64, RedisError>,
+    ) -> Result<u64, RedisError> {
+        match result {
+            Ok(redis) => {
+                self.invalidate(Some(key));
+                self.decisions.released(local + redis);
+                Ok(local + redis)
+            }
+            Err(error) => {
+                if let Some(holdings) = &self.holdings {
+                    holdings.restore(key, plan);
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// Every client with holders of this process in Redis, and the
+    /// renewal call of each at `now` (from [`script::encode_now`]).
+    fn renewals<'s>(&'s self, now: &str) -> Vec<::redis::ScriptInvocation<'s>> {
+        let Some(holdings) = &self.holdings else {
+            return Vec::new();
+        };
+        holdings
+            .in_redis()
+            .into_iter()
+            .map(|(client, holders)| script::renew(&self.script, &self.key(&client), now, &holders))
+            .collect()
+    }
+
+    /// Drops this process's holdings of `key`, whose state was deleted.
+    fn forget_holdings(&self, key: &str) {
+        if let Some(holdings) = &self.holdings {
+            holdings.forget(key);
+        }
+    }
+
+    /// The operation of a check of cost `cost` ([`weighed`](Self::weighed)),
+    /// with a new holder id when the limiter holds and the check may admit.
+    fn holding(&self, cost: u64) -> (script::Op, Option<u64>) {
+        match (self.weighed(cost), &self.holdings) {
+            (script::Op::CheckN(cost), Some(holdings)) => {
+                let id = holdings.next_id();
+                (script::Op::Hold { cost, id }, Some(id))
+            }
+            (op, _) => (op, None),
+        }
+    }
+
+    /// Records the holder `id` of an admission of `cost` of `key`, if the
+    /// script admitted it.
+    fn held(&self, key: &str, id: Option<u64>, cost: u64, decision: &Decision) {
+        if let (Some(holdings), Some(id), true) = (&self.holdings, id, decision.allowed) {
+            holdings.add(key, held::Held::Redis { units: cost, id });
         }
     }
 
@@ -1201,13 +1120,19 @@ impl Core {
         match (self.on_failure, &self.local) {
             (OnFailure::Local, Some(local)) => {
                 self.faults.fetch_add(1, Ordering::Relaxed);
-                local.check_n_at(key, now.unwrap_or_else(|| self.clock.now()), cost)
+                let decision = local.check_n_at(key, now.unwrap_or_else(|| self.clock.now()), cost);
+                self.held_on_failure(key, &decision, cost);
+                decision
             }
             _ if cost > self.config.limit() => {
                 self.faults.fetch_add(1, Ordering::Relaxed);
                 self.never(0, cost)
             }
-            _ => self.check_on_failure(key, now),
+            _ => {
+                let decision = self.fail(key, now);
+                self.held_on_failure(key, &decision, cost);
+                decision
+            }
         }
     }
 
@@ -1265,6 +1190,7 @@ fn prefix_pattern(prefix: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{Bounds, Overflow};
 
     fn core(
         policy: PolicyKind,

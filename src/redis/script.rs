@@ -36,6 +36,12 @@ pub const MAX_COUNTER_PRODUCT: u64 = 1 << 52;
 const PRELUDE: &str = include_str!("scripts/prelude.lua");
 const DRIVER: &str = include_str!("scripts/driver.lua");
 const RULES: &str = include_str!("scripts/rules.lua");
+const HELD: &str = include_str!("scripts/held.lua");
+
+/// What a script answers for a wait no time ends (an `in-flight` rule's
+/// refusal: only a release admits it): 2^53, larger than any wait a rate
+/// rule computes, and read back as [`NEVER`](crate::decision::NEVER).
+const NEVER_WAIT: i64 = 1 << 53;
 
 /// The most decisions one batch call carries: enough that the call's own
 /// cost (a script run, a read and a write of the connection) is a small
@@ -82,7 +88,15 @@ pub(super) fn rule_key(client: &str, rule: usize) -> String {
 /// in ticks, at least one; `tick_ns` is the tick's length in nanoseconds: a
 /// whole number of milliseconds, or a divisor of one millisecond (checked
 /// by the options).
-pub(super) fn script(rules: &[(PolicyKind, Config)], tick_ns: u64, min_ttl_ms: u64) -> RuleScript {
+///
+/// `lease` is how long, in ticks, an `in-flight` rule's holder holds its
+/// units without a renewal (0: until released; at most [`MAX_WINDOW`]).
+pub(super) fn script(
+    rules: &[(PolicyKind, Config)],
+    tick_ns: u64,
+    min_ttl_ms: u64,
+    lease: u64,
+) -> RuleScript {
     use std::fmt::Write as _;
     const MS: u64 = 1_000_000;
     let (ms_per_tick, ticks_per_ms) = if tick_ns >= MS {
@@ -95,7 +109,8 @@ pub(super) fn script(rules: &[(PolicyKind, Config)], tick_ns: u64, min_ttl_ms: u
     // capped at the longest), written in decimal: Lua reads it exactly.
     let mut text = format!(
         "local K = {}\nlocal ms_per_tick = {ms_per_tick}\nlocal ticks_per_ms = {ticks_per_ms}\n\
-         local min_ttl = {}\nlocal MAX_TTL = {MAX_TTL_MS}\n{PRELUDE}\nlocal steps = {{}}\n",
+         local min_ttl = {}\nlocal MAX_TTL = {MAX_TTL_MS}\nlocal LEASE = {lease}\n{PRELUDE}\n\
+         {HELD}\nlocal steps = {{}}\n",
         rules.len(),
         min_ttl_ms.min(MAX_TTL_MS),
     );
@@ -106,7 +121,10 @@ pub(super) fn script(rules: &[(PolicyKind, Config)], tick_ns: u64, min_ttl_ms: u
             PolicyKind::FixedWindow => include_str!("scripts/fixed_window.lua"),
             PolicyKind::SlidingWindowCounter => include_str!("scripts/sliding_window_counter.lua"),
             PolicyKind::Gcra | PolicyKind::LeakyBucket => include_str!("scripts/gcra.lua"),
-            PolicyKind::InFlight => unreachable!("refused when the limiter is built"),
+            PolicyKind::InFlight => {
+                let _ = writeln!(text, "holds[{}] = true", index + 1);
+                include_str!("scripts/in_flight.lua")
+            }
         };
         // Each step in a block of its own, so that its L, W and leaky are
         // its rule's.
@@ -161,6 +179,24 @@ pub(super) enum Op {
     /// Give back up to `cost` units of the admission at `at` (ticks):
     /// the reply is the units given back, 0 for a client with no key.
     Refund { cost: u64, at: u64 },
+    /// [`CheckN`](Op::CheckN) of a limiter with `in-flight` rules: an
+    /// admission holds its units as the holder `<cost>:<id>`.
+    Hold { cost: u64, id: u64 },
+}
+
+/// A wait a script answered, in ticks: [`NEVER`](crate::decision::NEVER)
+/// for [`NEVER_WAIT`] and beyond; `None` for a negative one (a script bug).
+pub(super) fn wait(value: i64) -> Option<u64> {
+    if value >= NEVER_WAIT {
+        return Some(crate::decision::NEVER);
+    }
+    u64::try_from(value).ok()
+}
+
+/// The holder an admission of `cost` units with id `id` is kept as, in
+/// each `in-flight` rule's sorted set (`scripts/held.lua`).
+pub(super) fn holder(cost: u64, id: u64) -> String {
+    format!("{cost}:{id:016x}")
 }
 
 /// The script call for `key`: `now` is `None` for the server's clock.
@@ -196,12 +232,56 @@ fn call<'s>(script: &'s RuleScript, key: &str, op: Op, now: &str) -> ::redis::Sc
         Op::Remaining => ("r", 1),
         Op::Peek => ("p", 1),
         Op::Refund { cost, .. } => ("f", cost),
+        Op::Hold { cost, .. } => ("c", cost),
     };
     let mut call = script.script.prepare_invoke();
     script.add_keys(&mut call, key);
     call.arg(name).arg(now).arg(cost);
-    if let Op::Refund { at, .. } = op {
-        call.arg(at);
+    match op {
+        Op::Refund { at, .. } => {
+            call.arg(at);
+        }
+        Op::Hold { id, .. } => {
+            call.arg(format!("{id:016x}"));
+        }
+        _ => {}
+    }
+    call
+}
+
+/// The call that releases up to `cost` units of `key` at `now` (from
+/// [`encode_now`]) from the holders `holders` (this process's own, as
+/// [`holder`] names them), or, with none, from the holders whose leases end
+/// first: the reply is the units released.
+pub(super) fn release<'s>(
+    script: &'s RuleScript,
+    key: &str,
+    now: &str,
+    cost: u64,
+    holders: &[String],
+) -> ::redis::ScriptInvocation<'s> {
+    let mut call = script.script.prepare_invoke();
+    script.add_keys(&mut call, key);
+    call.arg("l").arg(now).arg(cost);
+    for holder in holders {
+        call.arg(holder);
+    }
+    call
+}
+
+/// The call that renews the leases of `key`'s holders `holders` at `now`
+/// (from [`encode_now`]): the reply is how many are still held.
+pub(super) fn renew<'s>(
+    script: &'s RuleScript,
+    key: &str,
+    now: &str,
+    holders: &[String],
+) -> ::redis::ScriptInvocation<'s> {
+    let mut call = script.script.prepare_invoke();
+    script.add_keys(&mut call, key);
+    call.arg("w").arg(now);
+    for holder in holders {
+        call.arg(holder);
     }
     call
 }
@@ -330,10 +410,15 @@ pub(super) fn decision(reply: Reply) -> Result<Decision, RedisError> {
         .ok()
         .filter(|&index| index < crate::MAX_RULES)
         .ok_or_else(|| RedisError::Reply(format!("refused by rule {refused_by}")))?;
+    // An `in-flight` rule's refusal: no wait admits it.
+    let retry_after = match wait(retry_after) {
+        Some(wait) => wait,
+        None => field(retry_after)?,
+    };
     Ok(Decision {
         allowed,
         remaining: field(remaining)?,
-        retry_after: field(retry_after)?,
+        retry_after,
         delay: field(delay)?,
         // Made the limiter's own by `Core::decision`.
         tick: crate::Tick::NANOSECOND,

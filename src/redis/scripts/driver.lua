@@ -60,12 +60,45 @@ if op == 'f' then
   local now, cost = math.max(at(ARGV[2]), refunding), tonumber(ARGV[3])
   local given
   for j = 1, K do
+    -- An `in-flight` rule answers nothing: it is left out.
     local g = steps[j](KEYS[j], true, now, cost)[1]
-    if given == nil or g < given then
+    if g ~= nil and (given == nil or g < given) then
       given = g
     end
   end
-  return given
+  return given or 0
+end
+-- A release (`in-flight` rules) never creates state: a key with no holder
+-- does not exist, and each rule lets go on its own; the answer is the
+-- least they released.
+if op == 'l' then
+  local now, n = at(ARGV[2]), tonumber(ARGV[3])
+  local released
+  for j = 1, K do
+    if holds[j] then
+      local r = let_go(KEYS[j], now, n, 4)
+      if released == nil or r < released then
+        released = r
+      end
+    end
+  end
+  return released or 0
+end
+-- A renewal of this process's holders' leases: how many are still held
+-- (by the first `in-flight` rule's key; every such rule holds the same).
+if op == 'w' then
+  local now = at(ARGV[2])
+  local kept
+  for j = 1, K do
+    if holds[j] then
+      local k = renew(KEYS[j], now, 3)
+      kept = kept or k
+    end
+  end
+  return kept or 0
+end
+if op == 'c' and ARGV[4] then
+  holder = ARGV[4]
 end
 -- A peek never creates state: with no key there is nothing to answer from,
 -- and the writes a step asks for (a new rule's state, when another rule's

@@ -21,7 +21,15 @@
 --          iff n single requests at `now` would all be, then the state they
 --          would leave
 -- ARGV[4]  `e` only: 1 if the request was admitted, else 0 (ARGV[3] is
---          its cost, any; ARGV[2] its now)
+--          its cost, any; ARGV[2] its now); `c` of a limiter with
+--          `in-flight` rules: the admission's holder id (held.lua); `f`:
+--          the admission's time
+-- `l`      (`in-flight` rules) release up to ARGV[3] units at ARGV[2], from
+--          the holders named in ARGV[4..] or, with none named, from the
+--          holders whose leases end first: the units released (the least
+--          over the `in-flight` rules, 0 without one)
+-- `w`      (`in-flight` rules) renew the leases of the holders named in
+--          ARGV[3..] at ARGV[2]: how many are still held
 -- ARGV[2i], ARGV[2i + 1]  `b` only: the now (or empty) and the cost of the
 --          decision for the i-th client, KEYS[(i - 1) * K + 1 .. i * K], as
 --          ARGV[2] and ARGV[3] for `c`
@@ -167,7 +175,10 @@ end
 local function release(writes)
   for i = 1, #writes do
     local w = writes[i]
-    if w[2] then
+    if w[2] == true then
+      -- A holder's admission (held.lua): {key, true, put, member, now}.
+      w[3](w[1], w[4], w[5])
+    elseif w[2] then
       write(unpack(w))
     else
       redis.call('HSET', w[1], unpack(w, 3))
