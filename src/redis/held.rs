@@ -97,6 +97,9 @@ impl Holdings {
             return plan;
         };
         let mut wanted = n;
+        // Ends: each pass pops one holding of this client's list, under
+        // the lock (no other thread changes it meanwhile), or stops at its
+        // end.
         while wanted > 0 {
             let Some(last) = held.pop() else { break };
             plan.taken.push(last);
