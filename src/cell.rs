@@ -54,27 +54,29 @@
 //!   admission (an admission of cost `n` is one entry that counts `n`):
 //!
 //!   ```text
-//!    127 126            84 83             64 63                               0
-//!   +--+----------------+-----------------+-----------------------------------+
-//!   |R | sequence (43)  |  units (20)     |  admission time (64 bits)         |
-//!   +--+----------------+-----------------+-----------------------------------+
+//!    127 126 125          84 83             64 63                               0
+//!   +--+--+---------------+-----------------+-----------------------------------+
+//!   |R |P | sequence (42) |  units (20)     |  admission time (64 bits)         |
+//!   +--+--+---------------+-----------------+-----------------------------------+
 //!   ```
 //!
 //!   Slot `i` holds entry `m` (`m ≡ i mod L`) with sequence `m + L`, taken
-//!   mod 2^43; a slot that never held an entry has sequence `i`, as if entry
+//!   mod 2^42; a slot that never held an entry has sequence `i`, as if entry
 //!   `i − L` had been there. `units` is the running total of units admitted
 //!   through this entry, mod 2^20. The log only ever subtracts two totals
 //!   of entries that are both in the ring and whose difference is a count
 //!   of units inside one window, at most `L <= 2^20 − 1`
 //!   ([`MAX_LOG_LIMIT`](crate::MAX_LOG_LIMIT)), so the difference mod 2^20
-//!   is exact. The sequence only has to tell apart entries less than 2^43
+//!   is exact. The sequence only has to tell apart entries less than 2^42
 //!   apart: a slot is compared with the entry a reader expects, and a
-//!   wrong match needs the ring to have moved on by a multiple of 2^43
-//!   entries (8.8 × 10^12) between a reader's two loads. A slot can never
+//!   wrong match needs the ring to have moved on by a multiple of 2^42
+//!   entries (4.4 × 10^12) between a reader's two loads. A slot can never
 //!   hold the same word twice (an ABA on the frontier's CAS): its times
 //!   only rise, and one instant holds at most `L` entries, far fewer than
-//!   2^43. Only the slot of the next entry (the ring's frontier) is ever
-//!   marked.
+//!   2^42. Only the slot of the next entry (the ring's frontier) is ever
+//!   marked: with `R` (below), or with `P` when a refund replaced the ring
+//!   by a new one (`policy::sliding_window`, "Giving units back"); a `P`
+//!   slot's time field is that new ring's address, and its units are 0.
 //!
 //! # Retirement
 //!
@@ -448,8 +450,9 @@ impl WindowWord {
 /// One slot of the sliding log's ring (layout in the module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct LogSlot {
-    /// The entry's sequence (its number + L), mod 2^43; with
-    /// [`RETIRED`](Self::RETIRED) set on a marked frontier.
+    /// The entry's sequence (its number + L), mod 2^42; with
+    /// [`RETIRED`](Self::RETIRED) or [`REPLACED`](Self::REPLACED) set on a
+    /// marked frontier.
     pub(crate) sequence: u64,
     /// Units admitted through this entry, mod 2^20.
     pub(crate) units: u32,
@@ -457,17 +460,21 @@ pub(crate) struct LogSlot {
 }
 
 impl LogSlot {
-    /// The retirement mark `R`, above the sequence (layout in the module
-    /// docs).
-    pub(crate) const RETIRED: u64 = 1 << SEQUENCE_BITS;
-    /// The sequence's mask: 43 bits.
+    /// The retirement mark `R`, the top bit (layout in the module docs).
+    pub(crate) const RETIRED: u64 = 1 << (SEQUENCE_BITS + 1);
+    /// The replacement mark `P`, just above the sequence: a refund froze
+    /// this ring and named the one that goes on from it.
+    pub(crate) const REPLACED: u64 = 1 << SEQUENCE_BITS;
+    /// Either mark: a frontier that takes no more entries.
+    pub(crate) const MARKS: u64 = Self::RETIRED | Self::REPLACED;
+    /// The sequence's mask: 42 bits.
     pub(crate) const SEQUENCE: u64 = (1 << SEQUENCE_BITS) - 1;
     /// The running total's mask: 20 bits.
     pub(crate) const UNITS: u32 = (1 << UNIT_BITS) - 1;
 
     #[inline]
     pub(crate) fn pack(self) -> u128 {
-        debug_assert!(self.sequence <= Self::SEQUENCE | Self::RETIRED);
+        debug_assert!(self.sequence <= Self::SEQUENCE | Self::MARKS);
         debug_assert!(self.units <= Self::UNITS);
         (u128::from(self.sequence) << (64 + UNIT_BITS))
             | (u128::from(self.units) << 64)
@@ -484,7 +491,7 @@ impl LogSlot {
     }
 }
 
-const SEQUENCE_BITS: u32 = 43;
+const SEQUENCE_BITS: u32 = 42;
 const UNIT_BITS: u32 = 20;
 
 #[cfg(all(test, not(floodgate_loom)))]
@@ -524,6 +531,11 @@ mod tests {
                 sequence: 7 | LogSlot::RETIRED,
                 units: 0,
                 time: 2_000_000_000_000,
+            },
+            LogSlot {
+                sequence: LogSlot::SEQUENCE | LogSlot::REPLACED,
+                units: 0,
+                time: u64::MAX - 7,
             },
         ] {
             assert_eq!(LogSlot::unpack(slot.pack()), slot);

@@ -266,22 +266,26 @@ fn keep_spare(len: usize, frame: Words) {
     }
 }
 
-/// A pin under which frames are read (module docs): the keyed store's,
-/// when the thread holds one.
+/// A pin under which frames (and a refunded log's rings) are read (module
+/// docs): the keyed store's, when the thread holds one.
 #[cfg(not(floodgate_loom))]
 #[inline(always)]
-fn pin() -> crate::store::epoch::Guard {
+pub(crate) fn pin() -> Pin {
     crate::store::epoch::Guard::frames()
 }
 
+/// What `pin` gives.
+#[cfg(not(floodgate_loom))]
+pub(crate) type Pin = crate::store::epoch::Guard;
+
 /// No pin under the models' cfg, where no frame is freed.
 #[cfg(floodgate_loom)]
-struct NoPin;
+pub(crate) struct Pin;
 
 #[cfg(floodgate_loom)]
 #[inline(always)]
-fn pin() -> NoPin {
-    NoPin
+pub(crate) fn pin() -> Pin {
+    Pin
 }
 
 /// One client's frame: the control word (layout above) and the frame's

@@ -78,9 +78,23 @@
 //!   (`thread_local` below), since a model's threads are not threads of
 //!   their own.
 //!
+//! * **Nor a refunded log's new ring** (`policy::sliding_window`, "Giving
+//!   units back"). The refund writes the new ring (loom atomics) and then
+//!   marks the old ring's frontier (a 128-bit word) with its address; a
+//!   thread that loads the mark stores that address into the link (another
+//!   128-bit word), and readers load the link before they read the ring.
+//!   The new ring's contents reach them through Release and Acquire on two
+//!   128-bit words, a cross-location chain the stand-in makes hold
+//!   whatever the orderings say. The models
+//!   (`two_refunds_of_one_admission_give_each_unit_back_once` and the
+//!   log's runs of the refund models) check which ring each call decides
+//!   on, not that the orderings suffice; that rests on the module's
+//!   argument (the refund's mark is `AcqRel`, every load of a slot and of
+//!   the link is `Acquire`, and the link's CAS is `AcqRel`).
+//!
 //! (FIXME: loom does not model the orderings of the 128-bit words; the
-//! frozen path's and the frames' rest on the arguments above, not on the
-//! models. Nor can the
+//! frozen path's, the frames' and a refunded log's rest on the arguments
+//! above, not on the models. Nor can the
 //! hardware be relied on to hide the gap: on AArch64 an `Acquire` load of a
 //! 128-bit word may be a load-acquire pair, weaker than the mutex.)
 //!

@@ -144,11 +144,7 @@ fn case(policy: PolicyKind) -> impl Strategy<Value = (u64, u64, Vec<Call>)> {
         .prop_map(move |(limit, window, start, steps)| {
             let mut at = start;
             let mut trace = Vec::new();
-            for (client, mut op, advance, repeat) in steps {
-                // The lock-free log gives nothing back yet.
-                if policy == PolicyKind::SlidingWindow && matches!(op, Op::Refund { .. }) {
-                    op = Op::Remaining;
-                }
+            for (client, op, advance, repeat) in steps {
                 at = at.saturating_add(advance).min(HORIZON);
                 trace.extend((0..repeat).map(|_| Call { op, client, at }));
             }

@@ -96,21 +96,6 @@ fn in_memory(policy: PolicyKind, config: Config) -> Arc<dyn RateLimiter<str>> {
     .unwrap_or_else(|e| panic!("{policy} {config:?}: {e}"))
 }
 
-/// [`in_memory`], but the mutex engine for the log: the lock-free log does
-/// not give units back yet (its refunds answer 0).
-fn refunding_in_memory(policy: PolicyKind, config: Config) -> Arc<dyn RateLimiter<str>> {
-    match policy {
-        PolicyKind::SlidingWindow => build_with::<str, _>(
-            policy,
-            config,
-            Engine::Mutex,
-            ManualClock::with_tick(0, floodgate::Tick::MILLISECOND),
-        )
-        .unwrap(),
-        _ => in_memory(policy, config),
-    }
-}
-
 /// A connection of the test's own, to read keys and TTLs.
 fn inspect(url: &str) -> redis::Connection {
     redis::Client::open(url)
@@ -297,7 +282,7 @@ fn differential_through(urls: &[&str], policy: PolicyKind, traces: usize) {
     for number in 0..traces {
         let trace = trace(policy, &mut rng);
         let config = Config::per_ticks(trace.limit, trace.window).unwrap();
-        let memory = refunding_in_memory(policy, config);
+        let memory = in_memory(policy, config);
         // A fresh client name per trace: configurations repeat across
         // traces, and each trace starts from new clients.
         // A long timeout: a trace may write a million-field log, and a
@@ -440,16 +425,16 @@ fn log_call(
 /// admissions, at every depth of small rings that wrap, so both sides move
 /// and entries that have left the window are dropped on the way; then on
 /// a log of thousands of entries, which moves a chunk of a thousand at a
-/// time. Every answer is the mutex engine's.
+/// time. Every answer is the lock-free engine's.
 #[test]
 #[ignore = "needs a Redis server: FLOODGATE_REDIS_URL and --include-ignored"]
-fn a_log_refund_at_any_depth_answers_as_the_mutex_engine() {
+fn a_log_refund_at_any_depth_answers_as_the_engine() {
     let url = shared_url();
     let prefix = prefix("log_refund_depths");
     let mut rng = fastrand::Rng::with_seed(0x10C);
     let limiters = |limit, window| {
         let config = Config::per_ticks(limit, window).unwrap();
-        let memory = refunding_in_memory(PolicyKind::SlidingWindow, config);
+        let memory = in_memory(PolicyKind::SlidingWindow, config);
         let options = exact_options(&prefix);
         let redis = RedisLimiter::new(&url, PolicyKind::SlidingWindow, config, options).unwrap();
         (memory, redis)
@@ -753,7 +738,7 @@ fn the_async_api_answers_as_the_blocking_one() {
             for number in 0..20 {
                 let trace = trace(policy, &mut rng);
                 let config = Config::per_ticks(trace.limit, trace.window).unwrap();
-                let memory = refunding_in_memory(policy, config);
+                let memory = in_memory(policy, config);
                 let redis = AsyncRedisLimiter::new(&url, policy, config, exact_options(&prefix))
                     .await
                     .unwrap();

@@ -6,12 +6,15 @@
 //! remove protocols: a refund never creates a client, never lands on a
 //! removed one, and never gives back what a removal already forgot. And a
 //! refund racing the move of a rebuild: it lands once, on the state before
-//! its freeze (and moves with it) or on the moved one. (Many threads
-//! refunding across moves: `shuttle-tests/tests/refunds.rs`.)
+//! its freeze (and moves with it) or on the moved one. The sliding log's
+//! refund replaces its ring (`policy::sliding_window`, "Giving units
+//! back"): the same models run on it, and two refunds of one admission
+//! race each other's rings. (Many threads refunding across moves:
+//! `shuttle-tests/tests/refunds.rs`.)
 #![cfg(floodgate_loom)]
 
 use floodgate::policy::{
-    FixedWindow, Gcra, LeakyBucket, Policy, SlidingWindowCounter, TokenBucket,
+    FixedWindow, Gcra, LeakyBucket, Policy, SlidingWindow, SlidingWindowCounter, TokenBucket,
 };
 use floodgate::{Bounds, Config, Limiter, ManualClock, RateLimiter};
 use floodgate_loom_tests::{explore, Answer, Bare, Call, Run, Scenario};
@@ -163,6 +166,7 @@ fn refunds_race_a_move() {
     a_refund_races_a_move::<TokenBucket>();
     a_refund_races_a_move::<FixedWindow>();
     a_refund_races_a_move::<SlidingWindowCounter>();
+    a_refund_races_a_move::<SlidingWindow>();
 }
 
 #[test]
@@ -174,6 +178,8 @@ fn refunds_race_removals() {
     a_refund_races_a_sweep::<LeakyBucket>();
     a_refund_races_forget::<Gcra>();
     a_refund_races_forget::<FixedWindow>();
+    a_refund_races_a_sweep::<SlidingWindow>();
+    a_refund_races_forget::<SlidingWindow>();
 }
 
 #[test]
@@ -204,4 +210,46 @@ fn fixed_window_refund_races_a_check() {
 fn sliding_window_counter_refund_races_a_check() {
     a_refund_races_a_check::<SlidingWindowCounter>();
     a_refund_and_an_admission_both_land::<SlidingWindowCounter>();
+}
+
+#[test]
+fn sliding_window_refund_races_a_check() {
+    a_refund_races_a_check::<SlidingWindow>();
+    a_refund_and_an_admission_both_land::<SlidingWindow>();
+}
+
+/// The log, `L = 3`, `W = 10`: 2 units admitted at tick 1 as one entry.
+/// Two refunds of that admission race, of 1 and of 2 units: each builds a
+/// ring without what it gives back, and only the one whose mark lands on
+/// the ring it read counts; the other reads the new ring and gives back
+/// what is left. So the two give back 2 in all, every unit once, and 3 are
+/// left. A refund that built on a ring it had read before another's mark
+/// (its mark's CAS expecting a word it loaded again), or a link stored
+/// rather than moved by CAS (a late helper putting back the older ring),
+/// gives back 3 or leaves 2.
+#[test]
+fn two_refunds_of_one_admission_give_each_unit_back_once() {
+    let threads = vec![vec![Refund(3, 1, 1)], vec![Refund(3, 1, 2)]];
+    explore::<Bare<SlidingWindow>, _>(
+        Scenario {
+            config: Config::per_ticks(3, 10).unwrap(),
+            before: vec![CheckN(1, 2)],
+            threads,
+            probes: vec![Remaining(3), CheckN(3, 3)],
+            real_time: false,
+        },
+        |_, run: &Run| {
+            let given: u64 = run
+                .threads
+                .iter()
+                .map(|answers| match answers[0] {
+                    Answer::Refunded(given) => given,
+                    ref other => panic!("{other:?} in {run:?}"),
+                })
+                .sum();
+            assert_eq!(given, 2, "{run:?}");
+            assert_eq!(run.probes[0], Answer::Remaining(3), "{run:?}");
+            assert!(run.probes[1].admitted(), "{run:?}");
+        },
+    );
 }

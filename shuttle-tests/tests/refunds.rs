@@ -5,7 +5,7 @@
 #![cfg(floodgate_shuttle)]
 
 use floodgate::policy::{
-    FixedWindow, Gcra, LeakyBucket, Policy, SlidingWindowCounter, TokenBucket,
+    FixedWindow, Gcra, LeakyBucket, Policy, SlidingWindow, SlidingWindowCounter, TokenBucket,
 };
 use floodgate::{Bounds, Config, Limiter, ManualClock, RateLimiter};
 use floodgate_shuttle_tests::explore;
@@ -99,6 +99,13 @@ fn refunds_fixed_window() {
 #[test]
 fn refunds_sliding_window_counter() {
     refunds_during_growth::<SlidingWindowCounter>("refunds_sliding_window_counter");
+}
+
+/// The log's refunds replace its ring: each through whichever copy of
+/// the client is live, both copies sharing one link.
+#[test]
+fn refunds_sliding_window() {
+    refunds_during_growth::<SlidingWindow>("refunds_sliding_window");
 }
 
 #[test]

@@ -50,6 +50,44 @@
 //! Retiring the state marks the frontier slot (the one entry `e` would
 //! take) with `R`: every admission's CAS expects that slot unmarked, so the
 //! ring is frozen from then on, and reads see the mark and stop.
+//!
+//! # Giving units back
+//!
+//! A refund takes `g` units from the entries at one time, and an entry left
+//! with none must leave the ring: the shortcuts above ("`L` kept entries
+//! inside count `L` units", "an overwritten entry had left the window")
+//! hold only while every entry counts at least one unit. Taking entries out
+//! renumbers the ones after them, which no slot can do in place while
+//! readers compare sequences. So a refund builds a new ring, a
+//! [`Successor`]: the entries inside the window after the refund, numbered
+//! from 0 with their running totals from 0, its own hint, and a *floor*,
+//! the time the refund was judged at (every later call judges at no earlier
+//! time, so entries dropped because they had left the window stay dropped,
+//! and stored time never moves back). Then one CAS marks the old ring's
+//! frontier `P`, with the new ring's address in the slot's time: the
+//! refund's linearisation point. It succeeds only if no entry was
+//! committed since the refund's snapshot, so the new ring is exactly the
+//! old one's state with the refund applied; from then on the old ring takes
+//! no entry (every admission's CAS expects its frontier unmarked).
+//!
+//! The client's first ring, its [`Home`], which every copy of its state
+//! shares, ends with a *link*: 0 until the first refund, then the address
+//! of the client's current ring. Whoever finds a `P` mark whose ring the
+//! link does not name yet installs it (one CAS of the link, from the marked
+//! ring's address to the new one's): the refunder does before it returns,
+//! and a check that meets the mark first does it for it, so no call ever
+//! waits for a refund. A client never refunded pays nothing for this: its
+//! home ring is unmarked, and the mark test is the one that already looks
+//! for `R`. A refunded client's calls find the home ring marked and go on,
+//! under a pin, through the link (a cold path): they decide, retire or read
+//! on the current ring exactly as on a home ring, with its hint and floor.
+//!
+//! A ring the link moves past is reachable only by threads that loaded the
+//! link before, each under a pin taken before that load, so the thread
+//! whose CAS moved the link hands the old ring to the crate's collector
+//! (`store::epoch`), which frees it once those pins are gone; the current
+//! ring is freed with the home ring (`Home`'s drop), when no copy of the
+//! state is left to reach it.
 
 use super::{sealed, Policy, Retired, Spent};
 use crate::cell::LogSlot;
@@ -69,12 +107,40 @@ pub struct SlidingWindow {
 /// One client's `sliding-window` state: the ring of its last `L` entries.
 #[derive(Debug)]
 pub struct SlidingWindowState {
-    /// Entries committed so far, or one fewer (a hint; see module docs).
+    /// Entries committed so far to the home ring, or one fewer (a hint; see
+    /// module docs).
     committed: AtomicU64,
     /// Shared, not copied, when the keyed store moves the client to a
     /// larger table: the ring is the state, and every decision through
     /// either table's entry lands in it (`relocate`).
-    ring: Arc<[AtomicU128]>,
+    ring: Arc<Home>,
+}
+
+/// A client's first ring: its `L` slots, then the link (module docs,
+/// "Giving units back"), `L + 1` words in one allocation, so that a check
+/// of a client never refunded reaches its slots as it always did.
+#[derive(Debug)]
+#[repr(transparent)]
+struct Home([AtomicU128]);
+
+/// A ring a refund built (module docs, "Giving units back"): reached only
+/// through its client's link, under a pin.
+struct Successor {
+    /// Entries committed to `slots`, or one fewer (as `committed` above).
+    committed: AtomicU64,
+    /// The time the refund was judged at: every call on this ring judges
+    /// at this time or later.
+    floor: u64,
+    slots: Box<[AtomicU128]>,
+}
+
+/// One ring with its hint and floor: the home ring (floor 0) or the
+/// current successor. Every step of the log runs on one.
+#[derive(Clone, Copy)]
+struct Ring<'a> {
+    slots: &'a [AtomicU128],
+    committed: &'a AtomicU64,
+    floor: u64,
 }
 
 /// The state as of one instant: `n` entries, the oldest of the last `L`
@@ -90,17 +156,28 @@ struct Snapshot {
 #[derive(Debug)]
 pub(crate) struct Moved;
 
+/// Why a ring takes no more entries.
+#[derive(Debug)]
+enum Frozen {
+    /// It was retired: so is the state.
+    Retired,
+    /// A refund replaced it (the mark names the new ring: `frozen_mark`).
+    /// No address here, so that a decision's `Result` stays as small as a
+    /// decision: the hot path returns it.
+    Replaced,
+}
+
 /// What the slot at a hint says of the frontier (`frontier_at`).
 enum Frontier {
     /// The hint is the frontier: its slot waits for that entry.
     Open,
-    /// The ring is frozen with this many entries.
-    Retired(u64),
+    /// The ring is frozen with this many entries, by this mark.
+    Marked(u64, Frozen),
     /// At least this many entries are committed: look there.
     Behind(u64),
 }
 
-/// Entry `entry`'s sequence (module docs; 43 bits, `cell`).
+/// Entry `entry`'s sequence (module docs; 42 bits, `cell`).
 #[inline]
 fn sequence(entry: u64) -> u64 {
     entry & LogSlot::SEQUENCE
@@ -113,12 +190,265 @@ fn units_between(later: LogSlot, earlier: LogSlot) -> u64 {
     u64::from(later.units.wrapping_sub(earlier.units) & LogSlot::UNITS)
 }
 
+/// No entry: what a ring with none reads as its latest.
+const NONE: LogSlot = LogSlot {
+    sequence: 0,
+    units: 0,
+    time: 0,
+};
+
+impl Home {
+    /// A home ring of `slots` (`L` of them) and a link of 0.
+    #[allow(unsafe_code)]
+    fn new(slots: impl Iterator<Item = AtomicU128>) -> Arc<Self> {
+        let words: Arc<[AtomicU128]> = slots.chain(std::iter::once(AtomicU128::new(0))).collect();
+        // SAFETY: `Home` is `repr(transparent)` over `[AtomicU128]`, so a
+        // pointer to one means the same data and length as a pointer to the
+        // other, and the allocation `into_raw` gives up has the layout an
+        // `Arc<Home>` of that length would have (as `Arc<str>` is made from
+        // `Arc<[u8]>`); the `Arc` is rebuilt once, from this one pointer.
+        unsafe { Arc::from_raw(Arc::into_raw(words) as *const Self) }
+    }
+
+    #[inline(always)]
+    fn slots(&self) -> &[AtomicU128] {
+        // Never empty: L >= 1 slots and the link.
+        &self.0[..self.0.len() - 1]
+    }
+
+    /// Word `L`: 0, or the address of the client's current `Successor`
+    /// (held as the low 64 bits).
+    #[inline]
+    fn link(&self) -> &AtomicU128 {
+        &self.0[self.0.len() - 1]
+    }
+}
+
+impl Drop for Home {
+    /// Frees the current successor: the home ring goes with the last copy
+    /// of the state, so no thread holds a way to it any more.
+    #[allow(unsafe_code)]
+    fn drop(&mut self) {
+        let link = self.link().load(Ordering::Acquire) as u64;
+        if link != 0 {
+            // SAFETY: the link names a successor made by `Box::into_raw`
+            // (`refund_on`) that no one freed: only the thread that moves
+            // the link past a ring retires it (`install`), and this is the
+            // link's last value.
+            drop(unsafe { Box::from_raw(link as usize as *mut Successor) });
+        }
+    }
+}
+
+impl Successor {
+    fn ring(&self) -> Ring<'_> {
+        Ring {
+            slots: &self.slots,
+            committed: &self.committed,
+            floor: self.floor,
+        }
+    }
+}
+
+/// Hands a successor the link moved past to the collector: freed once no
+/// pin taken before it is handed over is held (module docs). A thread
+/// gathers them and hands them over 64 at a time (or once they hold 1 MiB
+/// of slots), as `frame` does dropped clients' frames, so the collector's
+/// list is locked once per 64 refunds, not per refund; the rest at thread
+/// exit (`RetiredRings`). Handing over later than the link moved is only
+/// more careful: the ring is reachable by no pin taken after the move.
+#[cfg(not(floodgate_loom))]
+#[allow(unsafe_code)]
+fn retire_successor(address: u64) {
+    // SAFETY: made by `Box::into_raw` (`refund_on`); only the one thread
+    // whose CAS moved the link past it gets here, once (`install`).
+    let successor = unsafe { Box::from_raw(address as usize as *mut Successor) };
+    let mut successor = Some(successor);
+    let full = RETIRED_RINGS.try_with(|bag| {
+        let mut bag = bag.0.borrow_mut();
+        let ring = successor.take().expect("taken once");
+        bag.slots += ring.slots.len();
+        bag.rings.push(ring);
+        (bag.rings.len() >= 64 || bag.slots >= (1 << 20) / 16).then(|| bag.take())
+    });
+    match (full, successor) {
+        (Ok(Some(rings)), _) => hand_over(rings),
+        (Ok(None), _) => {}
+        // The thread's locals are gone: hand it over alone.
+        (Err(_), Some(ring)) => hand_over(vec![ring]),
+        (Err(_), None) => {}
+    }
+}
+
+#[cfg(not(floodgate_loom))]
+fn hand_over(rings: Vec<Box<Successor>>) {
+    if !rings.is_empty() {
+        crate::store::epoch::retire_in(Box::new(rings), crate::store::epoch::EVERY_STORE);
+    }
+}
+
+/// Rings a thread retired and has not yet handed over (`retire_successor`).
+#[cfg(not(floodgate_loom))]
+#[derive(Default)]
+struct RetiredRings {
+    rings: Vec<Box<Successor>>,
+    /// Their slots, all told.
+    slots: usize,
+}
+
+#[cfg(not(floodgate_loom))]
+impl RetiredRings {
+    fn take(&mut self) -> Vec<Box<Successor>> {
+        self.slots = 0;
+        std::mem::take(&mut self.rings)
+    }
+}
+
+#[cfg(not(floodgate_loom))]
+struct Bag(std::cell::RefCell<RetiredRings>);
+
+#[cfg(not(floodgate_loom))]
+impl Drop for Bag {
+    fn drop(&mut self) {
+        hand_over(self.0.get_mut().take());
+    }
+}
+
+#[cfg(not(floodgate_loom))]
+std::thread_local! {
+    static RETIRED_RINGS: Bag = Bag(std::cell::RefCell::new(RetiredRings::default()));
+}
+
+/// Kept, under the models' cfg, where nothing is freed (`sync`).
+#[cfg(floodgate_loom)]
+fn retire_successor(_: u64) {}
+
 impl SlidingWindowState {
+    /// The home ring: where every call of a client never refunded decides.
+    #[inline(always)]
+    fn home(&self) -> Ring<'_> {
+        Ring {
+            slots: self.ring.slots(),
+            committed: &self.committed,
+            floor: 0,
+        }
+    }
+
+    /// Runs `step` on the home ring, or, once a refund replaced it, on the
+    /// current ring (`through_link`). `step` answers `Frozen` only before
+    /// it changed anything.
+    #[inline(always)]
+    fn on_current<T>(
+        &self,
+        mut step: impl FnMut(Ring<'_>, u64) -> Result<T, Frozen>,
+    ) -> Result<T, Retired> {
+        match step(self.home(), 0) {
+            Ok(value) => Ok(value),
+            Err(Frozen::Retired) => Err(Retired),
+            Err(Frozen::Replaced) => self.through_link(&mut step),
+        }
+    }
+
+    /// `step` on the ring the link names (with its address, 0 for the
+    /// home ring), under a pin (module docs).
+    ///
+    /// Progress: a pass repeats only when `step` found its ring replaced,
+    /// after which `install` has moved the link on to the ring that
+    /// replaced it (this thread's CAS or another's). A ring is replaced
+    /// only by a refund's successful mark, so passes repeat only while
+    /// other threads' refunds succeed.
+    #[cold]
+    #[inline(never)]
+    fn through_link<T>(
+        &self,
+        step: &mut impl FnMut(Ring<'_>, u64) -> Result<T, Frozen>,
+    ) -> Result<T, Retired> {
+        let _pin = crate::frame::pin();
+        loop {
+            let (ring, address) = self.current();
+            match step(ring, address) {
+                Ok(value) => return Ok(value),
+                Err(Frozen::Retired) => return Err(Retired),
+                Err(Frozen::Replaced) => self.install(address, ring.frozen_mark().time),
+            }
+        }
+    }
+
+    /// The ring the link names, and its address (0: the home ring). The
+    /// caller holds a pin taken before this call, and keeps the ring only
+    /// while it holds it.
+    #[allow(unsafe_code)]
+    fn current(&self) -> (Ring<'_>, u64) {
+        // Acquire: pairs with the Release of the `install` that stored it,
+        // which follows the refund's writes into that ring.
+        let link = self.ring.link().load(Ordering::Acquire) as u64;
+        if link == 0 {
+            return (self.home(), 0);
+        }
+        // SAFETY: a successor the link names is freed only by the
+        // collector, after the link moved past it and after every pin taken
+        // before that move (`install`); this thread's pin is older than its
+        // load. Or by `Home`'s drop, when no `&self` is left.
+        let successor = unsafe { &*(link as usize as *const Successor) };
+        (successor.ring(), link)
+    }
+
+    /// Moves the link from the ring at `from` (0: the home ring) to the
+    /// ring its `P` mark names, `to`, unless someone did: the link only
+    /// ever moves along marks, so a failed CAS means it is already past
+    /// `from`. The thread whose CAS succeeds retires `from`.
+    fn install(&self, from: u64, to: u64) {
+        // AcqRel: the Release passes on, to readers that Acquire the link,
+        // the refund's writes into `to`, which this thread saw with the
+        // Acquire load of the mark; Relaxed on failure: nothing is read.
+        let moved = self
+            .ring
+            .link()
+            .compare_exchange(
+                u128::from(from),
+                u128::from(to),
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            )
+            .is_ok();
+        if moved && from != 0 {
+            retire_successor(from);
+        }
+    }
+}
+
+impl SlidingWindowState {
+    /// The ring to go on with after `ring` (at `address`) was found
+    /// replaced: the ring the link names, once it names one past `ring`
+    /// (installed here if no one has; a client's home ring is found
+    /// replaced on every call, and then the link is usually past it). Pins on the first call (`pin`
+    /// holds it for the caller's whole decision).
+    #[cold]
+    #[inline(never)]
+    fn follow<'s>(
+        &'s self,
+        ring: Ring<'s>,
+        address: u64,
+        pin: &mut Option<crate::frame::Pin>,
+    ) -> (Ring<'s>, u64) {
+        if pin.is_none() {
+            *pin = Some(crate::frame::pin());
+        }
+        // Relaxed: only compared; `current` loads it again with Acquire
+        // before reading any ring it names.
+        if self.ring.link().load(Ordering::Relaxed) as u64 == address {
+            self.install(address, ring.frozen_mark().time);
+        }
+        self.current()
+    }
+}
+
+impl Ring<'_> {
     #[inline]
     fn slot(&self, entry: u64) -> &AtomicU128 {
         // The ring has L slots and L fits usize (it is at most 2^20 − 1), so
         // the remainder does too.
-        &self.ring[(entry % self.ring.len() as u64) as usize]
+        &self.slots[(entry % self.slots.len() as u64) as usize]
     }
 
     /// Slot `entry mod L` if it still holds that entry.
@@ -129,7 +459,7 @@ impl SlidingWindowState {
     #[inline]
     fn read(&self, entry: u64) -> Result<LogSlot, Moved> {
         let slot = LogSlot::unpack(self.slot(entry).load(Ordering::Acquire));
-        if slot.sequence == sequence(entry + self.ring.len() as u64) {
+        if slot.sequence == sequence(entry + self.slots.len() as u64) {
             Ok(slot)
         } else {
             Err(Moved)
@@ -140,14 +470,16 @@ impl SlidingWindowState {
     /// to commit), given `n <= e` (module docs: a hint never passes the
     /// frontier). The slot holds the latest entry `m ≡ n (mod L)` that was
     /// committed (sequence `m + L`), or the mark on a frozen frontier
-    /// (sequence `e | R`); its distance from `n`'s own sequence tells which.
+    /// (sequence `e | R` or `e | P`); its distance from `n`'s own sequence
+    /// tells which.
     #[inline]
     fn frontier_at(&self, n: u64, slot: LogSlot) -> Frontier {
-        if slot.sequence & LogSlot::RETIRED != 0 {
+        if slot.sequence & LogSlot::MARKS != 0 {
             // Only the frontier is ever marked, and a marked ring never
             // changes again.
-            return Frontier::Retired(
+            return Frontier::Marked(
                 n + (slot.sequence.wrapping_sub(sequence(n)) & LogSlot::SEQUENCE),
+                frozen_by(slot),
             );
         }
         let ahead = slot.sequence.wrapping_sub(sequence(n)) & LogSlot::SEQUENCE;
@@ -158,7 +490,7 @@ impl SlidingWindowState {
         // at least L): the frontier is past it. Entries commit in order
         // (an admission's CAS expects the frontier's slot), so every entry
         // below it is committed too.
-        let len = self.ring.len() as u64;
+        let len = self.slots.len() as u64;
         debug_assert!(
             ahead >= len && ahead.is_multiple_of(len),
             "slot {slot:?} for entry {n}"
@@ -166,7 +498,7 @@ impl SlidingWindowState {
         Frontier::Behind((n + ahead + 1).saturating_sub(len).max(n + 1))
     }
 
-    /// A consistent view of the state: linearised at the load of the oldest
+    /// A consistent view of the ring: linearised at the load of the oldest
     /// slot (which shows that entry `n` had not yet been committed).
     ///
     /// Progress: the loop starts from the hint, which is never past the
@@ -180,7 +512,7 @@ impl SlidingWindowState {
     /// by any number of entries catches up one slot's worth per pass), and
     /// it goes on only while other threads commit entries.
     #[inline]
-    fn snapshot(&self) -> Result<Snapshot, Retired> {
+    fn snapshot(&self) -> Result<Snapshot, Frozen> {
         // Acquire: a hint only; every slot read below is checked by its
         // sequence number.
         let mut n = self.committed.load(Ordering::Acquire);
@@ -188,7 +520,7 @@ impl SlidingWindowState {
             let oldest = LogSlot::unpack(self.slot(n).load(Ordering::Acquire));
             match self.frontier_at(n, oldest) {
                 Frontier::Open => {}
-                Frontier::Retired(_) => return Err(Retired),
+                Frontier::Marked(_, frozen) => return Err(frozen),
                 Frontier::Behind(committed) => {
                     // The hint lags: move it on for whoever committed the
                     // entries, then look at the slot of the frontier found.
@@ -198,11 +530,7 @@ impl SlidingWindowState {
                 }
             }
             let latest = match n.checked_sub(1) {
-                None => LogSlot {
-                    sequence: 0,
-                    units: 0,
-                    time: 0,
-                },
+                None => NONE,
                 // Entry n − 1 stays in its slot until entry n − 1 + L, which
                 // follows entry n: if it is gone, so is this view, and the
                 // next pass finds slot n committed.
@@ -215,21 +543,28 @@ impl SlidingWindowState {
         }
     }
 
-    /// Marks the frontier slot of `snapshot` retired; fails if the ring
-    /// moved on since. AcqRel/Acquire as an admission's CAS.
-    fn mark(&self, snapshot: &Snapshot) -> bool {
-        let marked = LogSlot {
-            sequence: sequence(snapshot.n) | LogSlot::RETIRED,
-            ..snapshot.oldest
-        };
+    /// Marks the frontier slot of `snapshot` with `mark` (`R`, or `P` and
+    /// the new ring's address as `time`); fails if the ring moved on since.
+    /// AcqRel/Acquire as an admission's CAS: the Release also publishes a
+    /// new ring written before a `P`.
+    fn mark(&self, snapshot: &Snapshot, mark: LogSlot) -> bool {
         self.slot(snapshot.n)
             .compare_exchange(
                 snapshot.oldest.pack(),
-                marked.pack(),
+                mark.pack(),
                 Ordering::AcqRel,
                 Ordering::Acquire,
             )
             .is_ok()
+    }
+
+    /// Marks the frontier of `snapshot` retired (`mark`).
+    fn retire(&self, snapshot: &Snapshot) -> bool {
+        let marked = LogSlot {
+            sequence: sequence(snapshot.n) | LogSlot::RETIRED,
+            ..snapshot.oldest
+        };
+        self.mark(snapshot, marked)
     }
 
     /// The entries of a retired (frozen) ring: the frontier, where the
@@ -240,11 +575,16 @@ impl SlidingWindowState {
         let mut n = self.committed.load(Ordering::Acquire);
         loop {
             match self.frontier_at(n, self.frozen(n)) {
-                Frontier::Retired(frontier) => return frontier,
+                Frontier::Marked(frontier, _) => return frontier,
                 Frontier::Behind(committed) => n = committed,
                 Frontier::Open => unreachable!("a frozen ring's frontier is marked"),
             }
         }
+    }
+
+    /// The mark on a frozen ring's frontier.
+    fn frozen_mark(&self) -> LogSlot {
+        self.frozen(self.frozen_entries())
     }
 
     /// Entry `entry` of a frozen ring (no slot can change).
@@ -266,6 +606,16 @@ impl SlidingWindowState {
     #[cold]
     fn advance_hint_to(&self, committed: u64) {
         self.committed.fetch_max(committed, Ordering::AcqRel);
+    }
+}
+
+/// Why a marked ring takes no more entries.
+#[inline]
+fn frozen_by(mark: LogSlot) -> Frozen {
+    if mark.sequence & LogSlot::RETIRED != 0 {
+        Frozen::Retired
+    } else {
+        Frozen::Replaced
     }
 }
 
@@ -394,15 +744,16 @@ impl SlidingWindow {
         Ok(u64::try_from(free_at - u128::from(now)).unwrap_or(u64::MAX))
     }
 
-    fn remaining_at(&self, state: &SlidingWindowState, now: u64) -> Result<u64, Retired> {
+    /// `remaining` at `now` on one ring.
+    fn remaining_at(&self, ring: Ring<'_>, now: u64) -> Result<u64, Frozen> {
         // Progress: a pass is repeated only when a slot read after the
         // snapshot was overwritten, which takes other threads' admissions
         // (L of them past the snapshot's frontier); `snapshot` itself ends
         // as its docs say.
         loop {
-            let snapshot = state.snapshot()?;
-            let now = now.max(snapshot.latest.time);
-            let read = |entry| state.read(entry);
+            let snapshot = ring.snapshot()?;
+            let now = now.max(snapshot.latest.time).max(ring.floor);
+            let read = |entry| ring.read(entry);
             let Ok((used, _)) = self.units_inside(snapshot.n, 0, snapshot.latest, now, &read)
             else {
                 continue;
@@ -540,18 +891,46 @@ impl SlidingWindow {
     /// A log with `spent` units admitted at `now` (as `spent_state`): its
     /// ring and its words.
     pub(crate) fn view_spent(&self, spent: u64, now: u64) -> (Arc<[AtomicU128]>, LogWords) {
-        let state = self.spent_state(spent, now);
-        let n = state.committed.load(Ordering::Acquire);
-        let none = LogSlot {
-            sequence: 0,
-            units: 0,
-            time: 0,
+        let (entries, latest) = self.spent_entry(spent, now);
+        (
+            self.spent_slots(spent, now).collect(),
+            (entries, latest.pack(), 0),
+        )
+    }
+
+    /// How many entries a ring with `spent` units admitted at `now` holds
+    /// (0 or 1), and its latest (`NONE` if none).
+    fn spent_entry(&self, spent: u64, now: u64) -> (u64, LogSlot) {
+        let limit = self.config.limit();
+        if spent == 0 {
+            return (0, NONE);
+        }
+        let entry = LogSlot {
+            sequence: sequence(limit),
+            // At most L < 2^20 (`cell`).
+            units: spent.min(limit) as u32,
+            time: now,
         };
-        let latest = match n.checked_sub(1) {
-            Some(last) => state.read(last).unwrap_or(none),
-            None => none,
-        };
-        (state.ring, (n, latest.pack(), 0))
+        (1, entry)
+    }
+
+    /// The `L` slots of a ring with `spent` units admitted at `now`: one
+    /// entry (slot 0, sequence `L`) that counts them, if any, and the other
+    /// slots as new (slot `i` as if entry `i − L` had been there).
+    fn spent_slots(&self, spent: u64, now: u64) -> impl Iterator<Item = AtomicU128> {
+        let (entries, entry) = self.spent_entry(spent, now);
+        (0..self.config.limit()).map(move |i| {
+            let slot = if i < entries {
+                entry
+            } else {
+                LogSlot {
+                    sequence: i,
+                    units: 0,
+                    time: 0,
+                }
+            };
+            AtomicU128::new(slot.pack())
+        })
     }
 
     /// `remaining` at `now` as of `view`.
@@ -665,18 +1044,130 @@ impl Policy for SlidingWindow {
         now: u64,
         cost: u64,
     ) -> Result<Decision, Retired> {
+        self.decide(state, now, cost)
+    }
+
+    fn remaining(&self, state: &SlidingWindowState, now: u64) -> Result<u64, Retired> {
+        state.on_current(|ring, _| self.remaining_at(ring, now))
+    }
+
+    /// Takes up to `cost` units from the entries at `now − ago` into a new
+    /// ring (module docs, "Giving units back").
+    fn refund(
+        &self,
+        state: &SlidingWindowState,
+        now: u64,
+        ago: u64,
+        cost: u64,
+    ) -> Result<u64, Retired> {
+        if super::gives_nothing(self.config, ago, cost) {
+            return Ok(0);
+        }
+        // Before the origin: no admission of this state.
+        let Some(at) = now.checked_sub(ago) else {
+            return Ok(0);
+        };
+        state.on_current(|ring, address| self.refund_on(state, ring, address, now, at, cost))
+    }
+
+    fn retire_if_idle(&self, state: &SlidingWindowState, now: u64) -> bool {
+        // Progress: the mark's CAS fails only after another thread
+        // committed the frontier entry or marked it.
+        state
+            .on_current(|ring, _| loop {
+                let snapshot = ring.snapshot()?;
+                if !self.idle(&snapshot, now.max(ring.floor)) {
+                    return Ok(false);
+                }
+                if ring.retire(&snapshot) {
+                    return Ok(true);
+                }
+            })
+            .unwrap_or(false)
+    }
+
+    /// Judged no earlier than the newest entry in the log.
+    fn retire_spent(&self, state: &SlidingWindowState, now: u64) -> Spent {
+        // Progress: as `retire_if_idle`'s. The ring retired is the current
+        // one (a replaced ring is never retired), read as it was frozen.
+        let spent = state.on_current(|ring, _| {
+            loop {
+                match ring.snapshot() {
+                    Ok(snapshot) if ring.retire(&snapshot) => break,
+                    Ok(_) => {}
+                    Err(Frozen::Retired) => break,
+                    Err(replaced) => return Err(replaced),
+                }
+            }
+            Ok(self.frozen_spent(ring, now))
+        });
+        match spent {
+            Ok(spent) => spent,
+            Err(Retired) => unreachable!("a retired ring answers what it spent"),
+        }
+    }
+
+    fn spent_state(&self, spent: u64, now: u64) -> SlidingWindowState {
+        let (entries, _) = self.spent_entry(spent, now);
+        SlidingWindowState {
+            committed: AtomicU64::new(entries),
+            ring: Home::new(self.spent_slots(spent, now)),
+        }
+    }
+
+    fn is_retired(&self, state: &SlidingWindowState) -> bool {
+        state
+            .on_current(|ring, _| ring.snapshot().map(|_| ()))
+            .is_err()
+    }
+
+    /// The ring is not frozen but shared: the old table's entry and the
+    /// new one's hold the same ring, so a check through either is a check
+    /// on the one state (and a refund through either moves the one link).
+    /// Only the home ring's `committed` hint is per entry: the old entry's
+    /// may fall any number of entries behind while calls go through the new
+    /// one, and the next call through the old one catches it up (module
+    /// docs, `snapshot`).
+    fn relocate(&self, state: &SlidingWindowState) -> Option<SlidingWindowState> {
+        (!self.is_retired(state)).then(|| SlidingWindowState {
+            committed: AtomicU64::new(state.committed.load(Ordering::Acquire)),
+            ring: Arc::clone(&state.ring),
+        })
+    }
+}
+
+impl SlidingWindow {
+    /// A check: the body of the hot path. It decides on the home ring, and
+    /// on a client a refund replaced, on the ring the link names (module
+    /// docs, "Giving units back"), under a pin taken the first time it
+    /// follows the link. The ring is a variable of the one loop, not a
+    /// second path, so the decision is made and returned in one place (a
+    /// call that returned one for the cold path cost the hot one 5 ns of
+    /// copies).
+    #[inline(always)]
+    fn decide(&self, state: &SlidingWindowState, now: u64, cost: u64) -> Result<Decision, Retired> {
+        let mut pin = None;
+        let (mut ring, mut address) = (state.home(), 0);
         let limit = self.config.limit();
-        let read = |entry| state.read(entry);
         // Progress: a pass is repeated only when a slot it read was
         // overwritten, or when its CAS on the frontier failed: both only
         // after another thread committed an entry (or marked the ring,
-        // which the next snapshot answers as `Retired`). `snapshot` ends
-        // as its docs say.
+        // which the next snapshot answers as `Frozen`); or when its ring
+        // was replaced, after which `follow` moved the link on (as
+        // `through_link`'s passes). `snapshot` ends as its docs say.
         loop {
-            let snapshot = state.snapshot()?;
+            let snapshot = match ring.snapshot() {
+                Ok(snapshot) => snapshot,
+                Err(Frozen::Retired) => return Err(Retired),
+                Err(Frozen::Replaced) => {
+                    (ring, address) = state.follow(ring, address, &mut pin);
+                    continue;
+                }
+            };
+            let read = |entry| ring.read(entry);
             let Snapshot { n, oldest, latest } = snapshot;
             // Judged at the latest time the state reflects, if that is later.
-            let at = now.max(latest.time);
+            let at = now.max(latest.time).max(ring.floor);
             if n >= limit && cost == 1 && !self.expired(oldest.time, at) {
                 // All of the last L are inside the window: none left.
                 let free_at = u128::from(oldest.time) + u128::from(self.config.window());
@@ -701,7 +1192,7 @@ impl Policy for SlidingWindow {
             // Linearisation point of an admission. AcqRel: Release publishes
             // the slot to readers that Acquire it; Acquire on failure is for
             // the retry's reads.
-            if state
+            if ring
                 .slot(n)
                 .compare_exchange(
                     oldest.pack(),
@@ -711,131 +1202,166 @@ impl Policy for SlidingWindow {
                 )
                 .is_ok()
             {
-                state.advance_hint(n);
+                ring.advance_hint(n);
                 return Ok(Decision::admit(limit - used - cost));
             }
         }
     }
 
-    fn remaining(&self, state: &SlidingWindowState, now: u64) -> Result<u64, Retired> {
-        self.remaining_at(state, now)
-    }
-
-    /// Not yet: the log gives nothing back.
-    fn refund(
+    /// One refund on `ring` (at `address`, 0 for the home ring): builds the
+    /// ring that goes on from it and marks this one replaced, or answers 0
+    /// with nothing changed (module docs, "Giving units back").
+    ///
+    /// Progress: a pass repeats only when a slot read after the snapshot
+    /// was overwritten or the mark's CAS failed, both only after another
+    /// thread committed an entry or marked the ring (which the next
+    /// snapshot answers as `Frozen`).
+    #[allow(unsafe_code)]
+    fn refund_on(
         &self,
         state: &SlidingWindowState,
+        ring: Ring<'_>,
+        address: u64,
         now: u64,
-        ago: u64,
+        at: u64,
         cost: u64,
-    ) -> Result<u64, Retired> {
-        let _ = (now, ago, cost);
-        state.snapshot().map(|_| 0)
-    }
-
-    fn retire_if_idle(&self, state: &SlidingWindowState, now: u64) -> bool {
-        // Progress: the mark's CAS fails only after another thread
-        // committed the frontier entry or marked it.
+    ) -> Result<u64, Frozen> {
         loop {
-            let Ok(snapshot) = state.snapshot() else {
-                return false;
+            let snapshot = ring.snapshot()?;
+            let judged = now.max(snapshot.latest.time).max(ring.floor);
+            if self.expired(at, judged) {
+                return Ok(0);
+            }
+            let Ok(mut entries) = self.entries_inside(ring, &snapshot, judged) else {
+                continue;
             };
-            if !self.idle(&snapshot, now) {
-                return false;
+            let given = take_units(&mut entries, at, cost);
+            if given == 0 {
+                // Linearised at the snapshot.
+                return Ok(0);
             }
-            if state.mark(&snapshot) {
-                return true;
-            }
-        }
-    }
-
-    /// Judged no earlier than the newest entry in the log.
-    fn retire_spent(&self, state: &SlidingWindowState, now: u64) -> Spent {
-        // Progress: as `retire_if_idle`'s.
-        while let Ok(snapshot) = state.snapshot() {
-            if state.mark(&snapshot) {
-                break;
-            }
-        }
-        let at = now.max(self.frozen_latest(state).time);
-        Spent {
-            count: self.config.limit() - self.frozen_remaining(state, at),
-            at,
-        }
-    }
-
-    /// The ring with `spent` units admitted at `now`: one entry (slot 0,
-    /// sequence `L`) that counts them, the other slots as new.
-    fn spent_state(&self, spent: u64, now: u64) -> SlidingWindowState {
-        let len = self.config.limit();
-        let spent = spent.min(len);
-        let entries = u64::from(spent > 0);
-        SlidingWindowState {
-            committed: AtomicU64::new(entries),
-            ring: (0..len)
-                .map(|i| {
-                    let slot = if i < entries {
-                        LogSlot {
-                            sequence: sequence(i + len),
-                            // At most L < 2^20 (`cell`).
-                            units: spent as u32,
-                            time: now,
-                        }
-                    } else {
-                        LogSlot {
-                            sequence: i,
-                            units: 0,
-                            time: 0,
-                        }
-                    };
-                    AtomicU128::new(slot.pack())
-                })
-                .collect(),
-        }
-    }
-
-    fn is_retired(&self, state: &SlidingWindowState) -> bool {
-        state.snapshot().is_err()
-    }
-
-    /// The ring is not frozen but shared: the old table's entry and the
-    /// new one's hold the same ring, so a check through either is a check
-    /// on the one state. Only the `committed` hint is per entry: the old
-    /// entry's may fall any number of entries behind while calls go
-    /// through the new one, and the next call through the old one catches
-    /// it up (module docs, `snapshot`).
-    fn relocate(&self, state: &SlidingWindowState) -> Option<SlidingWindowState> {
-        (!self.is_retired(state)).then(|| SlidingWindowState {
-            committed: AtomicU64::new(state.committed.load(Ordering::Acquire)),
-            ring: Arc::clone(&state.ring),
-        })
-    }
-}
-
-impl SlidingWindow {
-    /// The newest entry of a frozen ring (time 0, no units, if none).
-    fn frozen_latest(&self, state: &SlidingWindowState) -> LogSlot {
-        let n = state.frozen_entries();
-        n.checked_sub(1).map_or(
-            LogSlot {
-                sequence: 0,
+            let next = Box::into_raw(Box::new(self.successor(&entries, judged))) as usize as u64;
+            let replaced = LogSlot {
+                sequence: sequence(snapshot.n) | LogSlot::REPLACED,
                 units: 0,
-                time: 0,
-            },
-            |last| state.frozen(last),
-        )
+                time: next,
+            };
+            // The refund's linearisation point: the new ring, written
+            // above, is published by this CAS's Release.
+            if ring.mark(&snapshot, replaced) {
+                state.install(address, next);
+                return Ok(given);
+            }
+            // SAFETY: made above and never published (the mark failed), so
+            // it is this thread's alone.
+            drop(unsafe { Box::from_raw(next as usize as *mut Successor) });
+        }
     }
 
-    /// `remaining` of a retired ring, as it was frozen.
-    fn frozen_remaining(&self, state: &SlidingWindowState, now: u64) -> u64 {
-        let n = state.frozen_entries();
-        let latest = self.frozen_latest(state);
-        let read = |entry| Ok(state.frozen(entry));
-        match self.units_inside(n, 0, latest, now.max(latest.time), &read) {
-            Ok((used, _)) => self.config.limit() - used,
+    /// The entries of `snapshot` inside the window at `judged`, oldest
+    /// first, each as its time and the units it counts; `Moved` if the ring
+    /// moved on while they were read.
+    fn entries_inside(
+        &self,
+        ring: Ring<'_>,
+        snapshot: &Snapshot,
+        judged: u64,
+    ) -> Result<Vec<(u64, u64)>, Moved> {
+        let n = snapshot.n;
+        let read = |entry| {
+            if entry + 1 == n {
+                Ok(snapshot.latest)
+            } else {
+                ring.read(entry)
+            }
+        };
+        let inside = self.in_window(n, 0, judged, &read)?;
+        let first = n - inside;
+        // The running total just before the first entry inside: 0 when it
+        // is the ring's first, else the entry before it if the ring still
+        // keeps it. When it does not, all `L` kept entries are inside, and
+        // each counts one unit (module docs): `None`.
+        let mut before = if first == 0 {
+            Some(NONE)
+        } else if inside < self.config.limit() {
+            Some(read(first - 1)?)
+        } else {
+            None
+        };
+        let mut entries = Vec::with_capacity(inside as usize);
+        for entry in first..n {
+            let slot = read(entry)?;
+            let units = before.map_or(1, |previous| units_between(slot, previous));
+            entries.push((slot.time, units));
+            before = before.map(|_| slot);
+        }
+        Ok(entries)
+    }
+
+    /// A ring whose whole history is `entries` (times and units, oldest
+    /// first, fewer than `L`), judged from `floor` on: numbered from 0,
+    /// running totals from 0, the other slots as new.
+    fn successor(&self, entries: &[(u64, u64)], floor: u64) -> Successor {
+        let limit = self.config.limit();
+        let mut total = 0u32;
+        let slots = (0..limit)
+            .map(|i| {
+                let slot = match entries.get(i as usize) {
+                    Some(&(time, units)) => {
+                        // Each entry counts at most L < 2^20 units; the
+                        // total is kept mod 2^20 (`cell`).
+                        total = total.wrapping_add(units as u32) & LogSlot::UNITS;
+                        LogSlot {
+                            sequence: sequence(i + limit),
+                            units: total,
+                            time,
+                        }
+                    }
+                    None => LogSlot {
+                        sequence: i,
+                        units: 0,
+                        time: 0,
+                    },
+                };
+                AtomicU128::new(slot.pack())
+            })
+            .collect();
+        Successor {
+            committed: AtomicU64::new(entries.len() as u64),
+            floor,
+            slots,
+        }
+    }
+
+    /// What a retired (frozen) ring had spent, judged no earlier than its
+    /// newest entry or its floor.
+    fn frozen_spent(&self, ring: Ring<'_>, now: u64) -> Spent {
+        let n = ring.frozen_entries();
+        let latest = n.checked_sub(1).map_or(NONE, |last| ring.frozen(last));
+        let at = now.max(latest.time).max(ring.floor);
+        let read = |entry| Ok(ring.frozen(entry));
+        match self.units_inside(n, 0, latest, at, &read) {
+            Ok((count, _)) => Spent { count, at },
             Err(Moved) => unreachable!("a frozen ring does not move"),
         }
     }
+}
+
+/// Takes up to `cost` units from the entries at time `at` (side by side:
+/// times rise along the ring), oldest first, drops every entry left with
+/// none, and answers the units taken: `min(cost, k)`, `k` the units at
+/// `at` (the contract's "Giving units back").
+fn take_units(entries: &mut Vec<(u64, u64)>, at: u64, cost: u64) -> u64 {
+    let mut left = cost;
+    for (time, units) in entries.iter_mut() {
+        if *time == at && left > 0 {
+            let taken = left.min(*units);
+            *units -= taken;
+            left -= taken;
+        }
+    }
+    entries.retain(|&(_, units)| units > 0);
+    cost - left
 }
 
 #[cfg(all(test, not(floodgate_loom)))]
@@ -937,5 +1463,159 @@ mod tests {
         let carried = policy.spent_state(2, 131);
         assert_eq!(policy.remaining(&carried, 131).unwrap(), 2);
         assert_eq!(policy.remaining(&carried, 231).unwrap(), 4);
+    }
+
+    /// A refund of `cost` units of the admission at `at`, at `now`.
+    fn refund(
+        policy: &SlidingWindow,
+        state: &SlidingWindowState,
+        now: u64,
+        at: u64,
+        cost: u64,
+    ) -> u64 {
+        policy.refund(state, now, now - at, cost).unwrap()
+    }
+
+    #[test]
+    fn an_entry_refunded_to_nothing_leaves_the_ring() {
+        // Were the entry at 2 kept with 0 units, three kept entries inside
+        // would read as three units and refuse the check at 3.
+        let policy = policy(3, 100);
+        let state = policy.new_state();
+        for t in [0, 1, 2] {
+            assert!(policy.check(&state, t).unwrap().allowed);
+        }
+        assert_eq!(refund(&policy, &state, 2, 2, 1), 1);
+        assert_eq!(policy.check(&state, 3).unwrap(), Decision::admit(0));
+        assert_eq!(policy.check(&state, 4).unwrap(), Decision::reject(0, 96));
+    }
+
+    #[test]
+    fn a_refunded_young_ring_counts_only_what_is_left() {
+        // Entries at 0 and 10, the one at 10 refunded: the new ring holds
+        // one entry and counts from there.
+        let policy = policy(3, 100);
+        let state = policy.new_state();
+        assert!(policy.check(&state, 0).unwrap().allowed);
+        assert!(policy.check(&state, 10).unwrap().allowed);
+        assert_eq!(refund(&policy, &state, 10, 10, 1), 1);
+        assert_eq!(policy.check(&state, 20).unwrap(), Decision::admit(1));
+        assert_eq!(policy.check(&state, 30).unwrap(), Decision::admit(0));
+        assert_eq!(policy.check(&state, 40).unwrap(), Decision::reject(0, 60));
+        assert_eq!(policy.remaining(&state, 100).unwrap(), 1);
+        assert_eq!(policy.remaining(&state, 130).unwrap(), 3);
+    }
+
+    #[test]
+    fn a_weighted_admission_gives_back_what_is_left_of_it() {
+        let policy = policy(10, 100);
+        let state = policy.new_state();
+        assert!(policy.check_n(&state, 5, 3).unwrap().allowed);
+        assert!(policy.check_n(&state, 5, 4).unwrap().allowed);
+        assert!(policy.check_n(&state, 6, 2).unwrap().allowed);
+        // Seven units at 5: the first refund takes 5, the second the two
+        // left, the third finds none.
+        assert_eq!(refund(&policy, &state, 7, 5, 5), 5);
+        assert_eq!(policy.remaining(&state, 7).unwrap(), 6);
+        assert_eq!(refund(&policy, &state, 8, 5, 5), 2);
+        assert_eq!(refund(&policy, &state, 8, 5, 5), 0);
+        assert_eq!(policy.remaining(&state, 8).unwrap(), 8);
+        // A time that was no admission gives nothing back.
+        assert_eq!(refund(&policy, &state, 8, 7, 1), 0);
+        assert_eq!(refund(&policy, &state, 9, 6, u64::MAX), 2);
+        assert_eq!(policy.remaining(&state, 9).unwrap(), 10);
+        assert_eq!(refund(&policy, &state, 9, 6, 0), 0);
+    }
+
+    #[test]
+    fn nothing_comes_back_a_window_after_the_admission() {
+        let policy = policy(2, 100);
+        let state = policy.new_state();
+        assert!(policy.check(&state, 0).unwrap().allowed);
+        assert!(policy.check(&state, 50).unwrap().allowed);
+        assert_eq!(refund(&policy, &state, 100, 0, 1), 0);
+        assert_eq!(refund(&policy, &state, 149, 50, 1), 1);
+        assert_eq!(policy.remaining(&state, 149).unwrap(), 2);
+    }
+
+    #[test]
+    fn a_refunds_time_is_a_floor_for_every_later_call() {
+        // The refund at 90 took the newest entry: a later call with an
+        // older `now` is judged at 90 and stored there, never at 10.
+        let policy = policy(2, 100);
+        let state = policy.new_state();
+        assert!(policy.check(&state, 0).unwrap().allowed);
+        assert!(policy.check(&state, 90).unwrap().allowed);
+        assert_eq!(refund(&policy, &state, 90, 90, 1), 1);
+        assert_eq!(policy.check(&state, 10).unwrap(), Decision::admit(0));
+        assert_eq!(policy.remaining(&state, 150).unwrap(), 1);
+        assert_eq!(policy.remaining(&state, 190).unwrap(), 2);
+    }
+
+    #[test]
+    fn refunds_on_a_saturated_ring_that_wrapped_count_one_unit_an_entry() {
+        // L = 4 over many laps; every kept entry inside (each one unit).
+        let policy = policy(4, 100);
+        let state = policy.new_state();
+        let mut times = Vec::new();
+        for t in (0..2_000).step_by(25) {
+            assert!(policy.check(&state, t).unwrap().allowed, "at {t}");
+            times.push(t);
+        }
+        let now = *times.last().unwrap();
+        assert_eq!(policy.remaining(&state, now).unwrap(), 0);
+        for (k, &at) in times.iter().rev().take(4).enumerate() {
+            assert_eq!(refund(&policy, &state, now, at, 2), 1, "refund {k}");
+            assert_eq!(policy.remaining(&state, now).unwrap(), k as u64 + 1);
+        }
+        // Four refunds, four rings; it still admits, retires and carries.
+        for t in 0..4 {
+            assert!(policy.check(&state, now + t).unwrap().allowed);
+        }
+        assert!(!policy.check(&state, now + 4).unwrap().allowed);
+        assert_eq!(policy.retire_spent(&state, now + 4).count, 4);
+        assert!(policy.is_retired(&state));
+        assert_eq!(policy.check(&state, now + 5), Err(Retired));
+        assert_eq!(policy.refund(&state, now + 5, 5, 1), Err(Retired));
+    }
+
+    #[test]
+    fn a_refunded_client_is_swept_once_idle() {
+        let policy = policy(3, 100);
+        let state = policy.new_state();
+        assert!(policy.check(&state, 0).unwrap().allowed);
+        assert!(policy.check(&state, 40).unwrap().allowed);
+        assert_eq!(refund(&policy, &state, 40, 40, 1), 1);
+        assert!(!policy.retire_if_idle(&state, 99));
+        assert!(policy.retire_if_idle(&state, 100));
+        assert!(policy.is_retired(&state));
+        assert_eq!(policy.remaining(&state, 100), Err(Retired));
+        // Everything refunded: idle at once.
+        let state = policy.new_state();
+        assert!(policy.check(&state, 0).unwrap().allowed);
+        assert_eq!(refund(&policy, &state, 0, 0, 1), 1);
+        assert!(policy.retire_if_idle(&state, 0));
+    }
+
+    #[test]
+    fn both_copies_of_a_moved_client_see_one_refunded_state() {
+        let policy = policy(3, 100);
+        let old = policy.new_state();
+        for t in [0, 1, 2] {
+            assert!(policy.check(&old, t).unwrap().allowed);
+        }
+        let new = policy.relocate(&old).unwrap();
+        assert_eq!(refund(&policy, &new, 3, 1, 1), 1);
+        assert_eq!(policy.remaining(&old, 3).unwrap(), 1);
+        assert!(policy.check(&old, 4).unwrap().allowed);
+        assert_eq!(policy.remaining(&new, 4).unwrap(), 0);
+        assert_eq!(refund(&policy, &old, 5, 4, 1), 1);
+        assert_eq!(policy.remaining(&new, 5).unwrap(), 1);
+        let newer = policy.relocate(&new).unwrap();
+        drop(old);
+        drop(new);
+        assert_eq!(policy.remaining(&newer, 5).unwrap(), 1);
+        assert!(policy.retire_if_idle(&newer, 200));
+        assert!(policy.relocate(&newer).is_none());
     }
 }
