@@ -87,9 +87,9 @@ use std::ptr;
 use crate::policy::Retired;
 use crate::sync::{fence, AtomicU128, AtomicU64, Ordering};
 
-/// The most words a frame holds: four per rule (a `sliding-window` log
-/// among the rules takes four, a window rule two, a drip rule one).
-pub(crate) const MAX_WORDS: usize = 4 * crate::MAX_RULES;
+/// The most words a frame holds: five per rule (a `sliding-window` log
+/// among the rules takes five, a window rule two, a drip rule one).
+pub(crate) const MAX_WORDS: usize = 5 * crate::MAX_RULES;
 
 /// The retirement mark, bit 0 of the address half (layout above).
 const MARK: u64 = 1;

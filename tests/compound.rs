@@ -46,25 +46,6 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// `trace` with its refunds asked as `remaining` when a rule is a
-/// `sliding-window` log, which the lock-free engine does not give back to
-/// yet.
-fn refundable(rules: &RuleSet, trace: &[Call]) -> Vec<Call> {
-    let log = rules
-        .iter()
-        .any(|rule| rule.policy() == PolicyKind::SlidingWindow);
-    trace
-        .iter()
-        .map(|&call| match call.op {
-            Op::Refund { .. } if log => Call {
-                op: Op::Remaining,
-                ..call
-            },
-            _ => call,
-        })
-        .collect()
-}
-
 /// A call that moved a client's state, to replay on each rule alone:
 /// `(now, cost, None)` an admission, `(now, cost, Some(at))` a refund of
 /// the admission at `at`.
@@ -130,7 +111,6 @@ proptest! {
         bounds in bounds(),
         trace in trace(false),
     ) {
-        let trace = refundable(&rules, &trace);
         let mutex = run(&*built(&rules, Engine::Mutex, bounds), &trace);
         let lock_free = run(&*built(&rules, Engine::LockFree, bounds), &trace);
         for (i, call) in trace.iter().enumerate() {
@@ -147,7 +127,6 @@ proptest! {
         bounds in bounds(),
         trace in trace(true),
     ) {
-        let trace = refundable(&rules, &trace);
         let lock_free = run(&*built(&rules, Engine::LockFree, bounds), &trace);
         let general = run(&compound(&rules, bounds), &trace);
         for (i, call) in trace.iter().enumerate() {
@@ -160,7 +139,6 @@ proptest! {
     /// several rules made, answers what that rule would say.
     #[test]
     fn several_rules_answer_as_the_contract_says(rules in rules(), trace in trace(false)) {
-        let trace = refundable(&rules, &trace);
         for engine in support::ENGINES {
             let limiter = built(&rules, engine, Bounds::new());
             // Per client: its origin, and the calls that moved it so far.

@@ -85,15 +85,9 @@ proptest! {
     fn both_engines_answer_alike(rules in rules(), trace in trace()) {
         let lock_free = built(&rules, Engine::LockFree, Bounds::new());
         let mutex = built(&rules, Engine::Mutex, Bounds::new());
-        // The lock-free log does not give units back yet (docs/refunds.md).
-        let log = rules.iter().any(|rule| rule.policy() == floodgate::PolicyKind::SlidingWindow);
         let mut now = 0;
         for (i, &(client, step, op)) in trace.iter().enumerate() {
             now += step;
-            let op = match op {
-                Op::Refund(..) if log => Op::Remaining,
-                op => op,
-            };
             let expected = call(&*mutex, client, now, op);
             let got = call(&*lock_free, client, now, op);
             prop_assert_eq!(got, expected, "{}: call {} {:?} at {}", rules, i, op, now);

@@ -646,3 +646,71 @@ fn moves_racing_hot_checks_lose_nothing() {
         assert_eq!(limiter.tracked_clients() as u64, HOT + NEW, "{policy}");
     }
 }
+
+/// Refunds racing admissions on one hot client's sliding log, alone and
+/// among several rules, at a frozen instant: every thread gives back every
+/// other unit it was admitted, each refund replacing the log's ring while
+/// the other threads decide on it. Every refund finds a unit at that
+/// instant to give back (its own admission's, or an equal one), so each
+/// answers 1, and at the end the client's `remaining` is `L` less the
+/// units admitted and not given back: nothing lost to a replaced ring,
+/// nothing given twice. (Under `.ci/asan` it also reads every replaced
+/// ring only while it is alive.)
+#[test]
+fn refunds_racing_admissions_on_a_log_keep_every_total_exact() {
+    const LIMIT: u64 = 64;
+    const CALLS: usize = 300;
+    let rules: floodgate::RuleSet =
+        format!("sliding-window:{LIMIT}/{LONG_WINDOW}ticks,gcra:100000/{LONG_WINDOW}ticks")
+            .parse()
+            .unwrap();
+    let limiters: [(&str, Arc<dyn RateLimiter<u64>>); 2] = [
+        (
+            "alone",
+            frozen(
+                PolicyKind::SlidingWindow,
+                Engine::LockFree,
+                LIMIT,
+                LONG_WINDOW,
+                1_000,
+            ),
+        ),
+        (
+            "among rules",
+            floodgate::build_rules(
+                &rules,
+                Engine::LockFree,
+                ManualClock::new(1_000),
+                Bounds::new(),
+            )
+            .unwrap(),
+        ),
+    ];
+    for (name, limiter) in limiters {
+        let tallies = hammer(|me| {
+            let (mut admitted, mut given) = (0u64, 0u64);
+            for call in 0..CALLS {
+                let decision = limiter.check(&7);
+                if decision.allowed() {
+                    admitted += 1;
+                    if (me + call) % 2 == 0 {
+                        let back = limiter.refund(&7, &decision, 1);
+                        assert_eq!(back, 1, "{name}: thread {me}, call {call}");
+                        given += back;
+                    }
+                }
+            }
+            (admitted, given)
+        });
+        let (admitted, given) = tallies
+            .iter()
+            .fold((0, 0), |(a, g), &(ta, tg)| (a + ta, g + tg));
+        assert!(given > 0, "{name}: some refunds ran");
+        assert!(admitted - given <= LIMIT, "{name}: {tallies:?}");
+        assert_eq!(
+            limiter.remaining(&7),
+            LIMIT - (admitted - given),
+            "{name}: {tallies:?}"
+        );
+    }
+}

@@ -1293,6 +1293,41 @@ fn refunds_answer_the_units_given_back() {
     }
 }
 
+/// The sliding log's refunds, alone and beside a lenient token bucket
+/// (whose refunds give back at least the log's, so the answers are the
+/// log's), on both engines: a refund takes units of the admissions at one
+/// time out of the log, only what is left of them, nothing for a time that
+/// admitted nothing or a window ago.
+#[test]
+fn the_logs_refunds_answer_alike_alone_and_among_rules() {
+    // L = 3 per 10 ms: two at 0 and one at 1 fill it; the refusal at 2
+    // waits for the first to leave at 10.
+    let trace = "allow a 0\nallow a 0\nallow a 1\nallow a 2\nrefund a 3 1 0\nallow a 4\n\
+                 refund a 5 5 0\nrefund a 5 1 2\nrefund b 5 1 0\nrefund a 11 1 1\n";
+    let expected = [
+        r#"{"allowed":true,"remaining":2,"retry_after":0,"delay":0}"#,
+        r#"{"allowed":true,"remaining":1,"retry_after":0,"delay":0}"#,
+        r#"{"allowed":true,"remaining":0,"retry_after":0,"delay":0}"#,
+        r#"{"allowed":false,"remaining":0,"retry_after":8,"delay":0}"#,
+        r#"{"refunded":1,"remaining":1}"#,
+        r#"{"allowed":true,"remaining":0,"retry_after":0,"delay":0}"#,
+        r#"{"refunded":1,"remaining":1}"#,
+        r#"{"refunded":0,"remaining":1}"#,
+        r#"{"refunded":0,"remaining":3}"#,
+        r#"{"refunded":0,"remaining":2}"#,
+    ];
+    for engine in ["lockfree", "mutex"] {
+        for rules in [
+            &["sliding-window:3/10ms"][..],
+            &["sliding-window:3/10ms", "token-bucket:100/1s"],
+        ] {
+            let run = replay_rules(rules, true, engine, trace);
+            let answers: Vec<&str> = run.answers().lines().collect();
+            assert_eq!(answers, expected, "{engine} {rules:?}");
+        }
+    }
+}
+
 #[test]
 fn bad_refunds_stop_the_replay() {
     for (line, reason) in [

@@ -431,14 +431,9 @@ fn check_differential_rules(input: &Input) {
     let (lock_free, mutex) = (build(Engine::LockFree), build(Engine::Mutex));
     let mut origins: [Option<u64>; 4] = [None; 4];
     let mut inside = [true; 4];
-    // A log among several rules does not give units back yet on the
-    // lock-free engine: no refunds with one.
-    let refunds = rules
-        .iter()
-        .all(|rule| rule.policy() != PolicyKind::SlidingWindow);
     let mut last_cost = [1; 4];
     for (k, &c) in input.calls.iter().enumerate() {
-        let refund = as_refund(c, input.window, last_cost[c.client as usize]).filter(|_| refunds);
+        let refund = as_refund(c, input.window, last_cost[c.client as usize]);
         if c.verb == Verb::Allow {
             last_cost[c.client as usize] = c.cost;
         }

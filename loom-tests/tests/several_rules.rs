@@ -315,3 +315,134 @@ fn a_sweep_races_a_wide_pair_check() {
 fn forget_races_a_wide_pair_check() {
     forget_races_a_check(wide_pair, WINDOW_PAIR);
 }
+
+/// A refund with a log among the rules (`LOG`): client 1 admitted twice at
+/// tick 1 (the log full, `gcra` 2 of 3 spent). A refund of one of those
+/// admissions at tick 2 races a check at tick 2: the refund gives back 1
+/// in every order (the log builds a new ring without one of its entries,
+/// published by the same CAS as `gcra`'s refund), the check is admitted
+/// exactly when the refund came first, and every look finds both rules
+/// spent alike. A refund that published the log's new ring apart from the
+/// other rules' words, or built it from a ring a newer frame replaced,
+/// shows here as rules spent apart or a unit given twice.
+#[test]
+fn a_refund_races_a_check_with_a_log() {
+    floodgate_loom_tests::model(|| {
+        let limiter = limiter(compound, LOG, Bounds::new());
+        assert!(limiter.check_at(&1, 1).allowed());
+        assert!(limiter.check_at(&1, 1).allowed());
+        let checker = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || limiter.check_at(&1, 2))
+        };
+        let given = limiter.refund_at(&1, 2, 1, 1);
+        let checked = checker.join().unwrap();
+        assert_eq!(given, 1, "{checked:?}");
+        let seen = spent(&limiter, 1, 2);
+        assert_eq!(seen[0], seen[1], "one rule spent without the other");
+        let expected = if checked.allowed() { 2 } else { 1 };
+        assert_eq!(seen, vec![expected, expected], "{checked:?}");
+        assert_eq!(limiter.refund_at(&1, 2, 1, 2), 1, "one unit of it left");
+    });
+}
+
+/// Client 1 (`LOG`) spent both of its log's units at tick 0 and fills the
+/// table; a refund of one of them at tick 5 races the insert of client 2,
+/// which moves client 1 into a larger table (the new state shares the
+/// frame's ring, one more count of it). The refund lands once, before the
+/// freeze (and moves with it) or after it on the moved state: it gives
+/// back 1 in every order, and client 1 then has one more admission.
+#[test]
+fn a_refund_races_a_rebuild_with_a_log() {
+    floodgate_loom_tests::model(|| {
+        let limiter = limiter(compound, LOG, Bounds::new());
+        assert!(limiter.check_n_at(&1, 0, 2).allowed());
+        let inserter = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || limiter.check_at(&2, 5))
+        };
+        let given = limiter.refund_at(&1, 5, 0, 1);
+        assert!(inserter.join().unwrap().allowed());
+        assert_eq!(given, 1);
+        assert_eq!(spent(&limiter, 1, 5), vec![1, 1]);
+        assert!(limiter.check_at(&1, 5).allowed());
+        assert!(!limiter.check_at(&1, 5).allowed());
+        assert_eq!(limiter.tracked_clients(), 2);
+    });
+}
+
+/// Both land, whichever comes first: client 1 (`LOG`) admitted once at
+/// tick 1; a refund of that admission races a check at tick 2, which is
+/// admitted in every order. The refund's CAS fails when the check
+/// published first, and its next pass builds the log's new ring again
+/// from the frame that holds the check's entry: every order ends with the
+/// refund's 1 given back and only the check's unit spent, in both rules.
+/// A refund that kept the ring it built before that failure loses the
+/// check's entry (the log spent 0); one that answered without publishing
+/// leaves both spent.
+#[test]
+fn a_refund_and_a_check_with_a_log_both_land() {
+    floodgate_loom_tests::model(|| {
+        let limiter = limiter(compound, LOG, Bounds::new());
+        assert!(limiter.check_at(&1, 1).allowed());
+        let checker = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || limiter.check_at(&1, 2))
+        };
+        let given = limiter.refund_at(&1, 2, 1, 1);
+        let checked = checker.join().unwrap();
+        assert_eq!(given, 1);
+        assert!(checked.allowed());
+        assert_eq!(spent(&limiter, 1, 2), vec![1, 1]);
+    });
+}
+
+/// One unit a window on both rules, the log among them: a refund at 50 of
+/// the admission at 0 gives both back, after which the client is idle.
+const REFUNDED_LOG: &str = "sliding-window:1/100ticks,gcra:1/100ticks";
+
+/// A refund with a log among the rules races a sweep (`REFUNDED_LOG`,
+/// admitted at 0): the client is busy until the refund lands, so the sweep
+/// removes it only after it, and the refund gives back its 1 in every
+/// order (a refund that followed a client the sweep had retired, instead
+/// of looking again, would give nothing).
+#[test]
+fn a_refund_races_a_sweep_with_a_log() {
+    floodgate_loom_tests::model(|| {
+        let limiter = limiter(compound, REFUNDED_LOG, Bounds::new());
+        assert!(limiter.check_at(&7, 0).allowed());
+        let sweeper = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || limiter.sweep_at(50))
+        };
+        let given = limiter.refund_at(&7, 50, 0, 1);
+        let removed = sweeper.join().unwrap();
+        assert_eq!(given, 1, "the client was busy until the refund");
+        assert_eq!(limiter.tracked_clients(), 1 - removed);
+        let kept = limiter.peek_at(&7, 50);
+        assert_eq!(kept, (removed == 0).then_some(1), "removed {removed}");
+    });
+}
+
+/// A refund with a log among the rules races `forget` (`REFUNDED_LOG`):
+/// it gives back 1 if it came first and 0 after (it finds no client and
+/// creates none); nothing is left either way.
+#[test]
+fn a_refund_races_forget_with_a_log() {
+    floodgate_loom_tests::model(|| {
+        let limiter = limiter(compound, REFUNDED_LOG, Bounds::new());
+        assert!(limiter.check_at(&7, 0).allowed());
+        let forgetter = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || RateLimiter::forget(&*limiter, &7))
+        };
+        let given = limiter.refund_at(&7, 10, 0, 1);
+        assert!(
+            forgetter.join().unwrap(),
+            "the client had state until forget"
+        );
+        assert!(given <= 1);
+        assert_eq!(limiter.peek_at(&7, 10), None, "given {given}: nothing left");
+        assert_eq!(limiter.tracked_clients(), 0);
+    });
+}

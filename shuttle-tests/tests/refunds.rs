@@ -36,8 +36,16 @@ struct Tally {
 /// `LIMIT` less its admissions plus what was given back (nothing lost to a
 /// move, nothing given twice).
 fn refunds_during_growth<P: Policy>(name: &str) {
+    refunds_during_growth_of(name, || {
+        P::new(Config::per_ticks(LIMIT, WINDOW).unwrap()).unwrap()
+    });
+}
+
+/// `refunds_during_growth` on the policy `make` makes (whose strictest
+/// limit is `LIMIT`, and which neither drips nor expires at `NOW`).
+fn refunds_during_growth_of<P: Policy>(name: &str, make: fn() -> P) {
     explore(name, move || {
-        let policy = P::new(Config::per_ticks(LIMIT, WINDOW).unwrap()).unwrap();
+        let policy = make();
         let limiter: Arc<Limiter<u64, P, ManualClock>> =
             Arc::new(Limiter::with_bounds(policy, ManualClock::new(0), Bounds::new()).unwrap());
         let threads: Vec<_> = ORDERS
@@ -116,4 +124,17 @@ fn refunds_gcra() {
 #[test]
 fn refunds_leaky_bucket() {
     refunds_during_growth::<LeakyBucket>("refunds_leaky_bucket");
+}
+
+/// A log among several rules: each refund publishes a frame that names
+/// the log's new ring, through whichever copy of the client is live (the
+/// copies share the frame's ring until a refund replaces it on one).
+#[test]
+fn refunds_with_a_log_among_rules() {
+    refunds_during_growth_of("refunds_with_a_log_among_rules", || {
+        let rules: floodgate::RuleSet = "sliding-window:2/1000ticks,gcra:3/3000ticks"
+            .parse()
+            .unwrap();
+        floodgate::policy::Compound::from_rules(&rules).unwrap()
+    });
 }

@@ -11,9 +11,10 @@
 //! (`crate::frame`): a drip rule its one word, a window rule its two (the
 //! start of its window and its counts; for a window of 2^62 ticks or
 //! more, its own `WindowWord`), a `sliding-window` log its count
-//! of entries, its latest entry and where its window began (four), over a
-//! ring that every frame of the client shares (`sliding_window::LogView`),
-//! so no step copies a log. A decision reads
+//! of entries, its latest entry, where its window began and the address of
+//! its ring (five), a ring that every frame of the client shares until a
+//! refund replaces it (`sliding_window::LogView`, `LogRing`), so no step
+//! copies a log. A decision reads
 //! a validated copy of the frame, steps every rule on it with the rule's
 //! own pure step and, if every rule admits, publishes the new words with
 //! one 16-byte CAS of the client's control word (a version and the frame's
@@ -37,17 +38,14 @@
 //! window rule's and a log's do not), and the limiter keeps no origin
 //! (`Origin = ()`).
 
-use std::sync::Arc;
-
 use super::combine::{beyond, own_answer, Verdict};
 use super::pair::WordRule;
-use super::sliding_window::{LogView, LogWords, Moved};
+use super::sliding_window::{LogRing, LogView, LogWords, Moved};
 use super::window_pair::{judge, Counts, Judged, WindowRule};
 use super::{sealed, InFlight, Policy, Retired, SlidingWindow, Spent};
 use crate::cell::schedule_time;
 use crate::frame::{Framed, MAX_WORDS};
 use crate::limiter::since_origin;
-use crate::sync::AtomicU128;
 use crate::{Config, ConfigError, Decision, PolicyKind, RuleAnswers, RuleSet, Tick, MAX_RULES};
 
 // Compound ----------------------------------------------------------------
@@ -59,8 +57,8 @@ pub struct Compound {
     parts: Box<[Part]>,
     /// Where each rule's words begin in a frame.
     offsets: [usize; MAX_RULES],
-    /// Which ring each `sliding-window` rule keeps its entries in.
-    rings: [usize; MAX_RULES],
+    /// The frame words that hold a log's ring's address, one bit each.
+    rings: u64,
     /// Words in a frame.
     len: usize,
     set: RuleSet,
@@ -90,9 +88,8 @@ enum Part {
     /// nanoseconds), where a counter's judged view would not fit a `u64`:
     /// its own `WindowWord` (two words), counted from the origin, as alone.
     LongWindow(WindowRule),
-    /// `sliding-window`: the entries committed, the latest one and where
-    /// its window began (four words), from the origin, over a ring of the
-    /// client's.
+    /// `sliding-window`: the entries committed, the latest one, where its
+    /// window began and its ring's address (five words), from the origin.
     Log(SlidingWindow),
     /// `in-flight`: the units held (one word, no time).
     Held(InFlight),
@@ -103,7 +100,7 @@ impl Part {
         match self {
             Self::Drip(_) | Self::Held(_) => 1,
             Self::Window(_) | Self::LongWindow(_) => 2,
-            Self::Log(_) => 4,
+            Self::Log(_) => LOG_WORDS,
         }
     }
 
@@ -117,12 +114,50 @@ impl Part {
     }
 }
 
-/// One client's state under a [`Compound`]: its frame, its origin, and the
-/// rings of its `sliding-window` rules.
+/// A log's words in a frame: its `LogWords` (four) and its ring's address.
+const LOG_WORDS: usize = 5;
+
+/// Where a log's ring's address is among its words.
+const RING: usize = 4;
+
+/// One client's state under a [`Compound`]: its frame and its origin. It
+/// holds one count of each ring its current frame names (`LogRing`): the
+/// frame words `rings` marks, given back when the state is dropped, or,
+/// for a ring a refund replaced, once no reader of the replaced frame can
+/// be left (`Compound::refund`).
 pub struct CompoundState {
     framed: Framed,
     origin: u64,
-    rings: Box<[Arc<[AtomicU128]>]>,
+    rings: u64,
+}
+
+impl Drop for CompoundState {
+    fn drop(&mut self) {
+        if self.rings == 0 {
+            return;
+        }
+        let mut words = [0; MAX_WORDS];
+        self.framed.read(&mut words);
+        for at in positions(self.rings) {
+            // SAFETY: the count this state holds for its frame's ring; no
+            // other thread reaches the state any more.
+            #[allow(unsafe_code)]
+            unsafe {
+                LogRing::let_go(words[at]);
+            }
+        }
+    }
+}
+
+/// The positions of the bits set in `mask`, lowest first.
+fn positions(mut mask: u64) -> impl Iterator<Item = usize> {
+    std::iter::from_fn(move || {
+        (mask != 0).then(|| {
+            let at = mask.trailing_zeros() as usize;
+            mask &= mask - 1;
+            at
+        })
+    })
 }
 
 impl std::fmt::Debug for CompoundState {
@@ -212,14 +247,13 @@ impl Compound {
             parts.push(part);
         }
         let mut offsets = [0; MAX_RULES];
-        let mut rings = [0; MAX_RULES];
-        let (mut len, mut logs) = (0, 0);
+        let (mut len, mut rings) = (0, 0u64);
         for (i, part) in parts.iter().enumerate() {
             offsets[i] = len;
             len += part.words();
             if let Part::Log(_) = part {
-                rings[i] = logs;
-                logs += 1;
+                // At most 5 × 8 words: a bit of a `u64` each.
+                rings |= 1 << (offsets[i] + RING);
             }
         }
         // A frame holds at least two words: one rule alone takes a
@@ -239,13 +273,40 @@ impl Compound {
         })
     }
 
-    /// Rule `i`'s log over the client's ring, as `words` have it.
+    /// Rule `i`'s log over its ring, as `words` (a copy of `state`'s
+    /// frame) have it. The caller holds `pin_logs`'s pin, taken before the
+    /// copy was read, or `state` alone, or a retired `state` (whose frame
+    /// no longer changes): the ring the copy names is then alive while the
+    /// view is used (`LogRing::at`).
     #[inline(always)]
-    fn view<'s>(&self, i: usize, state: &'s CompoundState, words: &[u64]) -> LogView<'s> {
-        LogView::new(
-            &state.rings[self.rings[i]],
-            log_words(words, self.offsets[i]),
-        )
+    fn view<'s>(&self, i: usize, _state: &'s CompoundState, words: &[u64]) -> LogView<'s> {
+        let at = self.offsets[i];
+        // SAFETY: the frame named the ring when it was read, and the caller
+        // holds it alive (above).
+        #[allow(unsafe_code)]
+        let ring = unsafe { LogRing::at(words[at + RING]) };
+        LogView::new(ring, log_words(words, at))
+    }
+
+    /// A pin for a pass that reads logs' rings (`view`), taken before its
+    /// frame is read; none when no rule is a log.
+    #[inline(always)]
+    fn pin_logs(&self) -> Option<crate::frame::Pin> {
+        (self.rings != 0).then(crate::frame::pin)
+    }
+
+    /// Gives back the rings `next` names in place of `words`' (built by a
+    /// refund that was not published): never anyone's but this thread's.
+    fn drop_built(&self, words: &[u64], next: &[u64]) {
+        for at in positions(self.rings) {
+            if next[at] != words[at] {
+                // SAFETY: built by this pass and never published.
+                #[allow(unsafe_code)]
+                unsafe {
+                    LogRing::let_go(next[at]);
+                }
+            }
+        }
     }
 
     /// The window a call at `now` is judged in by the window rule whose
@@ -342,6 +403,7 @@ impl Compound {
                     rule.view_check(&self.view(i, state, words), since, cost)?;
                 if let Some(log) = admitted {
                     put_log(next, at, log);
+                    next[at + RING] = words[at + RING];
                 }
                 lagged(decision, lag)
             }
@@ -432,6 +494,7 @@ impl Compound {
     ) -> Result<Decision, Retired> {
         let mut words = [0; N];
         let mut next = [0; N];
+        let _pin = self.pin_logs();
         loop {
             let seen = state.framed.read(&mut words);
             if seen.retired() {
@@ -479,9 +542,9 @@ impl Compound {
         (now, ago): (u64, u64),
         cost: u64,
         next: &mut [u64],
-    ) -> u64 {
+    ) -> Result<u64, Moved> {
         let off = self.offsets[i];
-        match &self.parts[i] {
+        Ok(match &self.parts[i] {
             Part::Drip(rule) => {
                 let now = schedule_time(now);
                 let (given, word) = rule.give_back(words[off], now, ago, cost);
@@ -506,11 +569,21 @@ impl Compound {
                 put_wide(next, off, word);
                 given
             }
-            // Not yet: a log among the rules gives nothing back.
-            Part::Log(_) => 0,
+            // A new ring when it gives something back (`view_refund`),
+            // named in `next`: the caller publishes it or gives it back.
+            Part::Log(rule) => {
+                let since = since_origin(state.origin, now).0;
+                let (given, refunded) =
+                    rule.view_refund(&self.view(i, state, words), since, ago, cost)?;
+                if let Some((ring, log)) = refunded {
+                    put_log(next, off, log);
+                    next[off + RING] = ring;
+                }
+                given
+            }
             // Left out by the caller: a release gives held units back.
             Part::Held(_) => 0,
-        }
+        })
     }
 
     /// Runs `read` on a validated copy of the current frame until it
@@ -523,6 +596,7 @@ impl Compound {
         read: impl Fn(&[u64]) -> Result<T, Moved>,
     ) -> Result<T, Retired> {
         let mut words = [0; MAX_WORDS];
+        let _pin = self.pin_logs();
         loop {
             if state.framed.read(&mut words).retired() {
                 return Err(Retired);
@@ -568,7 +642,6 @@ impl Compound {
     /// spend given for a rule beyond them.
     pub(crate) fn spent_state_each(&self, spent: &[Spent]) -> CompoundState {
         let mut words = [0u64; MAX_WORDS];
-        let mut rings = Vec::new();
         for (i, part) in self.parts.iter().enumerate() {
             let Spent { count, at: now } = spent[i.min(spent.len() - 1)];
             let at = self.offsets[i];
@@ -580,8 +653,8 @@ impl Compound {
                 Part::LongWindow(rule) => put_wide(&mut words, at, rule.spent_word(count, now)),
                 Part::Log(rule) => {
                     let (ring, log) = rule.view_spent(count, now);
-                    rings.push(ring);
                     put_log(&mut words, at, log);
+                    words[at + RING] = ring;
                 }
                 // Holding what was held (at most a former limit, < 2^32).
                 Part::Held(_) => words[at] = count.min(crate::MAX_LIMIT),
@@ -590,17 +663,25 @@ impl Compound {
         CompoundState {
             framed: Framed::new(&words[..self.len]),
             origin: 0,
-            rings: rings.into_boxed_slice(),
+            rings: self.rings,
         }
     }
 
     /// A state that goes on from `state`'s frame `words`, its logs sharing
     /// their rings.
     fn continued(&self, state: &CompoundState, words: &[u64]) -> CompoundState {
+        for at in positions(self.rings) {
+            // SAFETY: `state`'s frame names the ring and the caller holds
+            // `state` (so its count); the new state holds one more.
+            #[allow(unsafe_code)]
+            unsafe {
+                LogRing::share(words[at]);
+            }
+        }
         CompoundState {
             framed: Framed::new(&words[..self.len]),
             origin: state.origin,
-            rings: state.rings.clone(),
+            rings: self.rings,
         }
     }
 }
@@ -633,7 +714,6 @@ impl Policy for Compound {
     /// window rule at tick 0 of its own times, which count from `origin`.
     fn begin(&self, origin: u64) -> CompoundState {
         let mut words = [0u64; MAX_WORDS];
-        let mut rings = Vec::new();
         for (i, part) in self.parts.iter().enumerate() {
             let at = self.offsets[i];
             match part {
@@ -650,8 +730,8 @@ impl Policy for Compound {
                 }
                 Part::Log(rule) => {
                     let (ring, log) = rule.view_begin();
-                    rings.push(ring);
                     put_log(&mut words, at, log);
+                    words[at + RING] = ring;
                 }
                 // Holding nothing: the word is 0 already.
                 Part::Held(_) => {}
@@ -660,7 +740,7 @@ impl Policy for Compound {
         CompoundState {
             framed: Framed::new(&words[..self.len]),
             origin,
-            rings: rings.into_boxed_slice(),
+            rings: self.rings,
         }
     }
 
@@ -724,15 +804,20 @@ impl Policy for Compound {
 
     /// Every rule gives back on its own, all in one publication of a new
     /// frame (or none, when nothing comes back); the answer is the
-    /// smallest of the rules'.
+    /// smallest of the rules'. A log that gives back names a new ring in
+    /// that frame (`view_refund`): published, the state's count of the
+    /// ring it replaces is given back once no reader of the old frame can
+    /// be left; not published, the new ring is dropped.
     ///
     /// Progress: a pass repeats only when its publication's CAS failed,
     /// which takes another thread's published frame (or mark) since this
-    /// pass's read.
+    /// pass's read, or when a log's ring showed the copy stale, which also
+    /// takes another thread's published frame (`LogView`).
     fn refund(&self, state: &CompoundState, now: u64, ago: u64, cost: u64) -> Result<u64, Retired> {
         let mut words = [0; MAX_WORDS];
         let mut next = [0; MAX_WORDS];
-        loop {
+        let _pin = self.pin_logs();
+        'pass: loop {
             let seen = state.framed.read(&mut words);
             if seen.retired() {
                 return Err(Retired);
@@ -751,12 +836,39 @@ impl Policy for Compound {
                 if let Part::Held(_) = self.parts[i] {
                     continue;
                 }
-                let given = self.part_give_back(i, state, &words, (now, ago), cost, &mut next);
+                let Ok(given) = self.part_give_back(i, state, &words, (now, ago), cost, &mut next)
+                else {
+                    self.drop_built(&words, &next);
+                    continue 'pass;
+                };
                 least = Some(least.map_or(given, |least| least.min(given)));
                 any |= given > 0;
             }
-            if !any || state.framed.publish(seen, &next)? {
-                return Ok(least.unwrap_or(0));
+            let answer = least.unwrap_or(0);
+            if !any {
+                return Ok(answer);
+            }
+            match state.framed.publish(seen, &next) {
+                Ok(true) => {
+                    for at in positions(self.rings) {
+                        if next[at] != words[at] {
+                            // SAFETY: the state's count of the ring its
+                            // frame named until this publication, given
+                            // back once; a reader of that frame holds a pin
+                            // taken before it read it (`pin_logs`).
+                            #[allow(unsafe_code)]
+                            unsafe {
+                                LogRing::let_go_later(words[at]);
+                            }
+                        }
+                    }
+                    return Ok(answer);
+                }
+                Ok(false) => self.drop_built(&words, &next),
+                Err(Retired) => {
+                    self.drop_built(&words, &next);
+                    return Err(Retired);
+                }
             }
         }
     }
@@ -801,6 +913,7 @@ impl Policy for Compound {
         // Progress: the CAS fails only when another thread published a
         // frame since the read; the next pass judges that one.
         let mut copy = [0; MAX_WORDS];
+        let _pin = self.pin_logs();
         loop {
             let seen = state.framed.read(&mut copy);
             if seen.retired() {

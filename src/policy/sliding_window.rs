@@ -281,6 +281,7 @@ fn retire_successor(address: u64) {
 }
 
 #[cfg(not(floodgate_loom))]
+#[allow(clippy::vec_box)] // boxed as made (`RetiredRings`)
 fn hand_over(rings: Vec<Box<Successor>>) {
     if !rings.is_empty() {
         crate::store::epoch::retire_in(Box::new(rings), crate::store::epoch::EVERY_STORE);
@@ -288,8 +289,11 @@ fn hand_over(rings: Vec<Box<Successor>>) {
 }
 
 /// Rings a thread retired and has not yet handed over (`retire_successor`).
+/// Boxed as they were made: a pinned reader may still hold a reference into
+/// one (its hint), so none may move until the collector frees it.
 #[cfg(not(floodgate_loom))]
 #[derive(Default)]
+#[allow(clippy::vec_box)]
 struct RetiredRings {
     rings: Vec<Box<Successor>>,
     /// Their slots, all told.
@@ -298,6 +302,7 @@ struct RetiredRings {
 
 #[cfg(not(floodgate_loom))]
 impl RetiredRings {
+    #[allow(clippy::vec_box)] // boxed as made (type docs)
     fn take(&mut self) -> Vec<Box<Successor>> {
         self.slots = 0;
         std::mem::take(&mut self.rings)
@@ -789,9 +794,19 @@ impl SlidingWindow {
 /// same word twice (module docs). A reader of an older frame that finds a
 /// slot overwritten answers `Moved`, and loads the compound's word
 /// again, which then shows a newer frame: another thread's CAS landed.
+///
+/// A refund among the rules builds a new ring (as the log alone does,
+/// module docs), and the frame names its ring (`LogRing`): the refund's
+/// frame names the new one, so the compound's one CAS publishes the new
+/// ring with every other rule's refund. A frame's ring is never written
+/// again once a later frame names another (only an old frame's helper may
+/// write its latest entry into it, which changes nothing any reader of a
+/// later frame reads).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct LogView<'r> {
     ring: &'r [AtomicU128],
+    /// The ring's floor (`LogRing`).
+    floor: u64,
     /// Entries committed as of this frame.
     n: u64,
     /// Entry `n − 1` (time 0, no units, if there is none).
@@ -811,13 +826,21 @@ pub(crate) type LogWords = (u64, u128, u64);
 impl<'r> LogView<'r> {
     /// The view a frame's words give over `ring`.
     #[inline]
-    pub(crate) fn new(ring: &'r [AtomicU128], (n, latest, from): LogWords) -> Self {
+    pub(crate) fn new(ring: &'r LogRing, (n, latest, from): LogWords) -> Self {
         Self {
-            ring,
+            ring: &ring.slots,
+            floor: ring.floor,
             n,
             latest: LogSlot::unpack(latest),
             from,
         }
+    }
+
+    /// The time a decision as of this view judges at: `now`, or a later
+    /// time the log reflects (its latest entry's, or its ring's floor).
+    #[inline]
+    fn judged(&self, now: u64) -> u64 {
+        now.max(self.latest.time).max(self.floor)
     }
 
     #[inline]
@@ -882,20 +905,145 @@ impl<'r> LogView<'r> {
     }
 }
 
+/// A ring of a log among several rules, shared by the frames and states
+/// that name it: each state holds one count of the `Arc` for every ring
+/// its current frame names (`Compound`'s `CompoundState`), and a frame
+/// names it by its address (`into_address`), one word.
+pub(crate) struct LogRing {
+    slots: Box<[AtomicU128]>,
+    /// As a successor's (`Successor::floor`): 0, or the time the refund
+    /// that built the ring was judged at.
+    floor: u64,
+}
+
+impl LogRing {
+    /// A ring of `slots` judged from `floor` on, held once, as a frame
+    /// word.
+    pub(crate) fn into_address(slots: Box<[AtomicU128]>, floor: u64) -> u64 {
+        Arc::into_raw(Arc::new(Self { slots, floor })) as usize as u64
+    }
+
+    /// The ring at `address`.
+    ///
+    /// # Safety
+    ///
+    /// `address` came from `into_address`, and a count of it is held (by a
+    /// state the caller holds, whose current frame named it when read), or
+    /// was held when the caller's pin was taken and the caller still holds
+    /// that pin (a ring given up is freed only through the collector,
+    /// `let_go_later`).
+    #[allow(unsafe_code)]
+    pub(crate) unsafe fn at<'a>(address: u64) -> &'a Self {
+        // SAFETY: as the caller promises, the `LogRing` is alive for 'a.
+        unsafe { &*(address as usize as *const Self) }
+    }
+
+    /// One more count of the ring at `address`, for a new state whose
+    /// frame names it.
+    ///
+    /// # Safety
+    ///
+    /// As `at`: the ring is alive.
+    #[allow(unsafe_code)]
+    pub(crate) unsafe fn share(address: u64) {
+        // SAFETY: made by `Arc::into_raw` and alive (the caller).
+        unsafe { Arc::increment_strong_count(address as usize as *const Self) }
+    }
+
+    /// Gives one count of the ring at `address` back now: its holder is
+    /// gone, and no other thread can reach it through that holder.
+    ///
+    /// # Safety
+    ///
+    /// The caller holds that count, and gives it back once.
+    #[allow(unsafe_code)]
+    pub(crate) unsafe fn let_go(address: u64) {
+        // SAFETY: a count the caller holds, made by `Arc::into_raw`.
+        drop(unsafe { Arc::from_raw(address as usize as *const Self) });
+    }
+
+    /// Gives one count of the ring at `address` back once no pin taken
+    /// before this call is held: a frame that named it was replaced, and a
+    /// reader of that frame may still be reading it.
+    ///
+    /// # Safety
+    ///
+    /// As `let_go`.
+    #[allow(unsafe_code)]
+    pub(crate) unsafe fn let_go_later(address: u64) {
+        // SAFETY: a count the caller holds (the caller).
+        let count = unsafe { Arc::from_raw(address as usize as *const Self) };
+        #[cfg(not(floodgate_loom))]
+        crate::store::epoch::retire_in(Box::new(count), crate::store::epoch::EVERY_STORE);
+        // Kept, under the models' cfg, where nothing is freed (`sync`).
+        #[cfg(floodgate_loom)]
+        std::mem::forget(count);
+    }
+}
+
 impl SlidingWindow {
-    /// A new client's log among several rules: its ring and its words.
-    pub(crate) fn view_begin(&self) -> (Arc<[AtomicU128]>, LogWords) {
+    /// A new client's log among several rules: its ring (`LogRing`, held
+    /// once, for the new state) and its words.
+    pub(crate) fn view_begin(&self) -> (u64, LogWords) {
         self.view_spent(0, 0)
     }
 
     /// A log with `spent` units admitted at `now` (as `spent_state`): its
-    /// ring and its words.
-    pub(crate) fn view_spent(&self, spent: u64, now: u64) -> (Arc<[AtomicU128]>, LogWords) {
+    /// ring (as `view_begin`'s) and its words.
+    pub(crate) fn view_spent(&self, spent: u64, now: u64) -> (u64, LogWords) {
         let (entries, latest) = self.spent_entry(spent, now);
         (
-            self.spent_slots(spent, now).collect(),
+            LogRing::into_address(self.spent_slots(spent, now).collect(), 0),
             (entries, latest.pack(), 0),
         )
+    }
+
+    /// A refund among several rules as of `view`: up to `cost` units of
+    /// the admission `ago` ticks before `now` (`now` no earlier than the
+    /// origin), the contract's "Giving units back", as the log alone gives
+    /// them. Answers the units given and, when any are, the new ring
+    /// (`LogRing`, held once) and words of the log afterwards; `Moved` if
+    /// the ring showed the frame stale.
+    pub(crate) fn view_refund(
+        &self,
+        view: &LogView<'_>,
+        now: u64,
+        ago: u64,
+        cost: u64,
+    ) -> Result<(u64, Option<(u64, LogWords)>), Moved> {
+        if super::gives_nothing(self.config, ago, cost) {
+            return Ok((0, None));
+        }
+        let Some(at) = now.checked_sub(ago) else {
+            return Ok((0, None));
+        };
+        let judged = view.judged(now);
+        if self.expired(at, judged) {
+            return Ok((0, None));
+        }
+        let read = |entry| view.read(entry);
+        let mut entries = self.entries_of(view.n, view.from, judged, &read)?;
+        let given = take_units(&mut entries, at, cost);
+        if given == 0 {
+            return Ok((0, None));
+        }
+        let kept = entries.len() as u64;
+        let limit = self.config.limit();
+        // The new ring's latest entry: the last one kept, with the running
+        // total of all of them (mod 2^20, as `young_slots` writes it).
+        let total = entries.iter().fold(0u32, |total, &(_, units)| {
+            total.wrapping_add(units as u32) & LogSlot::UNITS
+        });
+        let latest = match entries.last() {
+            Some(&(time, _)) => LogSlot {
+                sequence: sequence(kept - 1 + limit),
+                units: total,
+                time,
+            },
+            None => NONE,
+        };
+        let ring = LogRing::into_address(self.young_slots(&entries).collect(), judged);
+        Ok((given, Some((ring, (kept, latest.pack(), 0)))))
     }
 
     /// How many entries a ring with `spent` units admitted at `now` holds
@@ -936,7 +1084,7 @@ impl SlidingWindow {
     /// `remaining` at `now` as of `view`.
     pub(crate) fn view_remaining(&self, view: &LogView<'_>, now: u64) -> Result<u64, Moved> {
         view.help()?;
-        let at = now.max(view.latest.time);
+        let at = view.judged(now);
         let (used, _) = self.units_inside(view.n, view.from, view.latest, at, &|entry| {
             view.read(entry)
         })?;
@@ -956,7 +1104,7 @@ impl SlidingWindow {
         view.help()?;
         let limit = self.config.limit();
         let read = |entry| view.read(entry);
-        let at = now.max(view.latest.time);
+        let at = view.judged(now);
         if view.n >= limit && cost == 1 {
             // As the log alone: if the oldest of the last L entries is
             // still inside the window, all L are, and none is left.
@@ -994,7 +1142,7 @@ impl SlidingWindow {
 
     /// Idle at `now` as of `view`: no entry inside the window.
     pub(crate) fn view_idle(&self, view: &LogView<'_>, now: u64) -> bool {
-        view.n == 0 || self.expired(view.latest.time, now)
+        view.n == 0 || self.expired(view.latest.time, now.max(view.floor))
     }
 
     /// What `view` had spent, judged no earlier than its newest entry (as
@@ -1002,7 +1150,7 @@ impl SlidingWindow {
     /// of frames moves on; were it moved, the whole limit counts as
     /// spent, the stricter answer.
     pub(crate) fn view_spent_at(&self, view: &LogView<'_>, now: u64) -> Spent {
-        let at = now.max(view.latest.time);
+        let at = view.judged(now);
         let count = match view.help().and_then(|()| {
             self.units_inside(view.n, view.from, view.latest, at, &|entry| {
                 view.read(entry)
@@ -1275,7 +1423,19 @@ impl SlidingWindow {
                 ring.read(entry)
             }
         };
-        let inside = self.in_window(n, 0, judged, &read)?;
+        self.entries_of(n, 0, judged, &read)
+    }
+
+    /// `entries_inside` of the `n` entries `read` reads, those before
+    /// `from` known to have left the window.
+    fn entries_of(
+        &self,
+        n: u64,
+        from: u64,
+        judged: u64,
+        read: &impl Fn(u64) -> Result<LogSlot, Moved>,
+    ) -> Result<Vec<(u64, u64)>, Moved> {
+        let inside = self.in_window(n, from, judged, read)?;
         let first = n - inside;
         // The running total just before the first entry inside: 0 when it
         // is the ring's first, else the entry before it if the ring still
@@ -1302,35 +1462,38 @@ impl SlidingWindow {
     /// first, fewer than `L`), judged from `floor` on: numbered from 0,
     /// running totals from 0, the other slots as new.
     fn successor(&self, entries: &[(u64, u64)], floor: u64) -> Successor {
-        let limit = self.config.limit();
-        let mut total = 0u32;
-        let slots = (0..limit)
-            .map(|i| {
-                let slot = match entries.get(i as usize) {
-                    Some(&(time, units)) => {
-                        // Each entry counts at most L < 2^20 units; the
-                        // total is kept mod 2^20 (`cell`).
-                        total = total.wrapping_add(units as u32) & LogSlot::UNITS;
-                        LogSlot {
-                            sequence: sequence(i + limit),
-                            units: total,
-                            time,
-                        }
-                    }
-                    None => LogSlot {
-                        sequence: i,
-                        units: 0,
-                        time: 0,
-                    },
-                };
-                AtomicU128::new(slot.pack())
-            })
-            .collect();
         Successor {
             committed: AtomicU64::new(entries.len() as u64),
             floor,
-            slots,
+            slots: self.young_slots(entries).collect(),
         }
+    }
+
+    /// The `L` slots of a ring whose whole history is `entries` (fewer
+    /// than `L`), and its latest entry (`NONE` if none).
+    fn young_slots<'e>(&self, entries: &'e [(u64, u64)]) -> impl Iterator<Item = AtomicU128> + 'e {
+        let limit = self.config.limit();
+        let mut total = 0u32;
+        (0..limit).map(move |i| {
+            let slot = match entries.get(i as usize) {
+                Some(&(time, units)) => {
+                    // Each entry counts at most L < 2^20 units; the total
+                    // is kept mod 2^20 (`cell`).
+                    total = total.wrapping_add(units as u32) & LogSlot::UNITS;
+                    LogSlot {
+                        sequence: sequence(i + limit),
+                        units: total,
+                        time,
+                    }
+                }
+                None => LogSlot {
+                    sequence: i,
+                    units: 0,
+                    time: 0,
+                },
+            };
+            AtomicU128::new(slot.pack())
+        })
     }
 
     /// What a retired (frozen) ring had spent, judged no earlier than its
