@@ -76,9 +76,11 @@
 //! link does not name yet installs it (one CAS of the link, from the marked
 //! ring's address to the new one's): the refunder does before it returns,
 //! and a check that meets the mark first does it for it, so no call ever
-//! waits for a refund. A client never refunded pays nothing for this: its
-//! home ring is unmarked, and the mark test is the one that already looks
-//! for `R`. A refunded client's calls find the home ring marked and go on,
+//! waits for a refund. A client never refunded pays almost nothing for
+//! this: its home ring is unmarked, and the mark test is the one that
+//! already looks for `R` (1 to 2 ns on a hot refusal, for the ring's floor
+//! and the pin's drop flag in the decision loop: benches/README.md, "The
+//! log's refunds"). A refunded client's calls find the home ring marked and go on,
 //! under a pin, through the link (a cold path): they decide, retire or read
 //! on the current ring exactly as on a home ring, with its hint and floor.
 //!

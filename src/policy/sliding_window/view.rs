@@ -264,21 +264,13 @@ impl SlidingWindow {
             return Ok((0, None));
         }
         let kept = entries.len() as u64;
-        let limit = self.config.limit();
-        // The new ring's latest entry: the last one kept, with the running
-        // total of all of them (mod 2^20, as `young_slots` writes it).
-        let total = entries.iter().fold(0u32, |total, &(_, units)| {
-            total.wrapping_add(units as u32) & LogSlot::UNITS
+        let slots: Box<[AtomicU128]> = self.young_slots(&entries).collect();
+        // The new ring's latest entry, as the ring holds it.
+        let latest = kept.checked_sub(1).map_or(NONE, |last| {
+            // Relaxed: the ring is this thread's until it is published.
+            LogSlot::unpack(slots[last as usize].load(Ordering::Relaxed))
         });
-        let latest = match entries.last() {
-            Some(&(time, _)) => LogSlot {
-                sequence: sequence(kept - 1 + limit),
-                units: total,
-                time,
-            },
-            None => NONE,
-        };
-        let ring = LogRing::into_address(self.young_slots(&entries).collect(), judged);
+        let ring = LogRing::into_address(slots, judged);
         Ok((given, Some((ring, (kept, latest.pack(), 0)))))
     }
 
