@@ -658,6 +658,137 @@ where
     fn take_offenders(&self) -> Option<crate::offenders::Report<K>> {
         Some(self.offenders.as_ref()?.take())
     }
+
+    fn saved_by(&self) -> Option<(&'static str, Tick)> {
+        Some((crate::Engine::Mutex.name(), self.tick))
+    }
+
+    /// Each client under its own lock, the map's held only to list them.
+    fn save_clients(&self, visit: &mut dyn FnMut(&str, &Q, &[u64])) {
+        let clients: Vec<(K, Arc<Mutex<Client>>)> = lock(&self.clients)
+            .iter()
+            .map(|(key, client)| (key.borrow().to_owned(), Arc::clone(client)))
+            .collect();
+        let mut words = Vec::new();
+        for (key, client) in clients {
+            let client = lock(&client);
+            // Swept since it was listed: idle, so nothing to keep.
+            if client.retired {
+                continue;
+            }
+            words.clear();
+            for part in &client.parts {
+                part.save(&mut words);
+            }
+            visit("", key.borrow(), &words);
+        }
+    }
+
+    fn load_clients(
+        &self,
+        groups: Vec<crate::state::Group<'_, K>>,
+    ) -> Result<usize, crate::state::ClientsRefused> {
+        MutexLimiter::load_clients(self, crate::state::Group::only(groups)?)
+    }
+
+    fn load_spent(
+        &self,
+        clients: Vec<(K, Vec<u64>)>,
+    ) -> Result<usize, crate::state::ClientsRefused> {
+        MutexLimiter::load_spent(self, clients)
+    }
+}
+
+impl<K: Hash + Eq, C: Clock> MutexLimiter<K, C> {
+    /// Puts saved clients into the map, which holds none yet: every one is
+    /// read first, so a refusal puts none; at a cap, the clients with the
+    /// least left are kept (`state::keep_at_cap`). Each is created as an
+    /// arrival is (the sweep schedule counts it).
+    fn load_clients(&self, saved: Vec<(K, &[u64])>) -> Result<usize, crate::state::ClientsRefused> {
+        use crate::state::ClientsRefused;
+        let mut clients = lock(&self.clients);
+        if !clients.is_empty() {
+            return Err(ClientsRefused::NotEmpty);
+        }
+        let mut built = Vec::with_capacity(saved.len());
+        for (i, (key, words)) in saved.into_iter().enumerate() {
+            let mut words = words;
+            let parts = self
+                .rules
+                .iter()
+                .map(|rules| Part::load(rules, &mut words))
+                .collect::<Option<Vec<Part>>>()
+                .filter(|_| words.is_empty())
+                .ok_or(ClientsRefused::Client(i))?;
+            built.push((
+                key,
+                Client {
+                    parts,
+                    retired: false,
+                },
+            ));
+        }
+        if let Some(i) = crate::state::first_duplicate(built.iter().map(|(key, _)| key)) {
+            return Err(ClientsRefused::Duplicate(i));
+        }
+        Ok(self.put_loaded(&mut clients, built))
+    }
+
+    /// A load under changed rules carried over: each client created now
+    /// with what each of its rules has spent (`Part::spent`).
+    fn load_spent(&self, spent: Vec<(K, Vec<u64>)>) -> Result<usize, crate::state::ClientsRefused> {
+        use crate::state::ClientsRefused;
+        let mut clients = lock(&self.clients);
+        if !clients.is_empty() {
+            return Err(ClientsRefused::NotEmpty);
+        }
+        if let Some(i) = crate::state::first_duplicate(spent.iter().map(|(key, _)| key)) {
+            return Err(ClientsRefused::Duplicate(i));
+        }
+        let now = self.clock.now();
+        let built = spent
+            .into_iter()
+            .map(|(key, spent)| {
+                let parts = self
+                    .rules
+                    .iter()
+                    .enumerate()
+                    .map(|(i, rules)| Part::spent(rules, spent[i.min(spent.len() - 1)], now))
+                    .collect();
+                (
+                    key,
+                    Client {
+                        parts,
+                        retired: false,
+                    },
+                )
+            })
+            .collect();
+        Ok(self.put_loaded(&mut clients, built))
+    }
+
+    /// Puts loaded clients in the (locked, empty) map as arrivals are put
+    /// (the sweep schedule counts each); past the cap, the ones with the
+    /// least left are kept (`state::keep_at_cap`).
+    fn put_loaded(
+        &self,
+        clients: &mut HashMap<K, Arc<Mutex<Client>>>,
+        built: Vec<(K, Client)>,
+    ) -> usize {
+        let now = self.clock.now();
+        let kept = crate::state::keep_at_cap(built, self.schedule.bounds().cap(), |(_, client)| {
+            client.remaining(&self.rules, now)
+        });
+        let count = kept.len();
+        for (key, client) in kept {
+            if let Some(turn) = self.schedule.arrive() {
+                self.sweep_locked(clients, turn, now);
+            }
+            clients.insert(key, Arc::new(Mutex::new(client)));
+            StoreCounts::add(&self.counts.created, 1);
+        }
+        count
+    }
 }
 
 impl<K, C> fmt::Debug for MutexLimiter<K, C> {
@@ -962,6 +1093,133 @@ impl Part {
                 _ => self.state.remaining(rules, 0),
             },
         }
+    }
+
+    /// A part created at `now` that has spent `spent` (at most the limit)
+    /// as if that many units had just been admitted, as the lock-free
+    /// engine's `spent_state`: a schedule that far ahead, a bucket that
+    /// many tokens short, a window's count, a log's entries at `now`; an
+    /// `in-flight` rule holding nothing.
+    fn spent(rules: &Rules, spent: u64, now: u64) -> Part {
+        let spent = spent.min(rules.limit);
+        let (origin, state) = match rules.policy {
+            PolicyKind::Gcra | PolicyKind::LeakyBucket => (
+                0,
+                State::Tat(u128::from(now) + u128::from(spent) * u128::from(rules.interval)),
+            ),
+            PolicyKind::TokenBucket => (
+                now,
+                State::Bucket {
+                    tokens: rules.limit - spent,
+                    drips: 0,
+                    schedule: spent,
+                },
+            ),
+            PolicyKind::FixedWindow => (
+                now,
+                State::Fixed {
+                    index: 0,
+                    count: spent,
+                },
+            ),
+            PolicyKind::SlidingWindowCounter => (
+                now,
+                State::Counter {
+                    index: 0,
+                    previous: 0,
+                    current: spent,
+                },
+            ),
+            // At most `L` entries, each of one unit, at the origin.
+            PolicyKind::SlidingWindow => (
+                now,
+                State::Log(std::iter::repeat_n(0, spent as usize).collect()),
+            ),
+            PolicyKind::InFlight => (now, State::Held(0)),
+        };
+        Part { origin, state }
+    }
+
+    /// Keeps the part for a save: its origin, then its state's fields
+    /// (`Part::load` reads them back); an `in-flight` part keeps nothing,
+    /// as it loads holding nothing.
+    fn save(&self, out: &mut Vec<u64>) {
+        out.push(self.origin);
+        match &self.state {
+            State::Log(times) => {
+                out.push(times.len() as u64);
+                out.extend(times);
+            }
+            &State::Bucket {
+                tokens,
+                drips,
+                schedule,
+            } => out.extend([tokens, drips, schedule]),
+            &State::Fixed { index, count } => out.extend([index, count]),
+            &State::Counter {
+                index,
+                previous,
+                current,
+            } => out.extend([index, previous, current]),
+            // Both halves, each cast exactly.
+            &State::Tat(tat) => out.extend([tat as u64, (tat >> 64) as u64]),
+            State::Held(_) => {}
+        }
+    }
+
+    /// The part `save` kept at the front of `words` (which then hold what
+    /// follows it), if its fields are a state of `rules`: counts and
+    /// tokens at most the limit, a log of at most `L` times that never
+    /// fall.
+    fn load(rules: &Rules, words: &mut &[u64]) -> Option<Part> {
+        let mut take = |n: usize| {
+            let (taken, rest) = words.split_at_checked(n)?;
+            *words = rest;
+            Some(taken)
+        };
+        let origin = take(1)?[0];
+        let limit = rules.limit;
+        let state = match rules.policy {
+            PolicyKind::SlidingWindow => {
+                let n = take(1)?[0];
+                if n > limit {
+                    return None;
+                }
+                let times = take(usize::try_from(n).ok()?)?;
+                if !times.windows(2).all(|pair| pair[0] <= pair[1]) {
+                    return None;
+                }
+                State::Log(times.iter().copied().collect())
+            }
+            PolicyKind::TokenBucket => match *take(3)? {
+                [tokens, drips, schedule] if tokens <= limit => State::Bucket {
+                    tokens,
+                    drips,
+                    schedule,
+                },
+                _ => return None,
+            },
+            PolicyKind::FixedWindow => match *take(2)? {
+                [index, count] if count <= limit => State::Fixed { index, count },
+                _ => return None,
+            },
+            PolicyKind::SlidingWindowCounter => match *take(3)? {
+                [index, previous, current] if previous <= limit && current <= limit => {
+                    State::Counter {
+                        index,
+                        previous,
+                        current,
+                    }
+                }
+                _ => return None,
+            },
+            PolicyKind::Gcra | PolicyKind::LeakyBucket => match *take(2)? {
+                [low, high] => State::Tat(u128::from(low) | (u128::from(high) << 64)),
+                _ => return None,
+            },
+            PolicyKind::InFlight => State::Held(0),
+        };
+        Some(Part { origin, state })
     }
 
     /// Whether a sweep at `now` may forget this client. Never before its

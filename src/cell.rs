@@ -371,6 +371,41 @@ pub(crate) fn read<A: AtomicWord>(cell: &A) -> Result<A::Word, Retired> {
     }
 }
 
+/// Keeps a one-word state's word for a save (`Policy::save_words`): one
+/// atomic read, as `read`.
+pub(crate) fn save_word(cell: &AtomicU64, out: &mut Vec<u64>) -> Result<(), Retired> {
+    out.push(read(cell)?);
+    Ok(())
+}
+
+/// Keeps a 16-byte state's word for a save: one atomic read, its low half
+/// first.
+pub(crate) fn save_wide_word(cell: &AtomicU128, out: &mut Vec<u64>) -> Result<(), Retired> {
+    let word = read(cell)?;
+    // The two halves, each cast exactly (`loaded_wide_word` joins them).
+    out.extend([word as u64, (word >> 64) as u64]);
+    Ok(())
+}
+
+/// The word `save_word` kept, if it is one word without the mark.
+pub(crate) fn loaded_word(words: &[u64]) -> Option<u64> {
+    match *words {
+        [word] if !AtomicU64::is_retired(word) => Some(word),
+        _ => None,
+    }
+}
+
+/// The word `save_wide_word` kept, if it is two halves without the mark.
+pub(crate) fn loaded_wide_word(words: &[u64]) -> Option<u128> {
+    match *words {
+        [low, high] => {
+            let word = u128::from(low) | (u128::from(high) << 64);
+            (!AtomicU128::is_retired(word)).then_some(word)
+        }
+        _ => None,
+    }
+}
+
 /// Retires the word if `idle` holds for it; whether this call retired it.
 /// Linearised at the marking CAS, which fails if any decision stored since
 /// the word was judged idle.
@@ -433,6 +468,15 @@ impl WindowWord {
         (u128::from(self.window) << 64)
             | (u128::from(self.previous) << 32)
             | u128::from(self.current)
+    }
+
+    /// Whether a loaded word holds counts a window rule of `limit` can
+    /// store: each at most the limit, and no previous count for a fixed
+    /// window (`counter` false).
+    pub(crate) fn holds_at_most(self, limit: u64, counter: bool) -> bool {
+        u64::from(self.current) <= limit
+            && u64::from(self.previous) <= limit
+            && (counter || self.previous == 0)
     }
 
     #[inline]

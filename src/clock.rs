@@ -111,14 +111,36 @@ pub trait Clock: Send + Sync {
 pub struct QuantaClock {
     clock: quanta::Clock,
     start: u64,
+    /// The tick it read when made: 0, or where a loaded state's clock
+    /// goes on from ([`starting_at`](Self::starting_at)).
+    offset: u64,
 }
 
 impl QuantaClock {
     /// A clock whose tick 0 is now.
     pub fn new() -> Self {
+        Self::starting_at(0)
+    }
+
+    /// A clock that reads `ticks` now and counts on from there: the clock
+    /// of a limiter loaded from a save, which goes on from the saved one's
+    /// ticks with the time between the save and the load added
+    /// (`state::Saved::resume_at`, feature `state`).
+    ///
+    /// ```
+    /// use floodgate::{Clock, QuantaClock};
+    ///
+    /// let clock = QuantaClock::starting_at(86_400_000_000_000);
+    /// assert!(clock.now() >= 86_400_000_000_000);
+    /// ```
+    pub fn starting_at(ticks: u64) -> Self {
         let clock = quanta::Clock::new();
         let start = clock.raw();
-        Self { clock, start }
+        Self {
+            clock,
+            start,
+            offset: ticks,
+        }
     }
 }
 
@@ -131,7 +153,12 @@ impl Default for QuantaClock {
 impl Clock for QuantaClock {
     #[inline]
     fn now(&self) -> u64 {
-        self.clock.delta_as_nanos(self.start, self.clock.raw())
+        // A wrapping add: one instruction on the hot path. The offset is
+        // a saved clock's ticks (nanoseconds since its own start), so the
+        // sum passes 2^64 only 584 years after that start.
+        self.clock
+            .delta_as_nanos(self.start, self.clock.raw())
+            .wrapping_add(self.offset)
     }
 
     fn tick(&self) -> Tick {
@@ -191,6 +218,9 @@ impl QuantaClock {
 pub struct CoarseClock {
     clock: quanta::Clock,
     origin: quanta::Instant,
+    /// The tick `origin` is: an aligned clock's offset
+    /// ([`QuantaClock::starting_at`]), else 0.
+    offset: u64,
     resolution: Duration,
     /// Keeps floodgate's upkeep thread running; `None` when the thread is
     /// someone else's.
@@ -317,7 +347,12 @@ impl CoarseClock {
         let lease = UpkeepLease::take(resolution)?;
         let clock = quanta::Clock::new();
         let origin = clock.now();
-        Ok(Self::from_parts(clock, origin, resolution, Some(lease)))
+        Ok(Self::from_parts(
+            clock,
+            (origin, 0),
+            resolution,
+            Some(lease),
+        ))
     }
 
     /// A clock of `resolution` whose tick 0 is `exact`'s: both read the
@@ -329,7 +364,7 @@ impl CoarseClock {
         let lease = UpkeepLease::take(resolution)?;
         Ok(Self::from_parts(
             exact.clock.clone(),
-            exact.origin(),
+            (exact.origin(), exact.offset),
             resolution,
             Some(lease),
         ))
@@ -342,18 +377,19 @@ impl CoarseClock {
     pub fn on_running_upkeep(resolution: Duration) -> Self {
         let clock = quanta::Clock::new();
         let origin = clock.recent();
-        Self::from_parts(clock, origin, resolution, None)
+        Self::from_parts(clock, (origin, 0), resolution, None)
     }
 
     fn from_parts(
         clock: quanta::Clock,
-        origin: quanta::Instant,
+        (origin, offset): (quanta::Instant, u64),
         resolution: Duration,
         lease: Option<UpkeepLease>,
     ) -> Self {
         Self {
             clock,
             origin,
+            offset,
             resolution,
             lease: lease.map(Arc::new),
         }
@@ -380,10 +416,12 @@ impl Clock for CoarseClock {
     fn now(&self) -> u64 {
         // Nanoseconds of reference time since the origin, as QuantaClock's
         // `delta_as_nanos`; before the origin (a stale recent time) is 0.
-        self.clock
+        (self
+            .clock
             .recent()
             .saturating_duration_since(self.origin)
-            .as_nanos() as u64
+            .as_nanos() as u64)
+            .wrapping_add(self.offset)
     }
 
     fn tick(&self) -> Tick {

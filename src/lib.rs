@@ -138,6 +138,7 @@ pub mod policy;
 pub mod redis;
 pub mod reservation;
 mod rule;
+pub mod state;
 mod stats;
 mod store;
 mod sync;
@@ -230,6 +231,11 @@ pub struct MetricsDoctests;
 #[doc = include_str!("../docs/redis.md")]
 #[cfg(all(doctest, feature = "redis"))]
 pub struct RedisDoctests;
+
+/// `docs/state.md`'s examples, compiled and run as doctests.
+#[doc = include_str!("../docs/state.md")]
+#[cfg(all(doctest, feature = "state"))]
+pub struct StateDoctests;
 
 /// `docs/cli.md`'s examples, compiled and run as doctests.
 #[doc = include_str!("../docs/cli.md")]

@@ -57,6 +57,33 @@ macro_rules! forward_rate_limiter {
         {
             (**self).take_offenders()
         }
+        fn saved_by(&self) -> Option<(&'static str, Tick)> {
+            (**self).saved_by()
+        }
+        fn saved_groups(&self) -> Vec<(String, RuleSet)> {
+            (**self).saved_groups()
+        }
+        fn save_clients(&self, visit: &mut dyn FnMut(&str, &Q, &[u64])) {
+            (**self).save_clients(visit)
+        }
+        fn load_clients(
+            &self,
+            groups: Vec<crate::state::Group<'_, Q::Owned>>,
+        ) -> Result<usize, crate::state::ClientsRefused>
+        where
+            Q: ToOwned,
+        {
+            (**self).load_clients(groups)
+        }
+        fn load_spent(
+            &self,
+            clients: Vec<(Q::Owned, Vec<u64>)>,
+        ) -> Result<usize, crate::state::ClientsRefused>
+        where
+            Q: ToOwned,
+        {
+            (**self).load_spent(clients)
+        }
 
         fn tracked_clients(&self) -> usize {
             (**self).tracked_clients()
@@ -376,6 +403,70 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
         Q: ToOwned,
     {
         None
+    }
+
+    /// Which store's records this limiter's saves hold ([`crate::state`]:
+    /// `lockfree`, `mutex` or `tiers`) and its clock's tick, or `None` (the
+    /// default) if it cannot be saved.
+    #[doc(hidden)]
+    fn saved_by(&self) -> Option<(&'static str, Tick)> {
+        None
+    }
+
+    /// The groups a save keeps its clients in, by name, with their rules:
+    /// one unnamed group of this limiter's rules (the default), or a
+    /// registry's tiers.
+    #[doc(hidden)]
+    fn saved_groups(&self) -> Vec<(String, RuleSet)> {
+        vec![(String::new(), self.rules())]
+    }
+
+    /// Visits every client with its group and the words a save keeps of
+    /// it, each read in one atomic step ([`crate::state`]). Visits nothing
+    /// (the default) for a limiter that cannot be saved.
+    #[doc(hidden)]
+    fn save_clients(&self, visit: &mut dyn FnMut(&str, &Q, &[u64])) {
+        let _ = visit;
+    }
+
+    /// Puts saved clients (keys, and the words a save of the same store
+    /// kept, by group) into this limiter, which holds no client yet: all of
+    /// them, or as many as its cap holds; or none, if any client's words
+    /// are not a state of its group's rules. Answers how many it holds.
+    ///
+    /// # Errors
+    ///
+    /// What [`ClientsRefused`](crate::state::ClientsRefused) says.
+    #[doc(hidden)]
+    fn load_clients(
+        &self,
+        groups: Vec<crate::state::Group<'_, Q::Owned>>,
+    ) -> Result<usize, crate::state::ClientsRefused>
+    where
+        Q: ToOwned,
+    {
+        let _ = groups;
+        Err(crate::state::ClientsRefused::Unsupported)
+    }
+
+    /// Puts clients into this limiter, which holds none yet, each with
+    /// what each of its rules has spent now (one count a rule, in the set's
+    /// order): a load under changed rules carried over (`crate::state`).
+    /// Answers how many it holds.
+    ///
+    /// # Errors
+    ///
+    /// What [`ClientsRefused`](crate::state::ClientsRefused) says.
+    #[doc(hidden)]
+    fn load_spent(
+        &self,
+        clients: Vec<(Q::Owned, Vec<u64>)>,
+    ) -> Result<usize, crate::state::ClientsRefused>
+    where
+        Q: ToOwned,
+    {
+        let _ = clients;
+        Err(crate::state::ClientsRefused::Unsupported)
     }
 
     /// Decides one request of `key` now, by the limiter's clock.
@@ -1126,6 +1217,115 @@ where
         self.clients.peek(key, |_| ()).is_some()
     }
 
+    /// Visits every client with the words a save keeps of it: what the
+    /// limiter keeps of its origin, then its state's words
+    /// (`Policy::save_words`), read in one atomic step. A client whose
+    /// state a move or a removal retired under the walk is looked up again:
+    /// found, it is read where it went; gone, it is passed over (it was
+    /// idle, or forgotten). The shared state of [`Overflow::Shared`] is
+    /// not saved.
+    pub(crate) fn save_clients(&self, mut visit: impl FnMut(&K, &[u64])) {
+        let mut words = Vec::new();
+        let save = |client: &Resident<P>, words: &mut Vec<u64>| {
+            words.clear();
+            client.origin.save(words);
+            self.policy.save_words(&client.state, words)
+        };
+        self.clients.visit_all(&self.policy, |key, client| {
+            // Progress: as `check_cold`'s: a state found retired again is
+            // one another thread's step is moving or removing, and
+            // `settle` waits for that step.
+            let mut saved = save(client, &mut words);
+            while saved.is_err() {
+                match self.clients.peek(key, |client| save(client, &mut words)) {
+                    Some(Ok(())) => saved = Ok(()),
+                    Some(Err(Retired)) => self.clients.settle(),
+                    None => return,
+                }
+            }
+            visit(key, &words);
+        });
+    }
+
+    /// Puts saved clients into this limiter, which holds none yet: every
+    /// one's words are made a state first, so that a refusal puts none;
+    /// at a cap, the clients with the least left are kept
+    /// (`state::keep_at_cap`); then each is created as a first call
+    /// creates a client.
+    pub(crate) fn load_clients(
+        &self,
+        clients: Vec<(K, &[u64])>,
+    ) -> Result<usize, crate::state::ClientsRefused> {
+        use crate::state::ClientsRefused;
+        if self.clients.stored() != 0 {
+            return Err(ClientsRefused::NotEmpty);
+        }
+        if let Some(i) = crate::state::first_duplicate(clients.iter().map(|(key, _)| key)) {
+            return Err(ClientsRefused::Duplicate(i));
+        }
+        let mut built = Vec::with_capacity(clients.len());
+        for (i, (key, words)) in clients.into_iter().enumerate() {
+            let (origin, words) = P::Origin::load(words).ok_or(ClientsRefused::Client(i))?;
+            let state = self
+                .policy
+                .load_words(words)
+                .ok_or(ClientsRefused::Client(i))?;
+            built.push((key, Client { origin, state }));
+        }
+        Ok(self.put_loaded(built, self.clock.now()))
+    }
+
+    /// A load under changed rules carried over: each client created with
+    /// what each rule has spent now (`Policy::spent_state_each`; its
+    /// origin, where the policy keeps one, now).
+    pub(crate) fn load_spent(
+        &self,
+        clients: Vec<(K, Vec<u64>)>,
+    ) -> Result<usize, crate::state::ClientsRefused> {
+        use crate::state::ClientsRefused;
+        if self.clients.stored() != 0 {
+            return Err(ClientsRefused::NotEmpty);
+        }
+        if let Some(i) = crate::state::first_duplicate(clients.iter().map(|(key, _)| key)) {
+            return Err(ClientsRefused::Duplicate(i));
+        }
+        let now = self.clock.now();
+        let built = clients
+            .into_iter()
+            .map(|(key, spent)| {
+                let origin = P::Origin::keep(now);
+                let since = now - origin.tick();
+                let state = self.policy.spent_state_each(&spent, since);
+                (key, Client { origin, state })
+            })
+            .collect();
+        Ok(self.put_loaded(built, now))
+    }
+
+    /// Creates loaded clients as first calls create clients; past the cap,
+    /// the ones with the least left are kept (`state::keep_at_cap`).
+    fn put_loaded(&self, built: Vec<(K, Resident<P>)>, now: u64) -> usize {
+        let built = crate::state::keep_at_cap(built, self.clients.bounds().cap(), |(_, client)| {
+            self.count(client, now).unwrap_or(0)
+        });
+        let mut kept = 0;
+        for (key, client) in built {
+            let hash = self.clients.hash(&key);
+            let mut client = Some(client);
+            let arrival = self.clients.arrive(&key, hash, now, &self.policy, |_| {
+                (client.take().expect("one client a key"), ())
+            });
+            match arrival {
+                Arrival::Created(()) => kept += 1,
+                // No key twice (above), and no one else holds the limiter
+                // yet: only the cap refuses.
+                Arrival::Raced => {}
+                Arrival::Full => break,
+            }
+        }
+        kept
+    }
+
     /// Removes every client idle at `now` (see [`RateLimiter::sweep_at`]).
     pub fn sweep_at(&self, now: u64) -> usize {
         self.clients.sweep(now, &self.policy)
@@ -1447,5 +1647,27 @@ where
 
     fn sweep_at(&self, now: u64) -> usize {
         Limiter::sweep_at(self, now)
+    }
+
+    fn saved_by(&self) -> Option<(&'static str, Tick)> {
+        Some((crate::Engine::LockFree.name(), self.tick))
+    }
+
+    fn save_clients(&self, visit: &mut dyn FnMut(&str, &Q, &[u64])) {
+        Limiter::save_clients(self, |key, words| visit("", key.borrow(), words));
+    }
+
+    fn load_clients(
+        &self,
+        groups: Vec<crate::state::Group<'_, K>>,
+    ) -> Result<usize, crate::state::ClientsRefused> {
+        Limiter::load_clients(self, crate::state::Group::only(groups)?)
+    }
+
+    fn load_spent(
+        &self,
+        clients: Vec<(K, Vec<u64>)>,
+    ) -> Result<usize, crate::state::ClientsRefused> {
+        Limiter::load_spent(self, clients)
     }
 }

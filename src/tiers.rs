@@ -983,6 +983,61 @@ where
     R: Resolver<Q>,
     C: Clock,
 {
+    fn saved_by(&self) -> Option<(&'static str, Tick)> {
+        Some((crate::state::TIERS, self.tick))
+    }
+
+    /// The default tier first, then the others by name.
+    fn saved_groups(&self) -> Vec<(String, RuleSet)> {
+        self.ordered()
+            .map(|(name, tier)| (name.to_owned(), tier.rules()))
+            .collect()
+    }
+
+    fn save_clients(&self, visit: &mut dyn FnMut(&str, &Q, &[u64])) {
+        let now = self.clock.now();
+        for (name, tier) in self.ordered() {
+            tier.save_clients(now, |key, words| visit(name, key.borrow(), words));
+        }
+    }
+
+    /// Every tier's clients read first, so that a refusal puts none; past
+    /// a tier's cap, its clients with the least left are kept
+    /// (`state::keep_at_cap`).
+    fn load_clients(
+        &self,
+        groups: Vec<crate::state::Group<'_, K>>,
+    ) -> Result<usize, crate::state::ClientsRefused> {
+        use crate::state::ClientsRefused;
+        if self.tiers.values().any(|tier| tier.clients.len() != 0) {
+            return Err(ClientsRefused::NotEmpty);
+        }
+        let now = self.clock.now();
+        let mut built = Vec::with_capacity(groups.len());
+        for group in groups {
+            let Some(tier) = self.tiers.get(&group.name) else {
+                return Err(ClientsRefused::UnknownGroup(group.name));
+            };
+            let (generation, clients) = tier
+                .loaded(group, self.tick)
+                .map_err(ClientsRefused::Client)?;
+            if let Some(i) = crate::state::first_duplicate(clients.iter().map(|(key, _)| key)) {
+                return Err(ClientsRefused::Duplicate(i));
+            }
+            let clients =
+                crate::state::keep_at_cap(clients, tier.clients.bounds().cap(), |(_, client)| {
+                    generation
+                        .remaining(&client.state.state, now.saturating_sub(client.origin))
+                        .unwrap_or(0)
+                });
+            built.push((tier, clients));
+        }
+        Ok(built
+            .into_iter()
+            .map(|(tier, clients)| tier.put(clients, now))
+            .sum())
+    }
+
     #[inline]
     fn check_at(&self, key: &Q, now: u64) -> Decision {
         self.check_n_at(key, now, 1)
@@ -1175,6 +1230,25 @@ pub fn installed() -> Option<&'static ProcessTiers> {
     INSTALLED.get()
 }
 
+impl<K, R, C> Tiers<K, R, C> {
+    /// The tiers, the default one first, then the others by name: the
+    /// order a save keeps them in.
+    fn ordered(&self) -> impl Iterator<Item = (&str, &Tier<K>)> {
+        let mut others: Vec<(&str, &Tier<K>)> = self
+            .tiers
+            .iter()
+            .filter(|(name, _)| **name != self.default_tier)
+            .map(|(name, tier)| (name.as_str(), tier))
+            .collect();
+        others.sort_unstable_by_key(|(name, _)| *name);
+        let default = self
+            .tiers
+            .get(&self.default_tier)
+            .map(|tier| (self.default_tier.as_str(), tier));
+        default.into_iter().chain(others)
+    }
+}
+
 /// One tier: its current rule, and its clients' states (each made by the
 /// rule that was current when it was made or last carried over).
 struct Tier<K> {
@@ -1194,6 +1268,9 @@ impl<K> Tier<K> {
         self.current.load().spec.clone()
     }
 }
+
+/// A client read from a save, with its key (`Tier::loaded`).
+type Loaded<K> = (K, Client<TierState>);
 
 /// A client's state and the rule that made it.
 struct TierState {
@@ -1393,6 +1470,102 @@ where
     fn sweep_at(&self, now: u64) -> usize {
         self.clients
             .sweep(now, retire_if_idle, |_: &TierState| false)
+    }
+
+    /// Visits each client with the words a save keeps of it: its origin,
+    /// its latest time, and its state's words under the current rule (a
+    /// client whose state an older rule made is carried over first, as
+    /// its next call would).
+    fn save_clients(&self, now: u64, mut visit: impl FnMut(&K, &[u64])) {
+        let mut words = Vec::new();
+        for key in self.clients.keys() {
+            // Progress: as `call`'s: a pass repeats only after
+            // `carry_over` replaced an older or retired state (this
+            // thread's step, or another's it found done).
+            loop {
+                let generation = self.current.load_full();
+                let Some(client) = self.clients.get(&key) else {
+                    break; // swept or forgotten since it was listed
+                };
+                if Arc::ptr_eq(&client.state.generation, &generation) {
+                    words.clear();
+                    words.extend([client.origin, 0]);
+                    if generation
+                        .policy
+                        .save_words(&client.state.state, &mut words)
+                        .is_ok()
+                    {
+                        // Read after the state (Relaxed is enough): its
+                        // Acquire read saw every admission's CAS, and each
+                        // raised `latest` before its own CAS, so this is
+                        // at least the latest time those admissions
+                        // presented.
+                        words[1] = client.state.latest.load(Ordering::Relaxed);
+                        visit(&key, &words);
+                        break;
+                    }
+                }
+                self.carry_over(&key, now);
+            }
+        }
+    }
+
+    /// The clients of `group` as states of its saved rules (this tier's
+    /// current generation when they are the same, else one of their own,
+    /// which each client's next call carries over), with their keys; the
+    /// index of the first client whose words are no such state otherwise.
+    fn loaded(
+        &self,
+        group: crate::state::Group<'_, K>,
+        tick: Tick,
+    ) -> Result<(Arc<Generation>, Vec<Loaded<K>>), usize> {
+        use crate::state::RulesText;
+        let current = self.current.load_full();
+        let rules = group.rules.in_ticks_of(tick).map_err(|_| 0usize)?;
+        let generation =
+            if RulesText(&rules, tick).to_string() == RulesText(&current.spec, tick).to_string() {
+                current
+            } else {
+                Arc::new(Generation::new(rules))
+            };
+        let mut clients = Vec::with_capacity(group.clients.len());
+        for (i, (key, words)) in group.clients.into_iter().enumerate() {
+            let [origin, latest, ref state @ ..] = words[..] else {
+                return Err(i);
+            };
+            let state = generation.policy.load_words(state).ok_or(i)?;
+            clients.push((
+                key,
+                Client {
+                    origin,
+                    state: TierState::new(Arc::clone(&generation), state, latest),
+                },
+            ));
+        }
+        Ok((generation, clients))
+    }
+
+    /// Puts loaded clients in, each created as an arrival creates one and
+    /// then replaced by its loaded self (the store sets a new client's
+    /// origin; the loaded one keeps its own).
+    fn put(&self, clients: Vec<(K, Client<TierState>)>, now: u64) -> usize {
+        let generation = self.current.load_full();
+        let mut kept = 0;
+        for (key, client) in clients {
+            let arrival = self.clients.arrive(
+                &key,
+                now,
+                || TierState::new(Arc::clone(&generation), generation.new_state(), 0),
+                retire_if_idle,
+                |_| false,
+            );
+            if let Arrival::Created(made) = arrival {
+                // No one else holds the registry yet: the entry is `made`.
+                self.clients.replace(&key, &made, Arc::new(client));
+                kept += 1;
+            }
+        }
+        kept
     }
 
     /// `key`'s `remaining` at `now` by the current rule, if it has state.

@@ -47,6 +47,12 @@ fn time_backwards_regressions_still_hold_the_rule() {
     assert!(count > 0, "fuzz/regressions/time_backwards holds no input");
 }
 
+#[test]
+fn load_regressions_still_load_whole_or_not_at_all() {
+    let count = replay("load", checks::check_load);
+    assert!(count > 0, "fuzz/regressions/load holds no input");
+}
+
 /// The decoder the targets share turns every byte string into a valid
 /// input, the empty one included, and stays within its bounds.
 #[test]
@@ -72,6 +78,13 @@ proptest! {
     /// The time-backwards check on random inputs, so that `cargo test`
     /// runs it without a fuzzer: every byte string is an input, with its
     /// calls going back and forth, sweeps and reloads among them.
+    /// The loader's check on random inputs, half of them saves changed
+    /// in place with their checksum made to hold again.
+    #[test]
+    fn load_holds_on_random_inputs(data in proptest::collection::vec(any::<u8>(), 0..300)) {
+        checks::check_load(&data);
+    }
+
     #[test]
     fn time_backwards_holds_on_random_inputs(data in proptest::collection::vec(any::<u8>(), 0..600)) {
         checks::check_time_backwards(&data);

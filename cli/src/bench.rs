@@ -89,6 +89,9 @@ mod tail;
 #[path = "bench_rules.rs"]
 mod several;
 
+#[path = "bench_state.rs"]
+mod keeping;
+
 /// The default limit. Small because a `sliding-window` client keeps
 /// its last `L` admission times (16 bytes each) and the Zipf grid tracks
 /// 100,000 clients.
@@ -184,6 +187,17 @@ pub struct Args {
           default_values_t = tail::CLIENTS,
           value_parser = Checked(parse_in::<u64>(1, 1 << 32)))]
     tail_clients: Vec<u64>,
+
+    /// Save and load --state-clients clients (`floodgate::state`), and
+    /// time checks beside a save in a loop (about ten seconds); alone
+    /// unless --keys asks for the grid too.
+    #[arg(long)]
+    state: bool,
+
+    /// The clients --state saves and loads.
+    #[arg(long, value_name = "N", default_value_t = keeping::CLIENTS,
+          value_parser = Checked(parse_in::<u64>(1, 1 << 26)))]
+    state_clients: u64,
 
     /// The known clients --tail checks round-robin beside the new ones.
     #[arg(long, value_name = "N", default_value_t = tail::KNOWN,
@@ -1212,7 +1226,7 @@ pub fn run(args: Args) -> ExitCode {
             ))
         }
     };
-    let keys = match (args.keys.is_empty(), args.tail) {
+    let keys = match (args.keys.is_empty(), args.tail || args.state) {
         (false, _) => args.keys.clone(),
         (true, false) => vec![Keys::Hot, Keys::Uniform, Keys::Zipf, Keys::Fresh],
         (true, true) => Vec::new(),
@@ -1328,6 +1342,7 @@ pub fn run(args: Args) -> ExitCode {
         .tail
         .then(|| tail::rows(&args.tail_clients, args.tail_known, &mut capacities, cores));
     let tail_seconds = tail_started.elapsed().as_secs_f64();
+    let kept = args.state.then(|| keeping::rows(args.state_clients));
     capacities.sort_by(f64::total_cmp);
     // No probe ran if no row did (a `fresh` grid without `gcra`).
     let capacity = capacities.first().map_or_else(String::new, |lowest| {
@@ -1340,7 +1355,10 @@ pub fn run(args: Args) -> ExitCode {
         )
     });
     if args.json {
-        let tail_rows = tail.iter().flat_map(|(rows, _)| tail::json(rows));
+        let tail_rows = tail.iter().flat_map(|(rows, _)| tail::json(rows)).chain(
+            kept.iter()
+                .flat_map(|(rows, beside)| keeping::json(rows, beside)),
+        );
         let rule_rows = several
             .iter()
             .flat_map(|(rows, memory)| several::json(rows, memory, config));
@@ -1362,6 +1380,9 @@ pub fn run(args: Args) -> ExitCode {
         if let Some((rows, floor)) = &tail {
             print!("{}", tail::table(rows, *floor));
             println!("the tail rows took {tail_seconds:.1} s");
+        }
+        if let Some((rows, beside)) = &kept {
+            print!("{}", keeping::table(rows, beside));
         }
         if !capacity.is_empty() {
             println!("{capacity}");

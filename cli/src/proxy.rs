@@ -19,16 +19,19 @@
 //! (a connection kept alive is closed after its current response) and exits
 //! 0. A second signal stops it at once, with status 1.
 
+use std::borrow::Cow;
 use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
 use floodgate::http::{
     AsyncLimiter, ForwardedIp, Global, Header, Key, KeyExtractor, MissingKey, Parts, PeerIp,
     RateLimitLayer, DEFAULT_IPV6_PREFIX,
 };
+use floodgate::state::{self, Saved, StateKey};
 use floodgate::tiers::Tiers;
 use floodgate::{
     Bounds, Builder, Config, ConfigError, Decision, Overflow, PolicyKind, QuantaClock, RateLimiter,
@@ -188,6 +191,29 @@ pub struct Args {
     #[arg(long)]
     legacy_headers: bool,
 
+    /// Keep every client's state in FILE across restarts (in memory):
+    /// loaded at start when FILE exists, under the same rules (a first
+    /// start without it is fine; any other file that cannot be read whole
+    /// stops the start, exit status 2), and saved when SIGINT or SIGTERM
+    /// stops the proxy, once the requests in flight are answered, and every
+    /// --state-every. A client refused before a restart is still refused
+    /// after it; the time the proxy was down counts as time passed.
+    #[arg(long, value_name = "FILE", conflicts_with = "backend")]
+    state: Option<PathBuf>,
+
+    /// Load a --state file saved under other rules or tiers' rules (a
+    /// deploy that changed a limit): each client is carried over to the
+    /// new rules rule by rule, what it spent kept, as a tier's reload
+    /// carries it over. Without it such a file stops the start.
+    #[arg(long, requires = "state")]
+    state_carry_over: bool,
+
+    /// Also save --state this often while running, such as 1m: a crash
+    /// loses at most that much of what clients spent.
+    #[arg(long, value_name = "DURATION", requires = "state",
+          value_parser = Checked(parse_duration))]
+    state_every: Option<Span>,
+
     /// Serve GET /metrics on this address, IP:PORT (port 0: any free port,
     /// printed): Prometheus text with the limiter's counts (in memory) and
     /// the proxy's responses by status, upstream errors and added time.
@@ -325,6 +351,29 @@ impl Key for Client {
 
     fn query(&self) -> &Client {
         self
+    }
+}
+
+/// A client in a `--state` file: a tag byte (0 an address, 1 a header's
+/// value or the global key), then the address's or the text's bytes.
+impl StateKey for Client {
+    fn key_bytes(&self) -> Cow<'_, [u8]> {
+        let (tag, bytes) = match self {
+            Client::Ip(ip) => (0, ip.key_bytes()),
+            Client::Text(text) => (1, Cow::Borrowed(text.as_bytes())),
+        };
+        let mut key = Vec::with_capacity(1 + bytes.len());
+        key.push(tag);
+        key.extend_from_slice(&bytes);
+        Cow::Owned(key)
+    }
+
+    fn from_key_bytes(bytes: &[u8]) -> Option<Client> {
+        match bytes.split_first()? {
+            (0, ip) => IpAddr::from_key_bytes(ip).map(Client::Ip),
+            (1, text) => String::from_key_bytes(text).map(Client::Text),
+            _ => None,
+        }
     }
 }
 
@@ -632,6 +681,28 @@ pub fn run(args: Args) -> ExitCode {
     runtime.block_on(serve(args, rules, bounds, extractor))
 }
 
+/// The `--state` file read at start, if there is one to load.
+fn saved_state(args: &Args) -> Result<Option<Saved>, ExitCode> {
+    let Some(path) = &args.state else {
+        return Ok(None);
+    };
+    match Saved::read(path) {
+        Ok(saved) => Ok(Some(saved)),
+        // A first start: nothing saved yet.
+        Err(error) if error.is_missing() => Ok(None),
+        Err(error) => Err(usage(error)),
+    }
+}
+
+/// The in-memory limiter's clock: going on from a loaded state's ticks,
+/// with the time the proxy was down counted as passed.
+fn clock(saved: Option<&Saved>) -> QuantaClock {
+    match saved {
+        Some(saved) => QuantaClock::starting_at(saved.resume_at(SystemTime::now())),
+        None => QuantaClock::new(),
+    }
+}
+
 async fn store(args: &Args, rules: &RuleSet, bounds: Bounds) -> Result<Store, ExitCode> {
     #[cfg(feature = "redis")]
     if let Some(url) = &args.backend {
@@ -653,25 +724,102 @@ async fn store(args: &Args, rules: &RuleSet, bounds: Bounds) -> Result<Store, Ex
         }
         return Ok(Store::Redis(redis));
     }
-    if let Some((default, others)) = args.tier.split_first() {
-        return tiers(default, others, bounds).map_err(usage);
+    let saved = saved_state(args)?;
+    let clock = clock(saved.as_ref());
+    let limiter = if let Some((default, others)) = args.tier.split_first() {
+        tiers(default, others, bounds, clock).map_err(usage)?
+    } else {
+        // Counting decisions is an atomic add per check on the thread's own
+        // cache line: the price of `/metrics` and nothing beside a forward.
+        Builder::from_rules(rules)
+            .bounds(bounds)
+            .counting(true)
+            // The clients refused most, for `/offenders`: fed by rejections
+            // only, 1,024 entries (about 70 KB) whatever the flood.
+            .offenders(OFFENDERS)
+            .clock(clock)
+            .build::<Client>()
+            .map_err(|error| usage(explained(&error, args)))?
+    };
+    if let Some(saved) = saved {
+        let loaded = if args.state_carry_over {
+            saved.load_carried_into(&*limiter)
+        } else {
+            saved.load_into(&*limiter)
+        }
+        .map_err(|error| {
+            if error.is_other_rules() {
+                usage(format!(
+                    "{error}; give the rules it was saved under, --state-carry-over to carry \
+                     its clients over, or remove it to start afresh"
+                ))
+            } else {
+                usage(error)
+            }
+        })?;
+        eprintln!(
+            "floodgate proxy: loaded {loaded} clients from {}",
+            saved_path(args)
+        );
     }
-    // Counting decisions is an atomic add per check on the thread's own
-    // cache line: the price of `/metrics` and nothing beside a forward.
-    Builder::from_rules(rules)
-        .bounds(bounds)
-        .counting(true)
-        // The clients refused most, for `/offenders`: fed by rejections
-        // only, 1,024 entries (about 70 KB) whatever the flood.
-        .offenders(OFFENDERS)
-        .build::<Client>()
-        .map(Store::Memory)
-        .map_err(|error| usage(explained(&error, args)))
+    Ok(Store::Memory(limiter))
+}
+
+/// `--state`'s path, as messages show it.
+fn saved_path(args: &Args) -> String {
+    args.state
+        .as_deref()
+        .map(|path| path.display().to_string())
+        .unwrap_or_default()
+}
+
+/// Saves the in-memory limiter to `--state` (one save at a time, and none
+/// once the last one, at the stop, was made).
+struct Saver {
+    limiter: Arc<dyn RateLimiter<Client>>,
+    path: PathBuf,
+    /// Held through each save; `true` once the stop's save began, after
+    /// which a periodic one still waiting for it does nothing (it would
+    /// put an older state over the last).
+    last: Mutex<bool>,
+}
+
+impl Saver {
+    fn save(&self, last: bool) -> Result<Option<state::Summary>, state::SaveError> {
+        let mut stopped = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        if *stopped {
+            return Ok(None);
+        }
+        *stopped = last;
+        state::save(&*self.limiter, &self.path).map(Some)
+    }
+}
+
+/// Saves every `every`, on a blocking thread; a failed save is said on
+/// standard error, and the next one tries again.
+async fn save_every(saver: Arc<Saver>, every: Duration) {
+    let mut timer = tokio::time::interval(every);
+    timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    timer.tick().await;
+    loop {
+        timer.tick().await;
+        let saver = Arc::clone(&saver);
+        match tokio::task::spawn_blocking(move || saver.save(false)).await {
+            Ok(Err(error)) => eprintln!("floodgate proxy: {error}"),
+            Ok(Ok(_)) => {}
+            Err(_) => return,
+        }
+    }
 }
 
 /// The registry of `--tier`: `default` first, the tier of every request
 /// that names none.
-fn tiers(default: &TierArg, others: &[TierArg], bounds: Bounds) -> Result<Store, String> {
+fn tiers(
+    default: &TierArg,
+    others: &[TierArg],
+    bounds: Bounds,
+    clock: QuantaClock,
+) -> Result<Arc<dyn RateLimiter<Client>>, String> {
     // The process's whole life: one name, never freed, so the resolver
     // answers it without an allocation per request.
     let name: &'static str = Box::leak(default.name.clone().into_boxed_str());
@@ -679,22 +827,18 @@ fn tiers(default: &TierArg, others: &[TierArg], bounds: Bounds) -> Result<Store,
         ConfigError::DuplicateTier { name } => format!("--tier {name} is given twice"),
         error => format!("--tier {}: {error}", tier.name),
     };
-    let mut tiers = Tiers::with_clock_rules(
-        name,
-        default.rules.clone(),
-        move |_: &Client| name,
-        QuantaClock::new(),
-    )
-    .map_err(|error| tier_error(default, error))?
-    .with_bounds(bounds)
-    .map_err(|error| tier_error(default, error))?
-    .counting(true);
+    let mut tiers =
+        Tiers::with_clock_rules(name, default.rules.clone(), move |_: &Client| name, clock)
+            .map_err(|error| tier_error(default, error))?
+            .with_bounds(bounds)
+            .map_err(|error| tier_error(default, error))?
+            .counting(true);
     for tier in others {
         tiers = tiers
             .with_tier_rules(&tier.name, tier.rules.clone())
             .map_err(|error| tier_error(tier, error))?;
     }
-    Ok(Store::Memory(Arc::new(tiers)))
+    Ok(Arc::new(tiers))
 }
 
 async fn serve(args: Args, rules: RuleSet, bounds: Bounds, extractor: Extract) -> ExitCode {
@@ -716,6 +860,7 @@ async fn serve(args: Args, rules: RuleSet, bounds: Bounds, extractor: Extract) -
         #[cfg(feature = "redis")]
         Store::Redis(_) => None,
     };
+    let in_memory_limiter = in_memory.clone();
     #[cfg(feature = "redis")]
     let redis = match &store {
         Store::Redis(redis) => Some(redis.clone()),
@@ -815,6 +960,21 @@ async fn serve(args: Args, rules: RuleSet, bounds: Bounds, extractor: Extract) -
     );
 
     let printer = tokio::spawn(print_stats(Arc::clone(&stats), forward.clone()));
+    let saver = match (&args.state, &in_memory_limiter) {
+        (Some(path), Some(limiter)) => Some(Arc::new(Saver {
+            limiter: Arc::clone(limiter),
+            path: path.clone(),
+            last: Mutex::new(false),
+        })),
+        _ => None,
+    };
+    let saving = match (&saver, &args.state_every) {
+        (Some(saver), Some(every)) => Some(tokio::spawn(save_every(
+            Arc::clone(saver),
+            every.duration(),
+        ))),
+        _ => None,
+    };
     let graceful = GracefulShutdown::new();
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new());
@@ -861,7 +1021,28 @@ async fn serve(args: Args, rules: RuleSet, bounds: Bounds, extractor: Extract) -
     if let Some((_, server)) = metrics_server {
         server.abort();
     }
+    if let Some(saving) = saving {
+        saving.abort();
+    }
     eprintln!("{}", stats_line(stats.snapshot()));
+    if let Some(saver) = saver {
+        match tokio::task::spawn_blocking(move || saver.save(true)).await {
+            Ok(Ok(Some(summary))) => eprintln!(
+                "floodgate proxy: saved {} clients to {}",
+                summary.clients,
+                saved_path(&args)
+            ),
+            Ok(Ok(None)) => {}
+            Ok(Err(error)) => {
+                eprintln!("floodgate proxy: {error}");
+                return ExitCode::FAILURE;
+            }
+            Err(error) => {
+                eprintln!("floodgate proxy: the save stopped: {error}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
     ExitCode::SUCCESS
 }
 

@@ -17,6 +17,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -160,6 +161,19 @@ pub struct Args {
     #[arg(long, value_name = "N", value_parser = Checked(parse_max_clients))]
     max_clients: Option<usize>,
 
+    /// Start from the state a --save wrote (the same rules are given
+    /// again): the trace goes on from there, its clients' latest times
+    /// included. A file that is missing, damaged, of a newer format or
+    /// saved under other rules is an error (exit status 2).
+    #[arg(long, value_name = "FILE")]
+    load: Option<PathBuf>,
+
+    /// Write the state after the last line of the trace to FILE (written
+    /// beside it, then renamed over it): a later --load goes on from
+    /// there. Nothing is written when the replay stops early.
+    #[arg(long, value_name = "FILE")]
+    save: Option<PathBuf>,
+
     /// What a new client gets at --max-clients when nobody is idle: reject
     /// (fail closed), admit (fail open, untracked) or shared (one state for
     /// all of them).
@@ -177,11 +191,12 @@ pub struct Backend {
     /// under the replay's prefix are touched; they are deleted before the
     /// trace.
     /// Redis forgets idle clients by itself (keys expire), so the in-memory
-    /// options --engine, --evict-idle and --max-clients do not go with it.
+    /// options --engine, --evict-idle and --max-clients do not go with it,
+    /// and it keeps its state itself: neither do --load and --save.
     #[arg(
         long = "backend",
         value_name = "URL",
-        conflicts_with_all = ["engine", "evict_idle", "max_clients"]
+        conflicts_with_all = ["engine", "evict_idle", "max_clients", "load", "save"]
     )]
     pub url: Option<String>,
 
@@ -225,8 +240,27 @@ pub fn replay_with<R: Read, W: Write, E: Write>(
     };
     let input = BufReader::with_capacity(BUFFER, input);
     let forgets = args.evict_idle || args.max_clients.is_some();
-    match replay(&*limiter, args.detail, forgets, input, output) {
-        Ok(()) => 0,
+    let mut latest = Latest::new(forgets);
+    if let Some(path) = &args.load {
+        match load(&*limiter, path) {
+            Ok(times) => latest.times = times,
+            Err(message) => {
+                let _ = writeln!(errors, "error: {message}");
+                return USAGE;
+            }
+        }
+    }
+    match replay(&*limiter, args.detail, &mut latest, input, output) {
+        Ok(()) => match &args.save {
+            Some(path) => match save(&*limiter, &latest, path) {
+                Ok(()) => 0,
+                Err(message) => {
+                    let _ = writeln!(errors, "error: {message}");
+                    1
+                }
+            },
+            None => 0,
+        },
         Err(Stop::Malformed { line, error }) => {
             let _ = writeln!(errors, "error: line {line}: {error}");
             USAGE
@@ -728,11 +762,10 @@ enum Stop {
 fn replay<R: Read, W: Write>(
     limiter: &dyn RateLimiter<str>,
     detail: bool,
-    forgets: bool,
+    latest: &mut Latest,
     mut input: BufReader<R>,
     mut output: W,
 ) -> Result<(), Stop> {
-    let mut latest = Latest::new(forgets);
     let mut bytes = Vec::new();
     let mut number = 0u64;
     loop {
@@ -771,6 +804,42 @@ fn replay<R: Read, W: Write>(
         }
     }
     output.flush().map_err(Stop::Write)
+}
+
+/// Loads the state file at `path` into the new `limiter` (the contract's
+/// "Keeping state across a restart"), and answers the clients' latest
+/// times it kept; or what is wrong with the file.
+fn load(limiter: &dyn RateLimiter<str>, path: &Path) -> Result<HashMap<String, u64>, String> {
+    let saved = floodgate::state::Saved::read(path).map_err(|e| e.to_string())?;
+    let times: Vec<(String, u64)> = postcard::from_bytes(saved.attachment()).map_err(|_| {
+        format!(
+            "cannot load {}: not saved by floodgate replay (it keeps no latest times)",
+            path.display()
+        )
+    })?;
+    saved.load_into(limiter).map_err(|e| e.to_string())?;
+    // A client a cap left out is new at its next call, as one it forgot.
+    Ok(times
+        .into_iter()
+        .filter(|(client, now)| limiter.peek_at(client, *now).is_some())
+        .collect())
+}
+
+/// Saves `limiter`'s state to `path`, with the clients' latest times.
+fn save(limiter: &dyn RateLimiter<str>, latest: &Latest, path: &Path) -> Result<(), String> {
+    let mut times: Vec<(&str, u64)> = latest
+        .times
+        .iter()
+        .map(|(client, &now)| (client.as_str(), now))
+        .collect();
+    // In one order whatever the map's: the same trace saves the same file
+    // but for the save's wall time.
+    times.sort_unstable();
+    let attachment = postcard::to_stdvec(&times)
+        .map_err(|e| format!("cannot save to {}: {e}", path.display()))?;
+    floodgate::state::save_with(limiter, path, &attachment)
+        .map(drop)
+        .map_err(|e| e.to_string())
 }
 
 /// The fewest entries [`Latest`] lets itself hold before it prunes: below
@@ -1257,7 +1326,13 @@ mod tests {
         let mut output = Vec::new();
         // A tiny input buffer exercises lines that straddle refills.
         let input = BufReader::with_capacity(4, trace);
-        let result = replay(&*limiter, detail, false, input, &mut output);
+        let result = replay(
+            &*limiter,
+            detail,
+            &mut Latest::new(false),
+            input,
+            &mut output,
+        );
         (String::from_utf8(output).unwrap(), result)
     }
 

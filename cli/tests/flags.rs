@@ -3,36 +3,10 @@
 //! same text whichever subcommand was given it, and `replay --window` and
 //! its millisecond alias `--window-ms` giving the same answers.
 
-use std::io::Write;
-use std::process::{Command, Stdio};
+#[path = "support/binary.rs"]
+mod binary;
 
-/// What one run of the binary left behind.
-struct Run {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-/// Runs `floodgate ARGS` with `input` on standard input.
-fn floodgate(args: &[&str], input: &str) -> Run {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_floodgate"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the floodgate binary runs");
-    let mut stdin = child.stdin.take().unwrap();
-    // The binary may rightly stop reading early (an invalid option).
-    let _ = stdin.write_all(input.as_bytes());
-    drop(stdin);
-    let output = child.wait_with_output().unwrap();
-    Run {
-        code: output.status.code(),
-        stdout: String::from_utf8(output.stdout).unwrap(),
-        stderr: String::from_utf8(output.stderr).unwrap(),
-    }
-}
+use binary::floodgate;
 
 /// The options each subcommand needs around the ones under test; a
 /// refused value must stop every one of them before it does anything

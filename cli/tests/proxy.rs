@@ -1036,3 +1036,198 @@ fn bad_tiers_are_refused_by_name_with_status_2() {
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("--tier"));
 }
+
+/// A `--state` file of this test's own, removed when dropped.
+struct StateFile(std::path::PathBuf);
+
+impl StateFile {
+    fn new(name: &str) -> Self {
+        Self(std::env::temp_dir().join(format!(
+            "floodgate-proxy-state-{}-{name}",
+            std::process::id()
+        )))
+    }
+
+    fn path(&self) -> &str {
+        self.0.to_str().unwrap()
+    }
+}
+
+impl Drop for StateFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// The statuses of `tries` requests of client `key`.
+async fn statuses(proxy: &Proxy, key: &'static str, tries: usize) -> Vec<u16> {
+    let mut statuses = Vec::new();
+    for _ in 0..tries {
+        let (response, _) = get(&proxy.url("/"), &[("x-key", key)]).await;
+        statuses.push(response.status().as_u16());
+    }
+    statuses
+}
+
+/// `--state`: saved at SIGTERM and loaded at the next start, so a client
+/// that spent its daily quota is still refused after the restart and one
+/// that spent part of it keeps the rest; the same for a registry of tiers.
+#[tokio::test]
+async fn a_client_refused_before_a_restart_is_refused_after_it() {
+    let upstream = Upstream::start().await;
+    let url = upstream.url();
+    for (name, rules) in [
+        (
+            "rules",
+            &["--rule", "gcra:10/1s", "--rule", "fixed-window:3/1d"][..],
+        ),
+        (
+            "tiers",
+            &[
+                "--tier",
+                "free=gcra:10/1s,fixed-window:3/1d",
+                "--tier",
+                "pro=gcra:5/1h",
+            ][..],
+        ),
+    ] {
+        let file = StateFile::new(name);
+        let mut args = vec![
+            "--upstream",
+            &url,
+            "--key",
+            "header:x-key",
+            "--state",
+            file.path(),
+        ];
+        args.extend(rules);
+        // A first start: no file yet, which is fine.
+        let proxy = Proxy::start(&args);
+        assert_eq!(
+            statuses(&proxy, "a", 4).await,
+            [200, 200, 200, 429],
+            "{name}"
+        );
+        assert_eq!(statuses(&proxy, "b", 1).await, [200], "{name}");
+        let (status, _) = proxy.stop();
+        assert!(status.success(), "{name}: {status}");
+        let proxy = Proxy::start(&args);
+        let loaded = proxy.stderr_line("loaded");
+        assert!(loaded.contains("loaded 2 clients"), "{name}: {loaded}");
+        assert_eq!(statuses(&proxy, "a", 2).await, [429, 429], "{name}");
+        assert_eq!(statuses(&proxy, "b", 3).await, [200, 200, 429], "{name}");
+        assert_eq!(statuses(&proxy, "c", 1).await, [200], "{name}");
+        let (status, _) = proxy.stop();
+        assert!(status.success(), "{name}: {status}");
+    }
+}
+
+/// `--state-every`: a proxy killed without a chance to save loses at most
+/// that much; what it saved before is loaded at the next start.
+#[tokio::test]
+async fn state_every_saves_while_running_so_a_crash_keeps_what_was_saved() {
+    let upstream = Upstream::start().await;
+    let file = StateFile::new("every");
+    let url = upstream.url();
+    let args = [
+        "--upstream",
+        &url,
+        "--key",
+        "header:x-key",
+        "--rule",
+        "fixed-window:2/1d",
+        "--state",
+        file.path(),
+        "--state-every",
+        "50ms",
+    ];
+    let mut proxy = Proxy::start(&args);
+    assert_eq!(statuses(&proxy, "a", 3).await, [200, 200, 429]);
+    // Saved within a few periods; then killed, as a crash would.
+    let saved = std::time::Instant::now();
+    loop {
+        let bytes = std::fs::read(&file.0).unwrap_or_default();
+        if !bytes.is_empty()
+            && floodgate::state::Saved::read(&file.0).is_ok_and(|saved| saved.clients() == 1)
+        {
+            break;
+        }
+        assert!(saved.elapsed() < PATIENCE, "no save within {PATIENCE:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    proxy.child.kill().unwrap();
+    wait(&mut proxy.child);
+    let proxy = Proxy::start(&args);
+    assert_eq!(statuses(&proxy, "a", 1).await, [429]);
+    let (status, _) = proxy.stop();
+    assert!(status.success(), "{status}");
+}
+
+/// A `--state` file that cannot be read whole stops the start: status 2,
+/// the file and what is wrong with it named, nothing served. Under other
+/// rules too, and `--state-every` needs `--state`.
+#[test]
+fn a_bad_state_file_stops_the_start_with_status_2() {
+    let file = StateFile::new("bad");
+    std::fs::write(&file.0, b"not a state file").unwrap();
+    let run = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_floodgate"))
+            .args([
+                "proxy",
+                "--listen",
+                "127.0.0.1:0",
+                "--upstream",
+                "http://127.0.0.1:9",
+            ])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let output = run(&["--rule", "gcra:1/1s", "--state", file.path()]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(output.stdout.is_empty());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(file.path()) && stderr.contains("not a floodgate state file"),
+        "{stderr}"
+    );
+    let output = run(&["--rule", "gcra:1/1s", "--state-every", "1s"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--state"));
+}
+
+/// A deploy that changed a tier's limit: the file saved under the old
+/// rules stops the start, saying what to do, unless --state-carry-over
+/// carries each client over to the new rules (8 spent of a new 5: none
+/// left).
+#[tokio::test]
+async fn changed_tiers_stop_the_start_unless_carried_over() {
+    let upstream = Upstream::start().await;
+    let url = upstream.url();
+    let file = StateFile::new("changed");
+    let mut args = vec![
+        "--upstream",
+        &url,
+        "--key",
+        "header:x-key",
+        "--state",
+        file.path(),
+    ];
+    let proxy = Proxy::start(&[&args[..], &["--tier", "free=fixed-window:10/1d"]].concat());
+    assert_eq!(statuses(&proxy, "a", 8).await, [200; 8]);
+    assert!(proxy.stop().0.success());
+    args.extend(["--tier", "free=fixed-window:5/1d"]);
+    let refused = Command::new(env!("CARGO_BIN_EXE_floodgate"))
+        .args(["proxy", "--listen", "127.0.0.1:0"])
+        .args(&args)
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("--state-carry-over"), "{stderr}");
+    args.push("--state-carry-over");
+    let proxy = Proxy::start(&args);
+    assert_eq!(statuses(&proxy, "a", 1).await, [429]);
+    assert_eq!(statuses(&proxy, "b", 1).await, [200]);
+    assert!(proxy.stop().0.success());
+}

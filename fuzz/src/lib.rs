@@ -880,3 +880,125 @@ fn check_time_backwards_on(input: &Input, kind: Kind, subject: &Subject) {
         }
     }
 }
+
+/// The rule sets a `load` input saves under: each layout of the lock-free
+/// engine (one word, a wide word, a log, the pairs of one CAS, a frame
+/// with a log and an `in-flight` rule).
+const LOAD_RULES: [&str; 9] = [
+    "gcra:3/90ms",
+    "token-bucket:3/90ms",
+    "fixed-window:3/100ms",
+    "sliding-window-counter:3/100ms",
+    "sliding-window:3/100ms",
+    "gcra:2/40ms,token-bucket:5/100ms",
+    "gcra:2/40ms,fixed-window:5/1s",
+    "gcra:2/40ms,fixed-window:4000000000/365d",
+    "gcra:3/60ms,sliding-window:4/200ms,in-flight:2",
+];
+
+/// The name of the one tier a `load` input's registry has.
+const LOAD_TIER: &str = "free";
+
+/// A limiter of `rules` (in milliseconds) in store `kind`: 0 the
+/// lock-free engine, 1 the mutex engine, 2 a registry of tiers.
+fn load_limiter(
+    kind: u8,
+    tiers: &[(String, floodgate::RuleSet)],
+) -> Option<Arc<dyn RateLimiter<u64>>> {
+    let clock = ManualClock::with_tick(0, floodgate::Tick::MILLISECOND);
+    let (_, rules) = tiers.first()?;
+    match kind {
+        0 | 1 => {
+            let engine = if kind == 0 {
+                Engine::LockFree
+            } else {
+                Engine::Mutex
+            };
+            floodgate::build_rules::<u64, _>(rules, engine, clock, Bounds::new()).ok()
+        }
+        _ => {
+            let first = tiers[0].0.clone();
+            let resolver = {
+                let first = first.clone();
+                move |_: &u64| first.clone()
+            };
+            let mut registry =
+                Tiers::with_clock_rules(&first, rules.clone(), resolver, clock).ok()?;
+            for (name, rules) in &tiers[1..] {
+                registry = registry.with_tier_rules(name, rules.clone()).ok()?;
+            }
+            Some(Arc::new(registry))
+        }
+    }
+}
+
+/// A state file from arbitrary bytes (`fuzz_targets/load.rs`): never a
+/// panic, and loaded whole or not at all. An input whose first byte is
+/// even is the file itself; an odd one builds a limiter (the byte's next
+/// bits pick its store, the next byte its rules), makes a few calls, saves
+/// it and changes the bytes the rest of the input says, with the checksum
+/// made to hold again, so that the changes reach the decoder and each
+/// policy's check of the words past it. Each file read is then loaded into
+/// a new limiter of each kind of store, of its rules: one that refuses it
+/// holds no client, one that takes it holds them all, and every call on
+/// them answers.
+pub fn check_load(data: &[u8]) {
+    use floodgate::state::{self, Saved};
+    let mut bytes = Bytes(data);
+    let mode = bytes.u8();
+    let file = if mode & 1 == 0 {
+        bytes.0.to_vec()
+    } else {
+        let rules: floodgate::RuleSet = LOAD_RULES[usize::from(bytes.u8()) % LOAD_RULES.len()]
+            .parse()
+            .expect("a rule set of the list");
+        let Some(limiter) = load_limiter((mode >> 1) % 3, &[(LOAD_TIER.to_owned(), rules)]) else {
+            return;
+        };
+        let mut now = 0u64;
+        for _ in 0..bytes.u8() % 24 {
+            let client = u64::from(bytes.u8() % 4);
+            now += u64::from(bytes.u8() % 64);
+            match bytes.u8() % 4 {
+                0 => drop(limiter.refund_at(&client, now, now.saturating_sub(3), 1)),
+                1 => drop(limiter.release_at(&client, now, 1)),
+                _ => drop(limiter.check_n_at(&client, now, u64::from(bytes.u8() % 3))),
+            }
+        }
+        let mut file = state::to_bytes(&*limiter, &[]).expect("an in-memory limiter saves");
+        while !bytes.is_empty() && !file.is_empty() {
+            let at = usize::from(bytes.u16()) % file.len();
+            file[at] ^= bytes.u8();
+        }
+        state::resealed(&file)
+    };
+    let Ok(saved) = Saved::from_bytes(&file) else {
+        return;
+    };
+    let tiers: Vec<(String, floodgate::RuleSet)> = saved
+        .tiers()
+        .map(|(name, rules)| (name.to_owned(), rules.clone()))
+        .collect();
+    for kind in 0..3 {
+        let Some(limiter) = load_limiter(kind, &tiers) else {
+            continue;
+        };
+        match saved.load_into(&*limiter) {
+            Ok(loaded) => {
+                assert_eq!(loaded, saved.clients(), "every client, without a cap");
+                assert_eq!(limiter.tracked_clients(), loaded);
+                for client in 0..4 {
+                    for now in [0, 1_000, u64::from(u32::MAX)] {
+                        limiter.remaining_at(&client, now);
+                        limiter.check_at(&client, now);
+                    }
+                }
+            }
+            Err(error) => assert_eq!(
+                limiter.tracked_clients(),
+                0,
+                "a refused file loads nothing: {error}"
+            ),
+        }
+    }
+}

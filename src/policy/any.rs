@@ -178,6 +178,23 @@ impl AnyPolicy {
         with_pair!(self, state, |p, s| p.retire_spent(s, now))
     }
 
+    pub(crate) fn save_words(&self, state: &AnyState, out: &mut Vec<u64>) -> Result<(), Retired> {
+        with_pair!(self, state, |p, s| p.save_words(s, out))
+    }
+
+    pub(crate) fn load_words(&self, words: &[u64]) -> Option<AnyState> {
+        Some(match self {
+            Self::SlidingWindow(p) => AnyState::SlidingWindow(p.load_words(words)?),
+            Self::TokenBucket(p) => AnyState::TokenBucket(p.load_words(words)?),
+            Self::FixedWindow(p) => AnyState::FixedWindow(p.load_words(words)?),
+            Self::SlidingWindowCounter(p) => AnyState::SlidingWindowCounter(p.load_words(words)?),
+            Self::Gcra(p) => AnyState::Schedule(p.load_words(words)?),
+            Self::LeakyBucket(p) => AnyState::Schedule(p.load_words(words)?),
+            Self::InFlight(p) => AnyState::Held(p.load_words(words)?),
+            Self::Several(p) => AnyState::Several(p.load_words(words)?),
+        })
+    }
+
     pub(crate) fn is_retired(&self, state: &AnyState) -> bool {
         with_pair!(self, state, |p, s| p.is_retired(s))
     }

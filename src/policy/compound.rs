@@ -956,14 +956,120 @@ impl Policy for Compound {
     }
 
     fn spent_state(&self, spent: u64, now: u64) -> CompoundState {
-        self.spent_state_each(&[Spent {
-            count: spent,
-            at: now,
-        }])
+        Compound::spent_state_each(
+            self,
+            &[Spent {
+                count: spent,
+                at: now,
+            }],
+        )
+    }
+
+    fn spent_state_each(&self, spent: &[u64], now: u64) -> CompoundState {
+        let spent: Vec<Spent> = spent
+            .iter()
+            .map(|&count| Spent { count, at: now })
+            .collect();
+        Compound::spent_state_each(self, &spent)
     }
 
     fn is_retired(&self, state: &CompoundState) -> bool {
         state.framed.is_retired()
+    }
+
+    /// The origin, then each rule's words in the set's order: a drip
+    /// rule's one, a window rule's two, nothing for an `in-flight` rule,
+    /// and for a log its ring's floor, its count of entries and each entry
+    /// (time and units) inside its window (`view_saved`). One frame, read
+    /// once (a log's entries as of that frame).
+    fn save_words(&self, state: &CompoundState, out: &mut Vec<u64>) -> Result<(), Retired> {
+        let saved = self.read_current(state, |words| {
+            let mut saved = vec![state.origin];
+            for (i, part) in self.parts.iter().enumerate() {
+                let at = self.offsets[i];
+                match part {
+                    Part::Drip(_) => saved.push(words[at]),
+                    Part::Window(_) | Part::LongWindow(_) => saved.extend(&words[at..at + 2]),
+                    Part::Held(_) => {}
+                    Part::Log(rule) => {
+                        let (floor, entries) = rule.view_saved(&self.view(i, state, words))?;
+                        saved.extend([floor, entries.len() as u64]);
+                        saved.extend(entries.iter().flat_map(|&(time, units)| [time, units]));
+                    }
+                }
+            }
+            Ok(saved)
+        })?;
+        out.extend(saved);
+        Ok(())
+    }
+
+    /// Every rule's words checked before any log's ring is built, so a
+    /// refused load leaves nothing behind.
+    fn load_words(&self, words: &[u64]) -> Option<CompoundState> {
+        let (&origin, mut rest) = words.split_first()?;
+        let mut frame = [0u64; MAX_WORDS];
+        let mut logs = Vec::new();
+        for (i, part) in self.parts.iter().enumerate() {
+            let at = self.offsets[i];
+            let mut take = |n: usize| {
+                let (taken, left) = rest.split_at_checked(n)?;
+                rest = left;
+                Some(taken)
+            };
+            match part {
+                Part::Drip(_) => frame[at] = crate::cell::loaded_word(take(1)?)?,
+                Part::Window(rule) => {
+                    let taken = take(2)?;
+                    let counts = counts_of(taken[1]);
+                    let word = crate::cell::WindowWord {
+                        window: 0,
+                        previous: counts.previous,
+                        current: counts.current,
+                    };
+                    if !word.holds_at_most(rule.config().limit(), rule.counts() == 2) {
+                        return None;
+                    }
+                    frame[at..at + 2].copy_from_slice(taken);
+                }
+                Part::LongWindow(rule) => {
+                    let word = crate::cell::loaded_wide_word(take(2)?)?;
+                    let limit = rule.config().limit();
+                    if !crate::cell::WindowWord::unpack(word)
+                        .holds_at_most(limit, rule.counts() == 2)
+                    {
+                        return None;
+                    }
+                    put_wide(&mut frame, at, word);
+                }
+                // Holding nothing: the word is 0 already.
+                Part::Held(_) => {}
+                Part::Log(rule) => {
+                    let [floor, count] = *take(2)? else {
+                        return None;
+                    };
+                    let pairs = usize::try_from(count).ok()?.checked_mul(2)?;
+                    logs.push((i, floor, rule.loaded_entries(take(pairs)?)?));
+                }
+            }
+        }
+        if !rest.is_empty() {
+            return None;
+        }
+        for (i, floor, entries) in logs {
+            let Part::Log(rule) = &self.parts[i] else {
+                unreachable!("only logs were kept")
+            };
+            let at = self.offsets[i];
+            let (ring, log) = rule.view_of_entries(&entries, floor);
+            put_log(&mut frame, at, log);
+            frame[at + RING] = ring;
+        }
+        Some(CompoundState {
+            framed: Framed::new(&frame[..self.len]),
+            origin,
+            rings: self.rings,
+        })
     }
 
     /// The state frozen, and continued in a new one whose logs share their

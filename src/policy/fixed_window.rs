@@ -212,6 +212,19 @@ impl Policy for FixedWindow {
         }
     }
 
+    fn save_words(&self, state: &FixedWindowState, out: &mut Vec<u64>) -> Result<(), Retired> {
+        cell::save_wide_word(&state.word, out)
+    }
+
+    fn load_words(&self, words: &[u64]) -> Option<FixedWindowState> {
+        let word = cell::loaded_wide_word(words)?;
+        WindowWord::unpack(word)
+            .holds_at_most(self.config.limit(), false)
+            .then(|| FixedWindowState {
+                word: AtomicU128::new(word),
+            })
+    }
+
     fn is_retired(&self, state: &FixedWindowState) -> bool {
         AtomicU128::is_retired(state.word.load_word())
     }

@@ -312,6 +312,14 @@ impl Policy for Gcra {
         self.spent_state_at(spent, now)
     }
 
+    fn save_words(&self, state: &GcraState, out: &mut Vec<u64>) -> Result<(), Retired> {
+        cell::save_word(&state.tat, out)
+    }
+
+    fn load_words(&self, words: &[u64]) -> Option<GcraState> {
+        cell::loaded_word(words).map(Self::state_of)
+    }
+
     fn is_retired(&self, state: &GcraState) -> bool {
         Self::is_retired_state(state)
     }

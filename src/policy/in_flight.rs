@@ -158,6 +158,15 @@ impl Policy for InFlight {
         }
     }
 
+    /// Nothing: a loaded state holds nothing (trait docs).
+    fn save_words(&self, state: &InFlightState, _: &mut Vec<u64>) -> Result<(), Retired> {
+        cell::read(&state.held).map(drop)
+    }
+
+    fn load_words(&self, words: &[u64]) -> Option<InFlightState> {
+        words.is_empty().then(|| self.new_state())
+    }
+
     fn is_retired(&self, state: &InFlightState) -> bool {
         AtomicU64::is_retired(state.held.load_word())
     }

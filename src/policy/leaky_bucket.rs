@@ -78,6 +78,14 @@ impl Policy for LeakyBucket {
         self.schedule.spent_state_at(spent, now)
     }
 
+    fn save_words(&self, state: &GcraState, out: &mut Vec<u64>) -> Result<(), Retired> {
+        self.schedule.save_words(state, out)
+    }
+
+    fn load_words(&self, words: &[u64]) -> Option<GcraState> {
+        self.schedule.load_words(words)
+    }
+
     fn is_retired(&self, state: &GcraState) -> bool {
         Gcra::is_retired_state(state)
     }

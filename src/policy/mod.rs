@@ -49,6 +49,12 @@ mod sealed {
 
         /// The tick the state's times count from: the origin, or 0.
         fn tick(self) -> u64;
+
+        /// Keeps what is kept for a save (`Policy::save_words`).
+        fn save(self, out: &mut Vec<u64>);
+
+        /// What `save` kept, and the words after it.
+        fn load(words: &[u64]) -> Option<(Self, &[u64])>;
     }
 
     impl Origin for u64 {
@@ -61,6 +67,14 @@ mod sealed {
         fn tick(self) -> u64 {
             self
         }
+
+        fn save(self, out: &mut Vec<u64>) {
+            out.push(self);
+        }
+
+        fn load(words: &[u64]) -> Option<(Self, &[u64])> {
+            words.split_first().map(|(&origin, rest)| (origin, rest))
+        }
     }
 
     impl Origin for () {
@@ -70,6 +84,12 @@ mod sealed {
         #[inline(always)]
         fn tick(self) -> u64 {
             0
+        }
+
+        fn save(self, _: &mut Vec<u64>) {}
+
+        fn load(words: &[u64]) -> Option<(Self, &[u64])> {
+            Some(((), words))
         }
     }
 }
@@ -238,8 +258,36 @@ pub trait Policy: sealed::Sealed + Send + Sync + Sized + 'static {
     /// `limit − spent`.
     fn spent_state(&self, spent: u64, now: u64) -> Self::State;
 
+    /// A state in which rule `i` has spent `spent[i]` at `now` (a rule
+    /// past them, what the last one spent), as
+    /// [`spent_state`](Self::spent_state) makes one for each rule: what a
+    /// load under changed rules carries a client over to
+    /// (`crate::state`). `spent` holds one count at least.
+    #[doc(hidden)]
+    fn spent_state_each(&self, spent: &[u64], now: u64) -> Self::State {
+        self.spent_state(spent[0], now)
+    }
+
     /// Whether the state was retired.
     fn is_retired(&self, state: &Self::State) -> bool;
+
+    /// The state as one atomic read sees it, as the words a save keeps
+    /// (`crate::state`): the state's own words with its times as it keeps
+    /// them, which stay right in a limiter whose clock goes on from the
+    /// saved one's ticks. A log keeps its entries inside its window.
+    ///
+    /// # Errors
+    ///
+    /// [`Retired`] if the state was retired.
+    #[doc(hidden)]
+    fn save_words(&self, state: &Self::State, out: &mut Vec<u64>) -> Result<(), Retired>;
+
+    /// The state `save_words` wrote `words` of, under the same rules;
+    /// `None` if they are no words this policy writes (a value out of its
+    /// field). An `in-flight` rule holds nothing: the requests that held
+    /// its units ended with the process that saved them.
+    #[doc(hidden)]
+    fn load_words(&self, words: &[u64]) -> Option<Self::State>;
 
     /// Which policy a limiter built on this one reports
     /// ([`RateLimiter::policy`](crate::RateLimiter::policy)): `KIND`, or

@@ -483,6 +483,37 @@ impl Policy for Pair {
         }
     }
 
+    fn save_words(&self, state: &PairState, out: &mut Vec<u64>) -> Result<(), Retired> {
+        cell::save_wide_word(&state.words, out)
+    }
+
+    /// Both words as saved, but an `in-flight` rule's: it holds nothing.
+    fn load_words(&self, words: &[u64]) -> Option<PairState> {
+        let words = cell::loaded_wide_word(words)?;
+        // Bit 63 is no field's (layout): a word with it set was not saved.
+        if words & (1 << 63) != 0 {
+            return None;
+        }
+        let (a, b) = unpack(words);
+        let held = |i: usize, word| match self.rules[i] {
+            PairRule::Held(_) => 0,
+            PairRule::Word(_) => word,
+        };
+        Some(PairState {
+            words: AtomicU128::new(pack(held(0, a), held(1, b))),
+        })
+    }
+
+    fn spent_state_each(&self, spent: &[u64], now: u64) -> PairState {
+        let of = |i: usize| spent[i.min(spent.len() - 1)];
+        PairState {
+            words: AtomicU128::new(pack(
+                self.rules[0].spent_word(of(0), now),
+                self.rules[1].spent_word(of(1), now),
+            )),
+        }
+    }
+
     fn is_retired(&self, state: &PairState) -> bool {
         AtomicU128::is_retired(state.words.load_word())
     }

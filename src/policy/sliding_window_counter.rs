@@ -356,6 +356,23 @@ impl Policy for SlidingWindowCounter {
         }
     }
 
+    fn save_words(
+        &self,
+        state: &SlidingWindowCounterState,
+        out: &mut Vec<u64>,
+    ) -> Result<(), Retired> {
+        cell::save_wide_word(&state.word, out)
+    }
+
+    fn load_words(&self, words: &[u64]) -> Option<SlidingWindowCounterState> {
+        let word = cell::loaded_wide_word(words)?;
+        WindowWord::unpack(word)
+            .holds_at_most(self.config.limit(), true)
+            .then(|| SlidingWindowCounterState {
+                word: AtomicU128::new(word),
+            })
+    }
+
     fn is_retired(&self, state: &SlidingWindowCounterState) -> bool {
         AtomicU128::is_retired(state.word.load_word())
     }

@@ -270,6 +270,14 @@ impl Policy for TokenBucket {
         }
     }
 
+    fn save_words(&self, state: &TokenBucketState, out: &mut Vec<u64>) -> Result<(), Retired> {
+        cell::save_word(&state.full_at, out)
+    }
+
+    fn load_words(&self, words: &[u64]) -> Option<TokenBucketState> {
+        cell::loaded_word(words).map(TokenBucketState::of)
+    }
+
     fn is_retired(&self, state: &TokenBucketState) -> bool {
         AtomicU64::is_retired(state.full_at.load_word())
     }

@@ -49,6 +49,18 @@ impl Fields {
         (1 << self.count) - 1
     }
 
+    /// Whether a loaded word's upper part holds counts a window rule of
+    /// `limit` stores (no previous one for a fixed window).
+    fn holds(self, part: u64, limit: u64) -> bool {
+        let (_, previous, current) = self.split(part);
+        u64::from(current) <= limit
+            && (if self.counts > self.count {
+                u64::from(previous) <= limit
+            } else {
+                true
+            })
+    }
+
     /// The window's counts and the low bits of its index, from the word's
     /// upper part.
     #[inline(always)]
@@ -415,15 +427,41 @@ impl Policy for WideWindowPair {
     }
 
     fn spent_state(&self, spent: u64, now: u64) -> WideWindowPairState {
+        self.spent_state_each(&[spent], now)
+    }
+
+    fn spent_state_each(&self, spent: &[u64], now: u64) -> WideWindowPairState {
+        let (drip, window) = self.rules.split_spent(spent);
         let now = schedule_time(now);
-        let window = WindowWord::unpack(self.rules.window.spent_word(spent, now));
+        let window = WindowWord::unpack(self.rules.window.spent_word(window, now));
         WideWindowPairState {
             words: AtomicU128::new(join_word(
-                self.rules.drip.spent_word(spent, now),
+                self.rules.drip.spent_word(drip, now),
                 self.fields.join(window),
             )),
             origin: 0,
         }
+    }
+
+    /// The word and the origin.
+    fn save_words(&self, state: &WideWindowPairState, out: &mut Vec<u64>) -> Result<(), Retired> {
+        cell::save_wide_word(&state.words, out)?;
+        out.push(state.origin);
+        Ok(())
+    }
+
+    fn load_words(&self, words: &[u64]) -> Option<WideWindowPairState> {
+        let [low, high, origin] = *words else {
+            return None;
+        };
+        let words = cell::loaded_wide_word(&[low, high])?;
+        let (_, part) = split_word(words);
+        self.fields
+            .holds(part, self.rules.window.config().limit())
+            .then(|| WideWindowPairState {
+                words: AtomicU128::new(words),
+                origin,
+            })
     }
 
     fn is_retired(&self, state: &WideWindowPairState) -> bool {

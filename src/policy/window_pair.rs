@@ -330,6 +330,25 @@ impl Fields {
         (1 << self.count) - 1
     }
 
+    /// Whether a loaded word's upper part is one a state of a window rule
+    /// of `limit` stores beside the drip word `drip`: counts at most the
+    /// limit (no previous one for a fixed window), an offset within
+    /// `(0, 2D + W]` and a window's end after tick 0 (layout).
+    fn holds(self, part: u64, drip: u64, limit: u64) -> bool {
+        let current = part & self.count_mask();
+        let previous = (part >> self.count) & self.count_mask();
+        let offset = u128::from(part >> self.counts);
+        current <= limit
+            && (if self.counts > self.count {
+                previous <= limit
+            } else {
+                true
+            })
+            && offset > 0
+            && offset <= 2 * u128::from(self.reach) + u128::from(self.width)
+            && u128::from(drip) + offset > u128::from(self.reach)
+    }
+
     /// The counts and the end of the stored window, from the word's upper
     /// part and the drip word.
     #[inline(always)]
@@ -557,6 +576,17 @@ impl DripWindow {
 
     pub(super) fn kind(&self) -> PolicyKind {
         self.set[self.strictest].policy()
+    }
+
+    /// What the drip rule and the window rule spent, of `spent` in the
+    /// set's order (a rule past them, what the last one spent).
+    pub(super) fn split_spent(&self, spent: &[u64]) -> (u64, u64) {
+        let of = |i: usize| spent[i.min(spent.len() - 1)];
+        if self.drip_first {
+            (of(0), of(1))
+        } else {
+            (of(1), of(0))
+        }
     }
 
     /// Whether the strictest rule is the drip rule.
@@ -879,15 +909,34 @@ impl Policy for WindowPair {
     /// Both rules spent `spent` at `now`, in a state that counts from tick
     /// 0 (a tier's): the window `[k·W, (k + 1)·W)` that holds `now`.
     fn spent_state(&self, spent: u64, now: u64) -> WindowPairState {
+        self.spent_state_each(&[spent], now)
+    }
+
+    fn spent_state_each(&self, spent: &[u64], now: u64) -> WindowPairState {
+        let (drip, window) = self.rules.split_spent(spent);
         let now = schedule_time(now);
         let width = u128::from(self.fields.width);
         let end = (u128::from(now) / width + 1) * width;
         let counts = Counts {
             previous: 0,
             // At most L <= 2^32 − 1.
-            current: spent.min(self.rules.window.config().limit()) as u32,
+            current: window.min(self.rules.window.config().limit()) as u32,
         };
-        self.state(self.rules.drip.spent_word(spent, now), counts, end)
+        self.state(self.rules.drip.spent_word(drip, now), counts, end)
+    }
+
+    fn save_words(&self, state: &WindowPairState, out: &mut Vec<u64>) -> Result<(), Retired> {
+        cell::save_wide_word(&state.words, out)
+    }
+
+    fn load_words(&self, words: &[u64]) -> Option<WindowPairState> {
+        let words = cell::loaded_wide_word(words)?;
+        let (drip, part) = split_word(words);
+        self.fields
+            .holds(part, drip, self.rules.window.config().limit())
+            .then(|| WindowPairState {
+                words: AtomicU128::new(words),
+            })
     }
 
     fn is_retired(&self, state: &WindowPairState) -> bool {

@@ -1709,6 +1709,37 @@ where
         removed
     }
 
+    /// Visits every client the table holds, each once (a save,
+    /// `crate::state`): first takes any move under way to its end, as a
+    /// sweep does, then walks the current table. A client created during
+    /// the walk may be missed; one a move that begins during the walk
+    /// moves is visited in the old table with its state retired, which the
+    /// caller reads again through `peek`. The walk holds one pin
+    /// throughout: an outgrown table retired meanwhile is freed after it.
+    pub(crate) fn visit_all(&self, policy: &impl Lifecycle<C>, mut visit: impl FnMut(&K, &C)) {
+        let guard = self.table.pin();
+        // Progress: each pass moves a chunk of the move under way, of
+        // which it has finitely many; the wait for `upkeep` is one step of
+        // another thread's (`upkeep`).
+        let table = loop {
+            let upkeep = self.upkeep();
+            let table = self.table.load(&guard);
+            if table.next(&guard).is_none() {
+                break table;
+            }
+            self.move_chunk(table, policy, &guard);
+            drop(upkeep);
+        };
+        for slot in table.slots.iter() {
+            if slot.tag.load(Ordering::Acquire) & STATE != FULL {
+                continue;
+            }
+            // SAFETY: the slot was FULL (Acquire); `guard` holds the table.
+            let entry = unsafe { slot.entry() };
+            visit(entry.key, entry.client);
+        }
+    }
+
     /// Begins the arrivals' sweep that `turn` says is due, at `now`, unless
     /// another thread holds `upkeep` (then a later arrival does) or one is
     /// under way already (it goes on).

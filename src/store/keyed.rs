@@ -333,6 +333,18 @@ where
         self.stored.load(Ordering::Relaxed)
     }
 
+    /// Every key the map holds now (a save lists them, then reads each
+    /// client by `get`). The map's own walk: it takes each bucket's lock in
+    /// turn, as a sweep does, which readers never wait for.
+    pub(crate) fn keys(&self) -> Vec<K> {
+        let mut keys = Vec::new();
+        self.clients.retain_sync(|key, _| {
+            keys.push(key.clone());
+            true
+        });
+        keys
+    }
+
     /// `key`'s client, shared.
     pub(crate) fn get<Q>(&self, key: &Q) -> Option<Arc<Client<S>>>
     where

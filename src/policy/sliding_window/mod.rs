@@ -612,6 +612,37 @@ impl Policy for SlidingWindow {
         }
     }
 
+    /// The entries inside the window at the latest time the state
+    /// reflects (its latest entry's, or its floor), each as its time and
+    /// units: every call at that time or later counts exactly these. The
+    /// floor itself is not kept (a loaded state is a home ring, from 0):
+    /// it only judges a call older than it, which time going back makes.
+    fn save_words(&self, state: &SlidingWindowState, out: &mut Vec<u64>) -> Result<(), Retired> {
+        // Progress: a pass repeats only when a slot it read was
+        // overwritten, after another thread committed an entry;
+        // `on_current` follows a replaced ring as its docs say.
+        let entries = state.on_current(|ring, _| loop {
+            let snapshot = ring.snapshot()?;
+            let judged = snapshot.latest.time.max(ring.floor);
+            if let Ok(entries) = self.entries_inside(ring, &snapshot, judged) {
+                return Ok(entries);
+            }
+        })?;
+        out.extend(entries.iter().flat_map(|&(time, units)| [time, units]));
+        Ok(())
+    }
+
+    /// A home ring whose whole history is the entries saved, if they are
+    /// entries of one window of this log: at most `L` of them, times that
+    /// never fall, each of at least one unit, `L` units in all at most.
+    fn load_words(&self, words: &[u64]) -> Option<SlidingWindowState> {
+        let entries = self.loaded_entries(words)?;
+        Some(SlidingWindowState {
+            committed: AtomicU64::new(entries.len() as u64),
+            ring: Home::new(self.young_slots(&entries)),
+        })
+    }
+
     fn is_retired(&self, state: &SlidingWindowState) -> bool {
         state
             .on_current(|ring, _| ring.snapshot().map(|_| ()))
@@ -818,8 +849,27 @@ impl SlidingWindow {
         }
     }
 
-    /// The `L` slots of a ring whose whole history is `entries` (fewer
-    /// than `L`), and its latest entry (`NONE` if none).
+    /// The entries `save_words` wrote (`words` in pairs), if they are
+    /// entries of one window of this log (`load_words`).
+    pub(crate) fn loaded_entries(&self, words: &[u64]) -> Option<Vec<(u64, u64)>> {
+        let limit = self.config.limit();
+        if !words.len().is_multiple_of(2) || (words.len() / 2) as u64 > limit {
+            return None;
+        }
+        let entries: Vec<(u64, u64)> = words.chunks_exact(2).map(|e| (e[0], e[1])).collect();
+        let rising = entries.windows(2).all(|pair| pair[0].0 <= pair[1].0);
+        let units = entries.iter().try_fold(0u64, |total, &(_, units)| {
+            (units >= 1).then(|| total.saturating_add(units))
+        })?;
+        let one_window = match (entries.first(), entries.last()) {
+            (Some(&(first, _)), Some(&(last, _))) => !self.expired(first, last),
+            _ => true,
+        };
+        (rising && units <= limit && one_window).then_some(entries)
+    }
+
+    /// The `L` slots of a ring whose whole history is `entries` (at most
+    /// `L`), and its latest entry (`NONE` if none).
     fn young_slots<'e>(&self, entries: &'e [(u64, u64)]) -> impl Iterator<Item = AtomicU128> + 'e {
         let limit = self.config.limit();
         let mut total = 0u32;

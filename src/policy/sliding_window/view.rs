@@ -263,15 +263,34 @@ impl SlidingWindow {
         if given == 0 {
             return Ok((0, None));
         }
+        Ok((given, Some(self.view_of_entries(&entries, judged))))
+    }
+
+    /// A log whose whole history is `entries` (times and units, oldest
+    /// first, at most `L`), judged from `floor` on: its new ring
+    /// (`LogRing`, held once) and words. What a refund builds, and a load.
+    pub(crate) fn view_of_entries(&self, entries: &[(u64, u64)], floor: u64) -> (u64, LogWords) {
         let kept = entries.len() as u64;
-        let slots: Box<[AtomicU128]> = self.young_slots(&entries).collect();
+        let slots: Box<[AtomicU128]> = self.young_slots(entries).collect();
         // The new ring's latest entry, as the ring holds it.
         let latest = kept.checked_sub(1).map_or(NONE, |last| {
             // Relaxed: the ring is this thread's until it is published.
             LogSlot::unpack(slots[last as usize].load(Ordering::Relaxed))
         });
-        let ring = LogRing::into_address(slots, judged);
-        Ok((given, Some((ring, (kept, latest.pack(), 0)))))
+        (
+            LogRing::into_address(slots, floor),
+            (kept, latest.pack(), 0),
+        )
+    }
+
+    /// What a save keeps of the log as of `view`: its ring's floor and the
+    /// entries inside the window at the latest time it reflects (every
+    /// call at that time or later counts exactly these); `Moved` if the
+    /// ring showed the frame stale.
+    pub(crate) fn view_saved(&self, view: &LogView<'_>) -> Result<(u64, Vec<(u64, u64)>), Moved> {
+        let judged = view.judged(0);
+        let entries = self.entries_of(view.n, view.from, judged, &|entry| view.read(entry))?;
+        Ok((view.floor, entries))
     }
 
     /// How many entries a ring with `spent` units admitted at `now` holds
