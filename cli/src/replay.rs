@@ -832,8 +832,7 @@ fn save(limiter: &dyn RateLimiter<str>, latest: &Latest, path: &Path) -> Result<
         .iter()
         .map(|(client, &now)| (client.as_str(), now))
         .collect();
-    // In one order whatever the map's: the same trace saves the same file
-    // but for the save's wall time.
+    // By client, not in the map's order, which is the process's own.
     times.sort_unstable();
     let attachment = postcard::to_stdvec(&times)
         .map_err(|e| format!("cannot save to {}: {e}", path.display()))?;
