@@ -624,3 +624,30 @@ fn a_limiter_whose_rules_changed_is_refused_or_carried_over() {
         assert_eq!(same.remaining_at(&1, 20), 2);
     }
 }
+
+/// A table growth that begins while a save walks the table (here, made by
+/// the save's own first visit, so the order is certain): every client
+/// that was there before the save is in it once, the ones the move took
+/// on to the new table included.
+#[test]
+fn a_growth_during_a_save_loses_no_client() {
+    let rules: RuleSet = "gcra:5/1000ticks".parse().unwrap();
+    let limiter = on(Engine::LockFree, &rules, Bounds::new());
+    for client in 0..1_000u64 {
+        limiter.check_at(&client, 0);
+    }
+    let mut seen = Vec::new();
+    let mut grown = false;
+    limiter.save_clients(&mut |_, key: &u64, _| {
+        if !grown {
+            grown = true;
+            for client in 1_000..20_000u64 {
+                limiter.check_at(&client, 0);
+            }
+        }
+        seen.push(*key);
+    });
+    seen.sort_unstable();
+    let before: Vec<u64> = seen.iter().copied().filter(|&k| k < 1_000).collect();
+    assert_eq!(before, (0..1_000).collect::<Vec<_>>());
+}

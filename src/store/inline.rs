@@ -1713,8 +1713,8 @@ where
     /// `crate::state`): first takes any move under way to its end, as a
     /// sweep does, then walks the current table. A client created during
     /// the walk may be missed; one a move that begins during the walk
-    /// moves is visited in the old table with its state retired, which the
-    /// caller reads again through `peek`. The walk holds one pin
+    /// moves is visited in the old table (FULL or already MOVED) with its
+    /// state retired, which the caller reads again through `peek`. The walk holds one pin
     /// throughout: an outgrown table retired meanwhile is freed after it.
     pub(crate) fn visit_all(&self, policy: &impl Lifecycle<C>, mut visit: impl FnMut(&K, &C)) {
         let guard = self.table.pin();
@@ -1731,10 +1731,14 @@ where
             drop(upkeep);
         };
         for slot in table.slots.iter() {
-            if slot.tag.load(Ordering::Acquire) & STATE != FULL {
+            // MOVED too: a move that began during the walk took the client
+            // to a table the walk does not visit; its state here is
+            // retired, so the caller reads it where it went.
+            if !matches!(slot.tag.load(Ordering::Acquire) & STATE, FULL | MOVED) {
                 continue;
             }
-            // SAFETY: the slot was FULL (Acquire); `guard` holds the table.
+            // SAFETY: the slot was FULL or MOVED (Acquire); `guard` holds
+            // the table.
             let entry = unsafe { slot.entry() };
             visit(entry.key, entry.client);
         }
