@@ -360,8 +360,12 @@ impl Compound {
 
     /// Rule `i`'s own decision on `words` for `1 <= cost <= L`, writing
     /// its next words into `next` if it admits; `Moved` if a log's ring
-    /// showed the frame stale.
+    /// showed the frame stale. An admission answers what it leaves only if
+    /// `counted` (a window rule's `remaining` may take a division; once an
+    /// earlier rule refused, the verdict asks the rules that admitted for
+    /// their `remaining(now)` only if it can matter).
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     fn part_step(
         &self,
         i: usize,
@@ -369,6 +373,7 @@ impl Compound {
         words: &[u64],
         now: u64,
         cost: u64,
+        counted: bool,
         next: &mut [u64],
     ) -> Result<Decision, Moved> {
         let at = self.offsets[i];
@@ -382,7 +387,7 @@ impl Compound {
             }
             Part::Window(rule) => {
                 let judged = Self::judged(rule, words, at, now);
-                let (decision, counts) = rule.decide(judged, now, cost, true);
+                let (decision, counts) = rule.decide(judged, now, cost, counted);
                 if let Some(counts) = counts {
                     next[at] = Self::start_of(rule, judged);
                     next[at + 1] = counts_word(counts);
@@ -391,7 +396,7 @@ impl Compound {
             }
             Part::LongWindow(rule) => {
                 let (since, lag) = since_origin(state.origin, now);
-                let step = rule.step(wide(words, at), since, cost, true);
+                let step = rule.step(wide(words, at), since, cost, counted);
                 if let Some(word) = step.next {
                     put_wide(next, at, word);
                 }
@@ -465,9 +470,15 @@ impl Compound {
         cost: u64,
         next: &mut [u64],
     ) -> Result<(Decision, bool), Moved> {
-        let mut verdict = Verdict::new(self.part_step(0, state, words, now, cost, next)?);
+        let mut verdict = Verdict::new(self.part_step(0, state, words, now, cost, true, next)?);
         for i in 1..self.parts.len() {
-            verdict.add(i, self.part_step(i, state, words, now, cost, next)?);
+            // After a refusal, an admission's own `remaining` is never the
+            // answer (`Verdict::decision` asks for `remaining(now)`).
+            let counted = verdict.admits();
+            verdict.add(
+                i,
+                self.part_step(i, state, words, now, cost, counted, next)?,
+            );
         }
         let admitted = verdict.admits();
         let decision = verdict.decision(|i| self.part_remaining(i, state, words, now))?;
@@ -1132,7 +1143,7 @@ impl Policy for Compound {
             for i in 0..self.parts.len() {
                 let limit = self.set[i].config().limit();
                 let stepped = if !decided.allowed && cost >= 1 && cost <= limit {
-                    Some(self.part_step(i, state, words, now, cost, &mut scratch)?)
+                    Some(self.part_step(i, state, words, now, cost, true, &mut scratch)?)
                 } else {
                     None
                 };

@@ -106,6 +106,7 @@ impl SlidingWindowCounter {
 
     /// The first offset `e >= from` in a window with counts `p`, `c` that
     /// admits a request, if any (`current` is `c + n − 1` for a cost `n`).
+    #[inline(always)]
     fn first_open(&self, previous: u32, current: u64, from: u64) -> Option<u64> {
         let w = self.config.window();
         if from >= w || current >= self.config.limit() {
@@ -133,6 +134,7 @@ impl SlidingWindowCounter {
     /// `cost`, rejected at `view`: in this window, else the next (counts
     /// `(c, 0)`), else the one after (`(0, 0)`, which admits any cost up to
     /// `L` at its start).
+    #[inline(always)]
     fn retry_after(&self, view: View, now: u64, cost: u64) -> u64 {
         let WindowWord {
             window,
@@ -208,8 +210,15 @@ impl SlidingWindowCounter {
             };
             (Decision::admit(remaining), Some(counts))
         } else {
-            let decision =
-                Decision::reject(self.remaining_of(view), self.retry_after(view, now, cost));
+            // Refused: slack(p, c + n − 1, e) <= 0, so slack(p, c, e) is at
+            // most (n − 1)·W and what is left at most n − 1: 0 for a cost of
+            // 1, with no division (a hot client's refusals).
+            let remaining = if cost == 1 {
+                0
+            } else {
+                self.remaining_of(view)
+            };
+            let decision = Decision::reject(remaining, self.retry_after(view, now, cost));
             (decision, None)
         }
     }
