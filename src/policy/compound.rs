@@ -385,15 +385,26 @@ impl Compound {
                 }
                 step.decision
             }
-            Part::Window(rule) => {
-                let judged = Self::judged(rule, words, at, now);
-                let (decision, counts) = rule.decide(judged, now, cost, counted);
-                if let Some(counts) = counts {
-                    next[at] = Self::start_of(rule, judged);
-                    next[at + 1] = counts_word(counts);
-                }
-                decision
-            }
+            // Each kind of window rule as a value of its own variant, so
+            // the steps inlined below match on no kind (`window_step`).
+            Part::Window(WindowRule::Fixed(rule)) => Self::window_step(
+                WindowRule::Fixed(*rule),
+                words,
+                at,
+                now,
+                cost,
+                counted,
+                next,
+            ),
+            Part::Window(WindowRule::Counter(rule)) => Self::window_step(
+                WindowRule::Counter(*rule),
+                words,
+                at,
+                now,
+                cost,
+                counted,
+                next,
+            ),
             Part::LongWindow(rule) => {
                 let (since, lag) = since_origin(state.origin, now);
                 let step = rule.step(wide(words, at), since, cost, counted);
@@ -420,6 +431,27 @@ impl Compound {
                 step.decision
             }
         })
+    }
+
+    /// A window rule's step on the words that begin at `at` (`part_step`),
+    /// for a `rule` the caller built as the variant it matched.
+    #[inline(always)]
+    fn window_step(
+        rule: WindowRule,
+        words: &[u64],
+        at: usize,
+        now: u64,
+        cost: u64,
+        counted: bool,
+        next: &mut [u64],
+    ) -> Decision {
+        let judged = Self::judged(&rule, words, at, now);
+        let (decision, counts) = rule.decide(judged, now, cost, counted);
+        if let Some(counts) = counts {
+            next[at] = Self::start_of(&rule, judged);
+            next[at + 1] = counts_word(counts);
+        }
+        decision
     }
 
     /// Rule `i`'s `remaining` at `now` on `words`; `Moved` if a log's ring

@@ -81,6 +81,18 @@ impl SlidingWindowCounter {
         i128::from(self.config.limit()) * w - weighted
     }
 
+    /// Whether `slack(p, c, e) > 0`, without its signed 128-bit products:
+    /// `c >= L` refuses (the weighted count is at least `c·W`), else it
+    /// admits iff `p·(W − e) < (L − c)·W`, two products of 64-bit factors
+    /// (one multiply each). `current` as in `slack`; `e < W` in every view.
+    #[inline(always)]
+    fn admits(&self, previous: u32, current: u64, elapsed: u64) -> bool {
+        let (limit, width) = (self.config.limit(), self.config.window());
+        current < limit
+            && u128::from(previous) * u128::from(width - elapsed)
+                < u128::from(limit - current) * u128::from(width)
+    }
+
     /// `max(0, ⌈slack / W⌉)`, as `(L − c) − ⌊p·(W − e) / W⌋` (for an
     /// integer `A`, `⌈A − x⌉ = A − ⌊x⌋`): one division, of a `u64` when the
     /// product fits one (any count beside a window of up to 2^32 ticks, 4
@@ -196,7 +208,7 @@ impl SlidingWindowCounter {
         let counts = view.counts;
         // c + n − 1 < 2^33: no overflow.
         let last = u64::from(counts.current) + (cost - 1);
-        if self.slack(counts.previous, last, view.elapsed) > 0 {
+        if self.admits(counts.previous, last, view.elapsed) {
             let counts = WindowWord {
                 // Admitted means (c + n − 1)·W < L·W: c + n <= L <= 2^32 − 1,
                 // which the 32-bit field holds (`cell`).
@@ -401,9 +413,40 @@ impl Policy for SlidingWindowCounter {
 #[cfg(all(test, not(floodgate_loom)))]
 mod tests {
     use super::*;
+    use crate::MAX_LIMIT;
 
     fn policy(limit: u64, window: u64) -> SlidingWindowCounter {
         SlidingWindowCounter::new(Config::per_ticks(limit, window).unwrap()).unwrap()
+    }
+
+    /// `admits` is `slack > 0` at the edges of every factor: the largest
+    /// limit, counts past it (a cost's `c + n − 1`), windows up to 2^64 − 1
+    /// ticks, and the products' tie (`p·(W − e) = (L − c)·W` refuses).
+    #[test]
+    fn admits_exactly_when_slack_is_positive() {
+        for limit in [1, 2, 4, 6_000, MAX_LIMIT] {
+            for window in [1, 2, 100, 60_000_000_000, 1 << 32, 1 << 62, u64::MAX] {
+                let policy = policy(limit, window);
+                let previous = [0, 1, 2, 4, limit - 1, limit, u32::MAX as u64];
+                let current = [0, 1, 3, limit - 1, limit, limit + 1, limit + MAX_LIMIT - 1];
+                let elapsed = [0, 1, window / 4, window / 2, window - 1];
+                for &p in &previous {
+                    for &c in &current {
+                        for &e in &elapsed {
+                            let p = p as u32;
+                            assert_eq!(
+                                policy.admits(p, c, e),
+                                policy.slack(p, c, e) > 0,
+                                "L {limit}, W {window}, p {p}, c {c}, e {e}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        // The tie: 4·(100 − 0) = (4 − 0)·100.
+        assert!(!policy(4, 100).admits(4, 0, 0));
+        assert!(policy(4, 100).admits(4, 0, 1));
     }
 
     #[test]

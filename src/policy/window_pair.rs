@@ -352,9 +352,9 @@ impl Fields {
     /// The counts and the end of the stored window, from the word's upper
     /// part and the drip word.
     #[inline(always)]
-    fn split(self, part: u64, drip: u64) -> (Counts, u64) {
+    fn split(self, window: WindowRule, part: u64, drip: u64) -> (Counts, u64) {
         let current = part & self.count_mask();
-        let previous = if self.counts > self.count {
+        let previous = if let WindowRule::Counter(_) = window {
             (part >> self.count) & self.count_mask()
         } else {
             0
@@ -683,9 +683,15 @@ impl WindowPair {
     /// The word as a call at `now` sees it.
     #[inline(always)]
     fn read(&self, words: u128, now: u64) -> Read {
+        self.read_as(self.rules.window, words, now)
+    }
+
+    /// [`read`](Self::read) with the window rule as a value (`step_as`).
+    #[inline(always)]
+    fn read_as(&self, window: WindowRule, words: u128, now: u64) -> Read {
         let now = schedule_time(now);
         let (drip, part) = split_word(words);
-        let (counts, end) = self.fields.split(part, drip);
+        let (counts, end) = self.fields.split(window, part, drip);
         Read {
             drip,
             judged: self.fields.judge(counts, end, now),
@@ -696,23 +702,28 @@ impl WindowPair {
     /// Both rules' steps, in the set's order. Always inlined: the hot path.
     #[inline(always)]
     fn step(&self, words: u128, now: u64, cost: u64) -> Step<u128> {
-        let Read { drip, judged, now } = self.read(words, now);
+        self.step_as(self.rules.window, words, now, cost)
+    }
+
+    /// [`step`](Self::step) with the window rule as a value the caller
+    /// may have matched already: `check_within` hands each kind its own
+    /// copy of the loop, so no match on the kind is left in it.
+    #[inline(always)]
+    fn step_as(&self, window: WindowRule, words: u128, now: u64, cost: u64) -> Step<u128> {
+        let Read { drip, judged, now } = self.read_as(window, words, now);
         let dripped = self.rules.drip.step(drip, now, cost);
         // What the window rule's admission leaves is read only when both
         // admit, and then only if it can be the smaller of the two.
-        let (mut decision, counts) = self.rules.window.decide(judged, now, cost, false);
+        let (mut decision, counts) = window.decide(judged, now, cost, false);
         if let (Some(counts), true) = (counts, dripped.next.is_some()) {
-            decision.remaining = self
-                .rules
-                .window
-                .left(judged, counts, dripped.decision.remaining);
+            decision.remaining = window.left(judged, counts, dripped.decision.remaining);
         }
         let windowed = Step {
             decision,
             next: counts,
         };
         let drip_remaining = || self.rules.drip.remaining(drip, now);
-        let window_remaining = || self.rules.window.remaining_in(judged);
+        let window_remaining = || window.remaining_in(judged);
         let (decision, next) =
             self.rules
                 .combine(dripped, windowed, drip_remaining, window_remaining);
@@ -744,6 +755,7 @@ impl WindowPair {
 /// always inlined into the CAS loop (`cell::Stepper`).
 struct WindowStep<'p> {
     pair: &'p WindowPair,
+    window: WindowRule,
     now: u64,
     cost: u64,
 }
@@ -751,7 +763,7 @@ struct WindowStep<'p> {
 impl Stepper<u128> for WindowStep<'_> {
     #[inline(always)]
     fn step(&mut self, words: u128) -> Step<u128> {
-        self.pair.step(words, self.now, self.cost)
+        self.pair.step_as(self.window, words, self.now, self.cost)
     }
 }
 
@@ -815,14 +827,17 @@ impl Policy for WindowPair {
         now: u64,
         cost: u64,
     ) -> Result<Decision, Retired> {
-        transition(
-            &state.words,
-            WindowStep {
-                pair: self,
-                now,
-                cost,
-            },
-        )
+        let step = |window| WindowStep {
+            pair: self,
+            window,
+            now,
+            cost,
+        };
+        // One copy of the loop for each kind of window rule (`step_as`).
+        match self.rules.window {
+            WindowRule::Fixed(p) => transition(&state.words, step(WindowRule::Fixed(p))),
+            WindowRule::Counter(p) => transition(&state.words, step(WindowRule::Counter(p))),
+        }
     }
 
     #[inline]
