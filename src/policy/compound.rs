@@ -288,6 +288,24 @@ impl Compound {
         LogView::new(ring, log_words(words, at))
     }
 
+    /// Writes each log's latest entry of `words` into its ring if no one
+    /// has (`LogView::help`): what a frame that admits must do before its
+    /// CAS replaces `words`' frame, so that every entry of a current frame
+    /// but its latest is in its ring (`LogView`). Refusals skip it: they
+    /// write nothing. `Moved` if a ring showed the frame stale.
+    #[inline]
+    fn help_logs(&self, state: &CompoundState, words: &[u64]) -> Result<(), Moved> {
+        if self.rings == 0 {
+            return Ok(());
+        }
+        for (i, part) in self.parts.iter().enumerate() {
+            if let Part::Log(_) = part {
+                self.view(i, state, words).help()?;
+            }
+        }
+        Ok(())
+    }
+
     /// A pin for a pass that reads logs' rings (`view`), taken before its
     /// frame is read; none when no rule is a log.
     #[inline(always)]
@@ -546,8 +564,15 @@ impl Compound {
             let Ok((decision, admitted)) = self.step(state, &words, now, cost, &mut next) else {
                 continue;
             };
+            if !admitted {
+                return Ok(decision);
+            }
+            // A stale frame (`Moved`): read the new one.
+            if self.help_logs(state, &words).is_err() {
+                continue;
+            }
             // Every rule admitted, so every rule wrote its words in `next`.
-            if !admitted || state.framed.publish(seen, &next)? {
+            if state.framed.publish(seen, &next)? {
                 return Ok(decision);
             }
         }
@@ -836,6 +861,8 @@ impl Policy for Compound {
             .step(&state, &words, now, cost, &mut next)
             .expect("no other thread moves a new state's log");
         if admitted {
+            self.help_logs(&state, &words)
+                .expect("no other thread moves a new state's log");
             state.framed.write_unshared(&next);
         }
         (state, decision)

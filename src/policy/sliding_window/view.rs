@@ -17,11 +17,14 @@ use crate::Decision;
 /// A frame holds `n`, the entries committed as of it, and the latest of
 /// them, entry `n − 1`, which it *publishes*: the compound's CAS that
 /// installs the frame is the entry's commit, and the ring is only
-/// written afterwards, by whoever reads the frame first (`help`: one
+/// written afterwards, by whoever is about to replace the frame with one
+/// that admits, or reads the frame for `remaining` or a sweep (`help`: one
 /// CAS of slot `(n − 1) mod L` from entry `n − 1 − L` to entry `n − 1`, or
-/// nothing if it holds entry `n − 1` already). A frame of `n + 1`
-/// entries is only ever made from one of `n` whose entry `n − 1` its maker
-/// wrote first, so while a frame is current every entry but its latest
+/// nothing if it holds entry `n − 1` already); a refusal writes nothing,
+/// and reads no slot of the latest entry (the frame holds it). A frame of
+/// `n + 1` entries is only ever made from one of `n` whose entry `n − 1`
+/// its maker wrote first (`Compound`'s `help_logs`, before its CAS), so
+/// while a frame is current every entry but its latest
 /// is in the ring, and only its latest may wait for a helper. Each entry
 /// is committed once, by one successful CAS of the compound, so every
 /// helper of it writes the same word; a helper holding an older frame finds
@@ -106,7 +109,7 @@ impl<'r> LogView<'r> {
     /// which only a helper writing this same entry (then the next pass
     /// finds it) or, for an older frame, the ring moving on (`Moved`)
     /// does.
-    fn help(&self) -> Result<(), Moved> {
+    pub(crate) fn help(&self) -> Result<(), Moved> {
         let Some(entry) = self.n.checked_sub(1) else {
             return Ok(());
         };
@@ -341,14 +344,14 @@ impl SlidingWindow {
     /// The decision on a request of cost `1 <= cost <= L` at `now` as of
     /// `view`, and, if admitted, the words of the frame that commits it
     /// (the caller's CAS is the commit; the ring is written by a later
-    /// `help`).
+    /// `help`). It reads no slot of the latest entry, so it needs no
+    /// `help` of its own: the caller helps before its CAS (type docs).
     pub(crate) fn view_check(
         &self,
         view: &LogView<'_>,
         now: u64,
         cost: u64,
     ) -> Result<(Decision, Option<LogWords>), Moved> {
-        view.help()?;
         let limit = self.config.limit();
         let read = |entry| view.read(entry);
         let at = view.judged(now);
