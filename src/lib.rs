@@ -133,6 +133,7 @@ mod limiter;
 pub mod offenders;
 pub mod permit;
 pub mod policy;
+mod rate_limiter;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
@@ -177,7 +178,8 @@ pub use config::{
 };
 pub use decision::{Decision, RuleAnswer, RuleAnswers};
 pub use factory::{build, build_bounded, build_rules, build_with, Builder, Engine, UnknownEngine};
-pub use limiter::{InsufficientCapacity, Limiter, RateLimiter, RuledDecision};
+pub use limiter::Limiter;
+pub use rate_limiter::{InsufficientCapacity, RateLimiter, RuledDecision};
 pub use rule::{Rule, RuleError, RuleProblem, RuleSet, MAX_RULES};
 pub use stats::Stats;
 
