@@ -403,26 +403,15 @@ impl Compound {
                 }
                 step.decision
             }
-            // Each kind of window rule as a value of its own variant, so
-            // the steps inlined below match on no kind (`window_step`).
-            Part::Window(WindowRule::Fixed(rule)) => Self::window_step(
-                WindowRule::Fixed(*rule),
-                words,
-                at,
-                now,
-                cost,
-                counted,
-                next,
-            ),
-            Part::Window(WindowRule::Counter(rule)) => Self::window_step(
-                WindowRule::Counter(*rule),
-                words,
-                at,
-                now,
-                cost,
-                counted,
-                next,
-            ),
+            Part::Window(rule) => {
+                let mut step = |rule| Self::window_step(rule, words, at, now, cost, counted, next);
+                // Each kind of window rule as a value of its own variant, so
+                // the step inlined below matches on no kind (`window_step`).
+                match *rule {
+                    WindowRule::Fixed(rule) => step(WindowRule::Fixed(rule)),
+                    WindowRule::Counter(rule) => step(WindowRule::Counter(rule)),
+                }
+            }
             Part::LongWindow(rule) => {
                 let (since, lag) = since_origin(state.origin, now);
                 let step = rule.step(wide(words, at), since, cost, counted);
