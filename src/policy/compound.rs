@@ -292,7 +292,9 @@ impl Compound {
     /// has (`LogView::help`): what a frame that admits must do before its
     /// CAS replaces `words`' frame, so that every entry of a current frame
     /// but its latest is in its ring (`LogView`). Refusals skip it: they
-    /// write nothing. `Moved` if a ring showed the frame stale.
+    /// write nothing. `Moved` if a ring showed the frame stale (another
+    /// thread published a later one). Each `help` retries only while
+    /// another helper writes the same entry (its own progress note).
     #[inline]
     fn help_logs(&self, state: &CompoundState, words: &[u64]) -> Result<(), Moved> {
         if self.rings == 0 {
@@ -556,7 +558,9 @@ impl Compound {
             if !admitted {
                 return Ok(decision);
             }
-            // A stale frame (`Moved`): read the new one.
+            // `Moved`: the ring of a log moved on past this copy's latest
+            // entry, which only another thread's published frame does; the
+            // next pass reads that frame (progress, above).
             if self.help_logs(state, &words).is_err() {
                 continue;
             }
