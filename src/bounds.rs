@@ -39,9 +39,9 @@
 //! time; the others go on.
 //!
 //! The lock-free engine takes a sweep in steps: the arrival that begins it
-//! visits 1,024 slots of its table, and each arrival after visits the next
-//! 1,024, judging every client at the sweep's `now`, until the whole table
-//! is visited. No arrival pays for the whole table (a few microseconds a
+//! visits 256 slots of its table, and each arrival after visits the next
+//! 256, judging every client at the sweep's `now`, until the whole table
+//! is visited. No arrival pays for the whole table (about a microsecond a
 //! step, where a sweep of a million clients in one call took milliseconds).
 //! A table of at most 1,024 slots, which every limiter of fewer than 512
 //! clients has, is swept whole by the arrival that begins the sweep, as the
@@ -49,7 +49,7 @@
 //! there; on larger tables the lock-free engine removes the same clients a
 //! few arrivals later. The map never holds more than twice the clients the
 //! last sweep kept (the ones not idle then), plus 64, plus one client per
-//! step of the sweep under way (the table's slots over 1,024). At the cap,
+//! step of the sweep under way (the table's slots over 256). At the cap,
 //! a newcomer gets a place as soon as a step of the sweep under way has
 //! found an idle client: within the steps a sweep takes, not at once.
 //! Checks of known clients take no lock and never wait for a sweep.

@@ -9,7 +9,7 @@ use crate::decision::NEVER;
 use crate::offenders::Offenders;
 use crate::policy::{Origin, Policy, Retired};
 use crate::stats::Counters;
-use crate::store::{Arrival, Client, InlineStore, Lifecycle};
+use crate::store::{Arrival, Client, InlineStore, Lifecycle, Vacancy};
 use crate::sync::OnceLock;
 use crate::{
     Bounds, Clock, Config, ConfigError, Decision, Overflow, PolicyKind, QuantaClock, RateLimiter,
@@ -286,15 +286,15 @@ where
         K: Borrow<Q>,
     {
         let hash = self.clients.hash(key);
-        let decision = match self.clients.peek_hashed(
+        let decision = match self.clients.peek_or_vacancy(
             key,
             hash,
             #[inline(always)]
             |client| self.decide(client, now(), cost),
         ) {
-            Some(Ok(decision)) => decision.in_ticks(self.tick),
+            Ok(Ok(decision)) => decision.in_ticks(self.tick),
             found => self
-                .check_cold(key, hash, now(), cost, found.is_some())
+                .check_cold(key, hash, now(), cost, found.map(|_| ()))
                 .in_ticks(self.tick),
         };
         if let Some(watch) = &self.watch {
@@ -303,11 +303,19 @@ where
         decision
     }
 
-    /// A check of a new client (`present` false: the hot path just looked
-    /// and found none), or of one whose state was retired under it.
+    /// A check of a new client (`found` an error: the hot path just looked
+    /// and found none, and stopped at the vacancy it holds), or of one
+    /// whose state was retired under it.
     #[cold]
     #[inline(never)]
-    fn check_cold<Q>(&self, key: &Q, hash: u64, now: u64, cost: u64, mut present: bool) -> Decision
+    fn check_cold<Q>(
+        &self,
+        key: &Q,
+        hash: u64,
+        now: u64,
+        cost: u64,
+        found: Result<(), Option<Vacancy>>,
+    ) -> Decision
     where
         Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
         K: Borrow<Q>,
@@ -325,28 +333,33 @@ where
         // thread), or when another thread created it first (`Raced`: the
         // next pass finds it). Each is another thread's finished step, so
         // with no other thread running the call ends within two passes.
+        let mut found = found;
         loop {
-            if present {
-                match self
+            match found {
+                Ok(()) => match self
                     .clients
-                    .peek_hashed(key, hash, |client| self.decide(client, now, cost))
+                    .peek_or_vacancy(key, hash, |client| self.decide(client, now, cost))
                 {
-                    Some(Ok(decision)) => return decision,
-                    Some(Err(Retired)) => self.clients.settle(),
-                    None => present = false,
-                }
-            } else {
-                // The new client's decision comes back in `first`, not in
-                // the `Arrival`: carried there, its copy stalled the same way.
-                let mut first = Decision::default();
-                match self.clients.arrive(key, hash, now, &self.policy, |client| {
-                    let (client, decision) = self.decide_first(client, now, cost);
-                    first = decision;
-                    (client, ())
-                }) {
-                    Arrival::Created(()) => return first,
-                    Arrival::Raced => present = true,
-                    Arrival::Full => return self.overflow_check(now, cost),
+                    Ok(Ok(decision)) => return decision,
+                    Ok(Err(Retired)) => self.clients.settle(),
+                    Err(vacancy) => found = Err(vacancy),
+                },
+                Err(vacancy) => {
+                    // The new client's decision comes back in `first`, not
+                    // in the `Arrival`: carried there, its copy stalled the
+                    // same way.
+                    let mut first = Decision::default();
+                    match self
+                        .clients
+                        .arrive(vacancy, key, hash, now, &self.policy, |client| {
+                            let (client, decision) = self.decide_first(client, now, cost);
+                            first = decision;
+                            (client, ())
+                        }) {
+                        Arrival::Created(()) => return first,
+                        Arrival::Raced => found = Ok(()),
+                        Arrival::Full => return self.overflow_check(now, cost),
+                    }
                 }
             }
         }
@@ -392,10 +405,12 @@ where
                     }
                 }
             } else {
-                match self.clients.arrive(key, hash, now, &self.policy, |client| {
-                    let answer = self.count(&client, now);
-                    (client, answer)
-                }) {
+                match self
+                    .clients
+                    .arrive(None, key, hash, now, &self.policy, |client| {
+                        let answer = self.count(&client, now);
+                        (client, answer)
+                    }) {
                     Arrival::Created(answer) => answer,
                     Arrival::Raced => {
                         present = true;
@@ -652,9 +667,11 @@ where
         for (key, client) in built {
             let hash = self.clients.hash(&key);
             let mut client = Some(client);
-            let arrival = self.clients.arrive(&key, hash, now, &self.policy, |_| {
-                (client.take().expect("one client a key"), ())
-            });
+            let arrival = self
+                .clients
+                .arrive(None, &key, hash, now, &self.policy, |_| {
+                    (client.take().expect("one client a key"), ())
+                });
             match arrival {
                 Arrival::Created(()) => kept += 1,
                 // No key twice (above), and no one else holds the limiter

@@ -527,8 +527,16 @@ fn saves_racing_admissions_and_growth_keep_every_total_exact() {
                 .collect();
             let saver = scope.spawn(|| {
                 let mut saves = Vec::new();
-                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                // At least one save, whether or not the workers are still
+                // running when this thread is first scheduled. Ends with
+                // the first save begun after the main thread, having
+                // joined the workers, set `done`.
+                loop {
+                    let finished = done.load(std::sync::atomic::Ordering::Relaxed);
                     saves.push(state::to_bytes(&*limiter, &[]).unwrap());
+                    if finished {
+                        break;
+                    }
                 }
                 saves
             });

@@ -12,7 +12,7 @@ mod keyed;
 #[allow(unsafe_code)]
 mod release;
 
-pub(crate) use inline::{InlineStore, Lifecycle};
+pub(crate) use inline::{InlineStore, Lifecycle, Vacancy};
 pub(crate) use keyed::{Client, KeyedStore};
 
 /// Takes one of the places counted by `tracked` under `cap`; false at the

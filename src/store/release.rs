@@ -21,11 +21,18 @@ use std::sync::TryLockError;
 
 use crate::sync::{AtomicBool, Mutex, Ordering};
 
-/// Bytes given back per arrival: 16 pages of 4 KiB, a few microseconds
-/// (the kernel frees about 30 MB a millisecond here). Steps of 256 KiB
-/// made a capped flood's new client's p99.99 27.8 to 58.9 µs, as they came
-/// one in every few hundred arrivals; of 64 KiB, 26.0 to 27.4 µs.
-pub(crate) const STEP: usize = 64 << 10;
+/// Bytes given back per arrival: 32 pages of 4 KiB. Most of a step's cost
+/// is fixed: the kernel must make the other cores forget the range (an
+/// interrupt to each), about 10 µs on a 2-core AMD EPYC guest whatever
+/// the range's size, then frees about a page every 0.35 µs. Measured,
+/// `floodgate bench --tail`'s growth to 4 M clients, each step timed
+/// apart: steps of 64 KiB took 16 to 19 µs in 2,880 arrivals (0.07 %,
+/// most of the 0.1 % a new client's p99.9 allows above it); of 128 KiB,
+/// 20 to 21 µs in 1,440 (0.04 %); of 256 KiB, 31 to 32 µs in 720 (0.02
+/// %), more than the 0.01 % of the p99.99, which they then set: 35.3 and
+/// 38.8 µs against 27.1 and 27.9 at 128 KiB (the p99.9 4.8 to 4.9 µs
+/// with either; `governor`'s p99.99 56 to 62 µs in the same runs).
+pub(crate) const STEP: usize = 128 << 10;
 
 /// Blocks below this are deallocated at once: 8 MiB, whose `munmap`
 /// takes about a quarter of a millisecond here. Below it, the allocator

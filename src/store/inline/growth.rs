@@ -9,7 +9,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use super::slots::{Entry, Slot, Table, BUSY, DEAD, EMPTY, FULL, MOVED, SEALED, STATE};
-use super::sweeps::SWEEP_CHUNK;
+use super::sweeps::WHOLE_TABLE;
 use super::{InlineStore, Lifecycle, Upkeep, Work};
 use crate::stats::StoreCounts;
 use crate::store::release::Releases;
@@ -18,23 +18,36 @@ use crate::sync::{Guard, Ordering, Staged, TableCell};
 /// How many slots of an outgrown table one step of its move visits: the
 /// most any call moves (module docs, "Growing in steps"). Chosen with
 /// `floodgate bench --tail` (growth to 4 M clients beside known clients'
-/// checks, one run each): steps of 32 and 64 slots read the same, a new
-/// client's check at p99 2.2 µs and p99.9 10.4 to 10.6 µs, and 128 read
-/// p99.9 36.5 µs (a step then places 128 clients at random in a table of
-/// 192 MB, a cache and TLB miss each). Under loom, one: a model's two-slot
-/// table then moves in two steps, so the models race checks, inserts,
-/// sweeps and `forget` against a move half done.
-pub(crate) const MOVE_CHUNK: usize = if cfg!(floodgate_loom) { 1 } else { 64 };
+/// checks), each arrival's upkeep timed apart, AMD EPYC: a step of 64
+/// slots took 1.2 to 1.6 µs at the median and 2.4 to 4.8 µs at its p99,
+/// one of 32 slots 0.8 to 0.9 µs and 1.6 to 2.1 µs, in twice as many
+/// arrivals (6.5 % of them, below the page faults' 2.5 % at 2.3 µs
+/// that set a new client's p99: `TOUCH_PAGES`). A step is mostly its
+/// read-modify-writes (a freeze and a claim a client): fetching the new
+/// table's lines for its placements ahead of them (a first pass that
+/// hashes the step's keys and prefetches) read the same. Earlier, 128
+/// read a p99.9 of 36.5 µs (a step then places 128 clients at random in
+/// a table of 192 MB, a cache and TLB miss each). Under loom, one: a
+/// model's two-slot table then moves in two steps, so the models race
+/// checks, inserts, sweeps and `forget` against a move half done.
+pub(crate) const MOVE_CHUNK: usize = if cfg!(floodgate_loom) { 1 } else { 32 };
 
 /// The kernel's page size where it is smallest, 4 KiB: the unit of
 /// `TOUCH_PAGES`.
 pub(super) const PAGE: usize = 4096;
 
 /// How many pages of the next table one arrival zeroes before a move
-/// (`InlineStore::prepare`): a page fault each, about a microsecond. Eight
-/// read a p99.9 of 10 µs for a new client's check at 4 M clients (a
-/// step's eight faults); two, 3.7 to 6 µs.
-pub(super) const TOUCH_PAGES: usize = 2;
+/// (`InlineStore::prepare`): a page fault each, 2 to 2.3 µs on a 2-core
+/// AMD EPYC guest (the kernel's own `MADV_POPULATE_WRITE` takes 1.3 µs a
+/// page there, and an aligned huge page 4.5 ms). A table's growth faults
+/// every page of every table it passes through, 2.5 pages per 100 new
+/// clients at 24 bytes a slot, so these steps are 2.5 % of arrivals at
+/// one page and a new client's p99 is one fault: 2.3 to 2.5 µs, against
+/// 4.1 to 4.5 µs at two pages (1.2 % of arrivals, 4.3 µs each), and its
+/// p99.9 4.6 to 5.0 µs against 7.2 to 17 µs. Eight read a p99.9 of 10
+/// µs. Fewer steps of more pages would take the faults out of the p99
+/// only by putting several in each of more than 0.1 % of arrivals.
+pub(super) const TOUCH_PAGES: usize = 1;
 
 /// The smallest next table whose memory arrivals prepare (`prepare`):
 /// 1 MiB, 256 pages.
@@ -190,10 +203,12 @@ where
         if !upkeep
             .prepared
             .as_ref()
-            .is_some_and(|prepared| prepared.fits(table, capacity))
+            .is_some_and(|prepared| prepared.serves(table, capacity))
         {
-            // Memory prepared for another size (evictions changed what
-            // the move needs) goes to the releases, and is made again.
+            // Memory prepared for an earlier table's move, or too small
+            // for this one's (clients came faster than evictions, and the
+            // move must now double the table), goes to the releases, and
+            // is made again.
             upkeep.prepared = Some(Prepared::new(capacity, table, &self.releases));
         }
         let prepared = upkeep.prepared.as_mut().expect("made above");
@@ -247,14 +262,19 @@ where
     /// then), at least the old table's whole room when it doubles.
     ///
     /// The new table is the one arrivals prepared (`prepare`), if it has
-    /// the size the move needs.
+    /// at least the size the move needs.
     fn begin_move(&self, upkeep: &mut Upkeep<K, C>, table: &Table<K, C>) {
         let reserved = table
             .room
             .saturating_sub(table.dead.load(Ordering::Relaxed));
         let capacity = self.next_capacity(table);
         let slots = match upkeep.prepared.take() {
-            Some(prepared) if prepared.fits(table, capacity) => {
+            // Larger than the move needs now (evictions since the
+            // preparing began brought the live clients below what doubles
+            // the table) serves as well: more room, and none of the page
+            // faults a table made here would take, a step at a time, in
+            // the move's placements.
+            Some(prepared) if prepared.serves(table, capacity) => {
                 #[cfg(test)]
                 if prepared.is_whole() {
                     Work::note(|visits| visits.prepared += 1);
@@ -273,7 +293,7 @@ where
         };
         let staged = TableCell::stage(Table::with_slots(
             slots,
-            self.grows,
+            self.grows(),
             reserved,
             table.generation + 1,
             &self.releases,
@@ -292,7 +312,7 @@ where
 
     /// Moves the next [`MOVE_CHUNK`] slots of `table` (current, being
     /// moved; under `upkeep`) into its `next`, or all of a table of at
-    /// most [`SWEEP_CHUNK`], and ends the move if they were the last.
+    /// most [`WHOLE_TABLE`], and ends the move if they were the last.
     ///
     /// A key's `Hash` and `Clone` run before its client's state is frozen,
     /// so a panic in either leaves the slot `FULL` and its state live, the
@@ -306,11 +326,11 @@ where
         guard: &Guard,
     ) {
         let next = table.next(guard).expect("a move is under way");
-        // A table a sweep's step could visit whole moves in one step too:
+        // A table a sweep visits whole in one step moves in one step too:
         // so on the tables where the two engines must agree (module docs,
         // "Sweeps in steps"), every move ends in the arrival that began it.
-        let chunk = if table.capacity() <= SWEEP_CHUNK {
-            SWEEP_CHUNK
+        let chunk = if table.capacity() <= WHOLE_TABLE {
+            WHOLE_TABLE
         } else {
             MOVE_CHUNK
         };
@@ -415,9 +435,13 @@ where
         // size must leave at least half the room free, or the next insert
         // would ask for another at once.
         let live = table.live();
-        // A table that could not hold its live clients again is doubled
-        // even when capped (the sizing above makes that never happen).
-        if (self.grows && live * 2 > table.room) || live >= table.room {
+        // A capped store's table stops doubling once it holds the cap
+        // (`largest`; a presized one holds it from the start): its rebuilds
+        // at that size leave an eighth of the cap free. A table that could
+        // not hold its live clients again is doubled even when capped (the
+        // sizing makes that never happen).
+        let grows = table.capacity() < self.largest;
+        if (grows && live * 2 > table.room) || live >= table.room {
             table.capacity() * 2
         } else {
             table.capacity()
@@ -455,9 +479,14 @@ impl<K, C> Prepared<K, C> {
     }
 
     /// Whether it can be the next table of `table`, which needs
-    /// `capacity` slots.
-    fn fits(&self, table: &Table<K, C>, capacity: usize) -> bool {
-        self.replaces == table.generation && self.slots.as_ref().map(|s| s.len()) == Some(capacity)
+    /// `capacity` slots: it was made for `table`'s move, with at least
+    /// that many.
+    fn serves(&self, table: &Table<K, C>, capacity: usize) -> bool {
+        self.replaces == table.generation
+            && self
+                .slots
+                .as_ref()
+                .is_some_and(|slots| slots.len() >= capacity)
     }
 
     /// Whether every slot is zeroed.

@@ -57,14 +57,17 @@
 //! into a new one: twice the size if its live clients fill more than half
 //! the room, the same size otherwise (a flood of ids that were evicted
 //! leaves `DEAD` slots behind; the move drops them). A capped store is
-//! sized for its cap once and is only ever moved at that size. No call
+//! sized for its cap once and is only ever moved at that size; one whose
+//! cap is too large to allocate up front grows until its table holds the
+//! cap, and from then on is moved at that size. No call
 //! moves the whole table: each new client's arrival takes at most one
-//! *step* of the move, [`MOVE_CHUNK`] slots, and the move ends at the step
-//! that moves its last slot, whichever arrival takes it. Checks of known
+//! *step* of the move, [`MOVE_CHUNK`] slots (all of a table of at most
+//! [`WHOLE_TABLE`]), and the move ends at the step that moves its last
+//! slot, whichever arrival takes it. Checks of known
 //! clients take no step and never wait for one.
 //!
 //! 1. Before the move, while the table nears its room, arrivals prepare the
-//!    new table's memory a few pages at a time (`prepare`, which says why).
+//!    new table's memory a page at a time (`prepare`, which says why).
 //! 2. The insert that finds no room builds the new table from that memory
 //!    and publishes it as the old one's `next` (`begin_move`), with a claim
 //!    taken at once for every client the move may place (`reserved`).
@@ -108,7 +111,7 @@
 //! of its path in the current table and, while a move runs, in `next`; a
 //! new client's arrival, its probes, one step of a move ([`MOVE_CHUNK`]
 //! slots moved), one step of a sweep ([`SWEEP_CHUNK`] slots visited,
-//! below), the zeroing of a few pages of a table being prepared, and
+//! below), the zeroing of a page of a table being prepared, and
 //! [`release::STEP`](super::release::STEP) bytes given back. `forget`
 //! probes only. An explicit sweep takes every step of its own sweep (and of
 //! a move under way), giving `upkeep` back between steps.
@@ -119,7 +122,7 @@
 //! `now` and visits [`SWEEP_CHUNK`] slots; each later arrival visits the
 //! next chunk, judging every client idle or not at the sweep's `now`, until
 //! the sweep has visited the whole table. A table of at most
-//! [`SWEEP_CHUNK`] slots is swept whole by the arrival that begins it, as
+//! [`WHOLE_TABLE`] slots is swept whole by the arrival that begins it, as
 //! the mutex engine sweeps, so the two engines agree on every call there.
 //! A sweep whose table was replaced by a move starts over in the new one,
 //! and a step never walks a table being moved. The next sweep is due
@@ -203,6 +206,7 @@
 //! [`Client`]: super::Client
 //! [`MOVE_CHUNK`]: growth::MOVE_CHUNK
 //! [`SWEEP_CHUNK`]: sweeps::SWEEP_CHUNK
+//! [`WHOLE_TABLE`]: sweeps::WHOLE_TABLE
 
 mod growth;
 mod slots;
@@ -213,6 +217,7 @@ use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::{Arc, TryLockError};
 
 use self::growth::Prepared;
+pub(crate) use self::slots::Vacancy;
 use self::slots::{
     fingerprint, Entry, InTable, Probe, Slot, Table, Written, BUSY, DEAD, EMPTY, FULL, SEALED,
     STATE,
@@ -306,9 +311,12 @@ pub(crate) struct InlineStore<K, C> {
     /// when the memory is all zeroed or the move begins. Relaxed, as
     /// `sweeping`: a hint, which `prepare` checks against the claims.
     preparing: AtomicBool,
-    /// Whether a rebuild may double the table: not for a capped store,
-    /// whose first table already holds its cap.
-    grows: bool,
+    /// The size a table stops doubling at: for a capped store, the table
+    /// that holds the cap (`capacity_for_cap`), whose room leaves an eighth
+    /// of the cap free after any rebuild at the same size; without a cap,
+    /// none. A cap's table of at most `MOST_PRESIZED` slots is the first
+    /// table, and never grows (`grows`).
+    largest: usize,
     /// Places taken under the cap (module docs); a store without a cap
     /// takes none. Relaxed: one counter changed only by read-modify-writes,
     /// publishing nothing.
@@ -331,15 +339,17 @@ where
     C: Send + Sync + 'static,
 {
     pub(crate) fn new(bounds: Bounds) -> Self {
-        let (capacity, grows) = match bounds.cap().map(Self::capacity_for_cap) {
+        let largest = bounds.cap().map_or(usize::MAX, Self::capacity_for_cap);
+        let capacity = match largest {
             // The room (7/8 of the slots) exceeds the cap by at least 1/8
             // of it and one, so the DEAD slots evictions leave behind are
             // dropped by a rebuild at most once per cap/8 + 1 new clients,
             // and the table never needs to grow.
-            Some(capacity) if capacity <= MOST_PRESIZED => (capacity, false),
+            capacity if capacity <= MOST_PRESIZED => capacity,
             // A cap too large to allocate for up front: grow towards it.
-            _ => (FIRST_CAPACITY, true),
+            _ => FIRST_CAPACITY,
         };
+        let grows = largest > MOST_PRESIZED;
         let releases = Arc::new(Releases::new());
         Self {
             table: TableCell::new(Table::new(capacity, grows, 0, 0, &releases)),
@@ -352,13 +362,19 @@ where
             upkeep: Alone(Mutex::new(Upkeep::default())),
             sweeping: AtomicBool::new(false),
             preparing: AtomicBool::new(false),
-            grows,
+            largest,
             tracked: Alone(AtomicUsize::new(0)),
             swept: AtomicU64::new(0),
             schedule: SweepSchedule::new(bounds),
             counts: Alone(StoreCounts::default()),
             releases,
         }
+    }
+
+    /// Whether the store's table grows: it has no cap, or one too large
+    /// to allocate for up front.
+    fn grows(&self) -> bool {
+        self.largest > MOST_PRESIZED
     }
 
     pub(crate) fn bounds(&self) -> Bounds {
@@ -391,19 +407,16 @@ where
     }
 
     /// The slot holding `key`'s client, in the current table or the one it
-    /// is moving to.
+    /// is moving to, with its table; or, if the key is not tracked, the
+    /// vacancy its probe stopped at (none if its last table had no empty
+    /// slot on its path).
     #[inline(always)]
-    fn find<'g, Q>(&self, key: &Q, hash: u64, guard: &'g Guard) -> Option<&'g Slot<K, C>>
-    where
-        K: Borrow<Q>,
-        Q: ?Sized + Eq,
-    {
-        self.find_in(key, hash, guard).map(|(_, slot)| slot)
-    }
-
-    /// As [`find`](Self::find), with the table the slot is in.
-    #[inline(always)]
-    fn find_in<'g, Q>(&self, key: &Q, hash: u64, guard: &'g Guard) -> Option<InTable<'g, K, C>>
+    fn find_in<'g, Q>(
+        &self,
+        key: &Q,
+        hash: u64,
+        guard: &'g Guard,
+    ) -> Result<InTable<'g, K, C>, Option<Vacancy>>
     where
         K: Borrow<Q>,
         Q: ?Sized + Eq,
@@ -415,9 +428,9 @@ where
         // steps (`wait_for_writer`).
         loop {
             match table.probe(key, hash) {
-                Probe::Found(slot) => return Some((table, slot)),
-                Probe::Vacant(_) => return None,
-                Probe::Onward => table = table.next(guard)?,
+                Probe::Found(slot) => return Ok((table, slot)),
+                Probe::Vacant(index) => return Err(Some(table.vacancy(index))),
+                Probe::Onward => table = table.next(guard).ok_or(None)?,
                 Probe::Busy => self.wait_for_writer(),
             }
         }
@@ -460,11 +473,28 @@ where
         K: Borrow<Q>,
         Q: ?Sized + Eq,
     {
+        self.peek_or_vacancy(key, hash, visit).ok()
+    }
+
+    /// [`peek_hashed`](Self::peek_hashed), answering for a key that is
+    /// not tracked where its probe stopped, for the
+    /// [`arrive`](Self::arrive) that creates it.
+    #[inline(always)]
+    pub(crate) fn peek_or_vacancy<Q, R>(
+        &self,
+        key: &Q,
+        hash: u64,
+        visit: impl FnOnce(&C) -> R,
+    ) -> Result<R, Option<Vacancy>>
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + Eq,
+    {
         let guard = self.table.pin();
-        let slot = self.find(key, hash, &guard)?;
-        // SAFETY: `find` answers only slots it loaded (Acquire) as FULL,
+        let (_, slot) = self.find_in(key, hash, &guard)?;
+        // SAFETY: `find_in` answers only slots it loaded (Acquire) as FULL,
         // and `guard` holds their table.
-        Some(visit(unsafe { slot.entry() }.client))
+        Ok(visit(unsafe { slot.entry() }.client))
     }
 
     /// `upkeep`, if no other thread holds it. A poisoned lock (a key's
@@ -518,10 +548,15 @@ where
     /// other thread can reach it yet — and answers the client to publish
     /// with the call's answer, which is returned if this call's insert is
     /// the one that created the client.
+    ///
+    /// `vacancy` is where a look-up of `key` just stopped, if the caller
+    /// made one ([`peek_or_vacancy`](Self::peek_or_vacancy)): the insert
+    /// probes on from there if the table is still the one looked in.
     #[cold]
     #[inline(never)]
     pub(crate) fn arrive<Q, R>(
         &self,
+        vacancy: Option<Vacancy>,
         key: &Q,
         hash: u64,
         now: u64,
@@ -576,7 +611,7 @@ where
             key: key.to_owned(),
             client,
         };
-        let created = self.insert(key, hash, entry, policy, &guard, &mut work);
+        let created = self.insert(key, hash, vacancy, entry, policy, &guard, &mut work);
         #[cfg(test)]
         work.record();
         if created {
@@ -598,10 +633,28 @@ where
     /// insert seals itself. From then on no insert can put the key in the
     /// old table (claims of its path's slots fail on the seal), so the key
     /// is in one table only.
+    ///
+    /// The first probe begins at `vacancy`, where the caller's look-up of
+    /// this key stopped, if that was in the table the insert begins in
+    /// (`Table::probe_from`; tables never share a generation, so a table
+    /// made since at the same address is not mistaken for it). It finds
+    /// what a probe from the path's start would: the look-up passed every
+    /// slot before the vacancy and found none `EMPTY` (it stops at the
+    /// first), none `SEALED` (it would have gone on to `next`), and none
+    /// with this key but `DEAD` ones (it would have answered a `FULL` or
+    /// `MOVED` one, and waited on a `BUSY` one with its fingerprint). Such
+    /// a slot never becomes this key's later: a claim takes only an `EMPTY`
+    /// slot, a key's slot turns `FULL` only from its own claim, and the
+    /// changes those slots can still see (`FULL` to `MOVED` or `DEAD`,
+    /// `BUSY` to `FULL` with another key) are ones a probe passes over for
+    /// another key. So a probe from the start would pass the same slots and
+    /// begin deciding at the vacancy, as this one does.
+    #[allow(clippy::too_many_arguments)]
     fn insert<Q>(
         &self,
         key: &Q,
         hash: u64,
+        vacancy: Option<Vacancy>,
         entry: Entry<K, C>,
         policy: &impl Lifecycle<C>,
         guard: &Guard,
@@ -614,6 +667,7 @@ where
         let print = fingerprint(hash);
         let mut entry = Some(entry);
         let mut table = self.table.load(guard);
+        let mut vacancy = vacancy;
         // Progress: each pass returns; or goes on to a newer table, of
         // which there are finitely many; or, in a table with no room, begins
         // its move or takes a step of the move under way (`make_room`,
@@ -622,7 +676,11 @@ where
         // claim or seal that succeeded, of finitely many slots); or waits
         // for a writer that publishes within a few of its own steps.
         loop {
-            match table.probe(key, hash) {
+            let probe = match vacancy.take() {
+                Some(vacancy) => table.probe_from(key, hash, vacancy),
+                None => table.probe(key, hash),
+            };
+            match probe {
                 Probe::Found(_) => return false,
                 Probe::Busy => self.wait_for_writer(),
                 Probe::Onward => match table.next(guard) {
@@ -731,7 +789,7 @@ where
         // the old table or the new one, and `find` says which.
         let guard = self.table.pin();
         let _upkeep = self.upkeep();
-        let Some((table, slot)) = self.find_in(key, hash, &guard) else {
+        let Ok((table, slot)) = self.find_in(key, hash, &guard) else {
             return false;
         };
         // `find_in` loaded the tag (Acquire) as FULL, and no one else may
@@ -817,11 +875,14 @@ struct Work {
 #[cfg(test)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Visits {
-    /// Slots moved of a table of at most `SWEEP_CHUNK` slots.
+    /// Slots moved of a table of at most `WHOLE_TABLE` slots.
     pub(crate) moved: usize,
     /// Slots moved of a larger table.
     pub(crate) moved_large: usize,
+    /// Slots swept of a table of at most `WHOLE_TABLE` slots, and of a
+    /// larger one.
     pub(crate) swept: usize,
+    pub(crate) swept_large: usize,
     /// Steps taken past an arrival's own because a move had to end first
     /// (`make_room`).
     pub(crate) forced: usize,
@@ -834,13 +895,14 @@ pub(crate) struct Visits {
 #[cfg(test)]
 thread_local! {
     /// Slots this thread's steps visited since its last arrival began.
-    static VISITS: std::cell::Cell<[usize; 3]> = const { std::cell::Cell::new([0; 3]) };
+    static VISITS: std::cell::Cell<[usize; 4]> = const { std::cell::Cell::new([0; 4]) };
     /// The most one arrival of this thread visited, of each kind.
     static MOST: std::cell::Cell<Visits> = const {
         std::cell::Cell::new(Visits {
             moved: 0,
             moved_large: 0,
             swept: 0,
+            swept_large: 0,
             forced: 0,
             prepared: 0,
             unprepared: 0,
@@ -873,13 +935,14 @@ impl Work {
 
     /// Ends an arrival's count.
     fn record(&self) {
-        let [moved, swept, moved_large] = VISITS.with(|visits| visits.replace([0; 3]));
+        let [moved, swept, moved_large, swept_large] = VISITS.with(|visits| visits.replace([0; 4]));
         MOST.with(|most| {
             let before = most.get();
             most.set(Visits {
                 moved: before.moved.max(moved),
                 moved_large: before.moved_large.max(moved_large),
                 swept: before.swept.max(swept),
+                swept_large: before.swept_large.max(swept_large),
                 ..before
             });
         });
@@ -888,13 +951,13 @@ impl Work {
     /// Forgets what this thread's steps visited outside an arrival (an
     /// explicit sweep, `forget`): an arrival counts its own.
     fn take_visits() {
-        VISITS.with(|visits| visits.set([0; 3]));
+        VISITS.with(|visits| visits.set([0; 4]));
     }
 
     /// This thread's most slots visited by one arrival, and its forced
     /// steps, since the last call; all start again from 0.
     pub(crate) fn take() -> Visits {
-        VISITS.with(|visits| visits.set([0; 3]));
+        VISITS.with(|visits| visits.set([0; 4]));
         MOST.with(|most| most.replace(Visits::default()))
     }
 }

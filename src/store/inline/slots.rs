@@ -165,6 +165,18 @@ pub(super) enum Written {
     Lost,
 }
 
+/// Where a look-up that found no client for its key stopped: the first
+/// `EMPTY` slot of the key's path in the table of `generation` (which no
+/// other table of the store shares). An insert of that key into that same
+/// table may begin its probe there (`InlineStore::insert` says why that
+/// finds what a probe from the path's start would), so that a new client's
+/// first call walks its path once, not twice.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Vacancy {
+    generation: u64,
+    index: usize,
+}
+
 /// Where a probe ended.
 pub(super) enum Probe<'t, K, C> {
     /// The key's slot (`FULL`).
@@ -330,9 +342,36 @@ impl<K, C> Table<K, C> {
         self.walk(key, print, index, tag)
     }
 
-    /// The full probe from `index`, the first slot of `key`'s path, whose
-    /// tag `probe` loaded already (`tag`; the slots after it are loaded
-    /// here): every state decided as the module docs say. One load per
+    /// A vacancy this table's probe found, to begin a later probe at.
+    pub(super) fn vacancy(&self, index: usize) -> Vacancy {
+        Vacancy {
+            generation: self.generation,
+            index,
+        }
+    }
+
+    /// Looks `key` up along its path from `vacancy`, where an earlier probe
+    /// of this table stopped (`Vacancy`), if it was this table's; else
+    /// from its start, as [`probe`](Self::probe).
+    #[inline]
+    pub(super) fn probe_from<Q>(&self, key: &Q, hash: u64, vacancy: Vacancy) -> Probe<'_, K, C>
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + Eq,
+    {
+        if vacancy.generation != self.generation {
+            return self.probe(key, hash);
+        }
+        // Masked, as `probe`'s index: in bounds by construction.
+        let index = vacancy.index & (self.slots.len() - 1);
+        let tag = self.slots[index].tag.load(Ordering::Acquire);
+        self.walk(key, fingerprint(hash), index, tag)
+    }
+
+    /// The full probe from `index`, the first slot of `key`'s path (or the
+    /// vacancy an earlier probe stopped at: `probe_from`), whose tag the
+    /// caller loaded already (`tag`; the slots after it are loaded here):
+    /// every state decided as the module docs say. One load per
     /// slot visited, as if there were no fast path.
     #[inline]
     fn walk<Q>(&self, key: &Q, print: u64, mut index: usize, mut tag: u64) -> Probe<'_, K, C>

@@ -2,14 +2,14 @@
 //! and the most one arrival moves and sweeps.
 
 use super::growth::MOVE_CHUNK;
-use super::sweeps::SWEEP_CHUNK;
+use super::sweeps::{SWEEP_CHUNK, WHOLE_TABLE};
 use super::*;
 
 fn first_table(bounds: Bounds) -> (usize, usize, bool) {
     let store = InlineStore::<u64, AtomicU64>::new(bounds);
     let guard = Guard::new();
     let table = store.table.load(&guard);
-    (table.capacity(), table.room, store.grows)
+    (table.capacity(), table.room, store.grows())
 }
 
 /// The slot sizes the module docs (and the README's memory table)
@@ -154,14 +154,14 @@ impl Lifecycle<AtomicU64> for Stamp {
 fn arrive(store: &InlineStore<u64, AtomicU64>, key: u64, now: u64) -> bool {
     let hash = store.hash(&key);
     matches!(
-        store.arrive(&key, hash, now, &Stamp, |client| (client, ())),
+        store.arrive(None, &key, hash, now, &Stamp, |client| (client, ())),
         Arrival::Created(())
     )
 }
 
 /// No arrival moves more than [`MOVE_CHUNK`] slots of a table larger
-/// than [`SWEEP_CHUNK`] (a smaller one moves whole, in one step), nor
-/// sweeps more than [`SWEEP_CHUNK`], counted slot by slot, while the
+/// than [`WHOLE_TABLE`] (a smaller one moves whole, in one step), nor
+/// sweeps any, counted slot by slot, while the
 /// table grows from 64 slots to 2^21 (a million clients, fifteen
 /// moves), and no arrival is made to finish a move: every client is
 /// found after.
@@ -174,9 +174,9 @@ fn growth_moves_at_most_a_chunk_per_arrival() {
         assert!(arrive(&store, key, 0), "client {key}");
     }
     let most = Work::take();
-    assert_eq!(most.moved, SWEEP_CHUNK, "{most:?}");
+    assert_eq!(most.moved, WHOLE_TABLE, "{most:?}");
     assert_eq!(most.moved_large, MOVE_CHUNK, "{most:?}");
-    assert_eq!(most.swept, 0, "{most:?}");
+    assert_eq!((most.swept, most.swept_large), (0, 0), "{most:?}");
     assert_eq!(most.forced, 0, "{most:?}");
     // The moves into tables of 1 MiB and more (2^16 slots of 24 bytes
     // and up: six of them) found their memory prepared, all zeroed.
@@ -211,7 +211,7 @@ fn racing_arrivals_move_at_most_a_chunk_each() {
         threads.into_iter().map(|t| t.join().unwrap()).collect()
     });
     for most in most {
-        assert!(most.moved <= SWEEP_CHUNK, "{most:?}");
+        assert!(most.moved <= WHOLE_TABLE, "{most:?}");
         assert!(most.moved_large <= MOVE_CHUNK, "{most:?}");
         assert_eq!(most.forced, 0, "{most:?}");
     }
@@ -224,6 +224,7 @@ fn racing_arrivals_move_at_most_a_chunk_each() {
 /// With idle eviction, a stream of one-shot clients, one tick apart:
 /// each is idle `IDLE` ticks after it came, so about `IDLE` are not
 /// idle at any time. No arrival sweeps more than [`SWEEP_CHUNK`] slots
+/// of a large table (a table of at most [`WHOLE_TABLE`] is swept whole)
 /// or moves more than [`MOVE_CHUNK`]; the sweeps do remove the idle
 /// ones, and the table holds at most twice the clients that are not
 /// idle, plus 64, plus one arrival per step of a sweep (module docs).
@@ -238,8 +239,9 @@ fn sweeps_visit_at_most_a_chunk_per_arrival() {
         most_stored = most_stored.max(store.stored());
     }
     let most = Work::take();
-    assert!(most.swept <= SWEEP_CHUNK && most.swept > 0, "{most:?}");
-    assert!(most.moved <= SWEEP_CHUNK, "{most:?}");
+    assert!(most.swept <= WHOLE_TABLE && most.swept > 0, "{most:?}");
+    assert_eq!(most.swept_large, SWEEP_CHUNK, "{most:?}");
+    assert!(most.moved <= WHOLE_TABLE, "{most:?}");
     assert!(most.moved_large <= MOVE_CHUNK, "{most:?}");
     assert_eq!(most.forced, 0, "{most:?}");
     let steps = store.table.load(&Guard::new()).capacity() / SWEEP_CHUNK;
@@ -265,11 +267,86 @@ fn a_capped_flood_visits_at_most_a_chunk_per_arrival() {
         assert!(store.len() <= CAP);
     }
     let most = Work::take();
-    assert!(most.swept <= SWEEP_CHUNK && most.swept > 0, "{most:?}");
-    assert!(most.moved <= SWEEP_CHUNK, "{most:?}");
+    // Its table holds the cap from the start: never small.
+    assert_eq!((most.swept, most.swept_large), (0, SWEEP_CHUNK), "{most:?}");
+    assert!(most.moved <= WHOLE_TABLE, "{most:?}");
     assert!(most.moved_large <= MOVE_CHUNK, "{most:?}");
     assert_eq!(most.forced, 0, "{most:?}");
     // Every tick past the first IDLE frees as many places as it brings
     // newcomers; the sweeps reach them within a few thousand arrivals.
     assert!(created > 999_000, "{created} created");
+}
+
+/// A cap too large to allocate for up front (`MOST_PRESIZED`): the
+/// table grows until it holds the cap and is moved at that size from
+/// then on, however many clients come and go, and every move into a
+/// table of `PREPARE_FROM` bytes or more finds its memory prepared —
+/// also when evictions during the preparing made the move need less
+/// than was prepared. Time moves a tick every 128 arrivals, so a client
+/// is idle 1.28 M arrivals after it came: the cap is reached, and a
+/// rebuild finds about the cap's worth of clients live, more than half
+/// its table's room.
+#[test]
+fn a_large_cap_stops_growing_at_the_table_that_holds_it() {
+    const CAP: usize = MOST_PRESIZED;
+    let largest = InlineStore::<u64, AtomicU64>::capacity_for_cap(CAP);
+    assert!(largest > MOST_PRESIZED, "the cap's table is not presized");
+    let store = InlineStore::<u64, AtomicU64>::new(
+        Bounds::new()
+            .evict_idle()
+            .max_clients(CAP)
+            .on_overflow(crate::Overflow::Reject),
+    );
+    Work::take();
+    for key in 0..4 * CAP as u64 {
+        arrive(&store, key, key / 128);
+        assert!(store.len() <= CAP);
+    }
+    let most = Work::take();
+    let table = store.table.load(&Guard::new()).capacity();
+    assert_eq!(table, largest);
+    // Fifteen moves grew it from 64 slots; the rest were at its size.
+    let rebuilds = store.counts.rebuilds.load(Ordering::Relaxed);
+    assert!(rebuilds > 15, "{rebuilds} rebuilds");
+    assert_eq!(most.unprepared, 0, "{most:?}");
+    assert!(most.prepared > 6, "{most:?}");
+    assert!(most.moved_large <= MOVE_CHUNK, "{most:?}");
+    assert!(most.swept_large <= SWEEP_CHUNK, "{most:?}");
+    assert_eq!(most.forced, 0, "{most:?}");
+}
+
+/// Memory prepared for a doubled table serves a move that, after
+/// evictions since, would have rebuilt at the same size: the move takes
+/// it whole, and no table is made with its pages still to fault. The
+/// table of 32,768 slots is the first whose next one arrivals prepare
+/// (1.5 MiB); it is prepared all while its clients are live, then an
+/// explicit sweep removes them all before its room runs out.
+#[test]
+fn a_move_takes_prepared_memory_larger_than_it_needs() {
+    const SLOTS: usize = 1 << 15;
+    let store = InlineStore::<u64, AtomicU64>::new(Bounds::new().evict_idle());
+    let capacity = |store: &InlineStore<u64, AtomicU64>| store.table.load(&Guard::new()).capacity();
+    let mut key = 0;
+    let mut began = false;
+    // Ends once the preparing began in the table of `SLOTS` and ended
+    // with the memory whole: a step an arrival, a few hundred pages,
+    // well before the table's room (`prepare_from`).
+    while !began || store.preparing.load(Ordering::Relaxed) {
+        assert!(arrive(&store, key, 0), "client {key}");
+        key += 1;
+        began |= capacity(&store) == SLOTS && store.preparing.load(Ordering::Relaxed);
+    }
+    assert_eq!(capacity(&store), SLOTS);
+    assert_eq!(store.sweep(IDLE, &Stamp), key as usize);
+    Work::take();
+    let rebuilds = store.counts.rebuilds.load(Ordering::Relaxed);
+    // Ends when the move the room's end begins has ended (one chunk an
+    // arrival).
+    while store.counts.rebuilds.load(Ordering::Relaxed) == rebuilds {
+        assert!(arrive(&store, key, IDLE), "client {key}");
+        key += 1;
+    }
+    let most = Work::take();
+    assert_eq!(capacity(&store), 2 * SLOTS);
+    assert_eq!((most.prepared, most.unprepared), (1, 0), "{most:?}");
 }
