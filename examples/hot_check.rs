@@ -11,8 +11,10 @@
 //!
 //! (instructions of the second less those of the first, over 2,000,000).
 //! The mode is `quanta` (the default `QuantaClock`, a TSC read per check),
-//! `caller` (`check_at` with a `now` the loop moves 10 ns per check) or
-//! `fresh` (`quanta`, but every check a new client's first).
+//! `caller` (`check_at` with a `now` the loop moves 10 ns per check),
+//! `uniform` (as `caller`, but each check one of 10,000 known clients drawn
+//! at random, as the bench's `uniform` rows) or `fresh` (`quanta`, but
+//! every check a new client's first).
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -50,6 +52,28 @@ fn main() {
                 admitted += u64::from(limiter.check_at(black_box(&key), now).allowed());
             }
         }
+        // The bench's uniform keys: 65,536 draws of 10,000 clients by a
+        // xorshift of a fixed seed, each known before the count begins.
+        "uniform" => {
+            let mut state = 0x5EEDu64;
+            let keys: Vec<u64> = (0..1 << 16)
+                .map(|_| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    state % 10_000
+                })
+                .collect();
+            for key in 0..10_000u64 {
+                limiter.check_at(&key, 0);
+            }
+            let mut now = 0u64;
+            for index in 0..checks as usize {
+                now += 10;
+                let key = keys[index & ((1 << 16) - 1)];
+                admitted += u64::from(limiter.check_at(black_box(&key), now).allowed());
+            }
+        }
         // A new client per check, as in the bench's `fresh` rows.
         "fresh" => {
             for key in 0..checks {
@@ -57,7 +81,7 @@ fn main() {
             }
         }
         other => {
-            eprintln!("hot_check: unknown mode `{other}`: quanta, caller or fresh");
+            eprintln!("hot_check: unknown mode `{other}`: quanta, caller, uniform or fresh");
             std::process::exit(2);
         }
     }
