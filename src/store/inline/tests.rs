@@ -1,7 +1,7 @@
 //! The store's own tests: its slots' sizes, its hasher, its tables' room,
 //! and the most one arrival moves and sweeps.
 
-use super::growth::MOVE_CHUNK;
+use super::growth::{MOVE_CHUNK, PAGE};
 use super::sweeps::{SWEEP_CHUNK, WHOLE_TABLE};
 use super::*;
 
@@ -349,4 +349,15 @@ fn a_move_takes_prepared_memory_larger_than_it_needs() {
     let most = Work::take();
     assert_eq!(capacity(&store), 2 * SLOTS);
     assert_eq!((most.prepared, most.unprepared), (1, 0), "{most:?}");
+}
+
+/// `populate` maps pages and changes no byte: a buffer of marked bytes,
+/// populated over a range that starts and ends inside pages (so the pages
+/// it widens to hold bytes on both sides of it), reads the same after.
+#[test]
+fn populating_pages_changes_no_byte() {
+    let mut bytes = vec![0xA5u8; 5 * PAGE];
+    let start = bytes.as_mut_ptr().wrapping_add(PAGE / 2 + 3);
+    super::growth::populate(start, start.wrapping_add(3 * PAGE));
+    assert!(bytes.iter().all(|&byte| byte == 0xA5));
 }
