@@ -299,7 +299,7 @@ impl Compound {
     /// Always inlined, and its loop out of line (`help_rings`): a rule set
     /// without a log pays one branch an admission here, where the call
     /// the compiler kept cost 19 instructions of a three-rule admission's
-    /// 568 (`benches/README.md`, "Several rules").
+    /// 568 (`benches/README.md`, "A log's help, out of line").
     #[inline(always)]
     fn help_logs(&self, state: &CompoundState, words: &[u64]) -> Result<(), Moved> {
         if self.rings == 0 {

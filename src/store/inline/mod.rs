@@ -111,7 +111,7 @@
 //! of its path in the current table and, while a move runs, in `next`; a
 //! new client's arrival, its probes, one step of a move ([`MOVE_CHUNK`]
 //! slots moved), one step of a sweep ([`SWEEP_CHUNK`] slots visited,
-//! below), the zeroing of a page of a table being prepared, and
+//! below), the mapping and zeroing of a page of a table being prepared, and
 //! [`release::STEP`](super::release::STEP) bytes given back. `forget`
 //! probes only. An explicit sweep takes every step of its own sweep (and of
 //! a move under way), giving `upkeep` back between steps.
