@@ -314,7 +314,7 @@ where
         hash: u64,
         now: u64,
         cost: u64,
-        found: Result<(), Option<Vacancy>>,
+        mut found: Result<(), Option<Vacancy>>,
     ) -> Decision
     where
         Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
@@ -333,7 +333,6 @@ where
         // thread), or when another thread created it first (`Raced`: the
         // next pass finds it). Each is another thread's finished step, so
         // with no other thread running the call ends within two passes.
-        let mut found = found;
         loop {
             match found {
                 Ok(()) => match self

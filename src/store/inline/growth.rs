@@ -9,7 +9,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use super::slots::{Entry, Slot, Table, BUSY, DEAD, EMPTY, FULL, MOVED, SEALED, STATE};
-use super::sweeps::WHOLE_TABLE;
+use super::sweeps::step_slots;
 use super::{InlineStore, Lifecycle, Upkeep, Work};
 use crate::stats::StoreCounts;
 use crate::store::release::Releases;
@@ -318,7 +318,8 @@ where
 
     /// Moves the next [`MOVE_CHUNK`] slots of `table` (current, being
     /// moved; under `upkeep`) into its `next`, or all of a table of at
-    /// most [`WHOLE_TABLE`], and ends the move if they were the last.
+    /// most [`WHOLE_TABLE`](super::sweeps::WHOLE_TABLE), and ends the move
+    /// if they were the last.
     ///
     /// A key's `Hash` and `Clone` run before its client's state is frozen,
     /// so a panic in either leaves the slot `FULL` and its state live, the
@@ -335,11 +336,7 @@ where
         // A table a sweep visits whole in one step moves in one step too:
         // so on the tables where the two engines must agree (module docs,
         // "Sweeps in steps"), every move ends in the arrival that began it.
-        let chunk = if table.capacity() <= WHOLE_TABLE {
-            WHOLE_TABLE
-        } else {
-            MOVE_CHUNK
-        };
+        let chunk = step_slots(table.capacity(), MOVE_CHUNK);
         // Relaxed: `cursor` is read and written only under `upkeep`.
         let start = table.cursor.load(Ordering::Relaxed);
         let end = (start + chunk).min(table.capacity());

@@ -654,7 +654,7 @@ where
         &self,
         key: &Q,
         hash: u64,
-        vacancy: Option<Vacancy>,
+        mut vacancy: Option<Vacancy>,
         entry: Entry<K, C>,
         policy: &impl Lifecycle<C>,
         guard: &Guard,
@@ -667,7 +667,6 @@ where
         let print = fingerprint(hash);
         let mut entry = Some(entry);
         let mut table = self.table.load(guard);
-        let mut vacancy = vacancy;
         // Progress: each pass returns; or goes on to a newer table, of
         // which there are finitely many; or, in a table with no room, begins
         // its move or takes a step of the move under way (`make_room`,

@@ -31,6 +31,17 @@ pub(crate) const SWEEP_CHUNK: usize = if cfg!(floodgate_loom) { 2 } else { 256 }
 /// steps"). Under loom, two, as [`SWEEP_CHUNK`].
 pub(crate) const WHOLE_TABLE: usize = if cfg!(floodgate_loom) { 2 } else { 1024 };
 
+/// The slots one step visits in a table of `capacity` slots: all of a
+/// table of at most [`WHOLE_TABLE`], else `chunk` ([`SWEEP_CHUNK`] for a
+/// sweep, `MOVE_CHUNK` for a move).
+pub(super) fn step_slots(capacity: usize, chunk: usize) -> usize {
+    if capacity <= WHOLE_TABLE {
+        WHOLE_TABLE
+    } else {
+        chunk
+    }
+}
+
 impl<K, C> InlineStore<K, C>
 where
     K: Hash + Eq + Clone + Send + Sync + 'static,
@@ -164,11 +175,7 @@ where
             round.cursor = 0;
         }
         let start = round.cursor;
-        let chunk = if table.capacity() <= WHOLE_TABLE {
-            WHOLE_TABLE
-        } else {
-            SWEEP_CHUNK
-        };
+        let chunk = step_slots(table.capacity(), SWEEP_CHUNK);
         let end = (start + chunk).min(table.capacity());
         let mut removed = 0;
         for slot in &table.slots[start..end] {
