@@ -159,9 +159,9 @@ pub(super) fn targets(rows: &[Row], cores: usize) -> String {
         if let Some(ratio) = ratio {
             let _ = writeln!(
                 out,
-                "  gcra, caller's now, 1t {:<7} lockfree / floor     {ratio:>5.2}x  (>= 0.5x: {})",
+                "  gcra, caller's now, 1t {:<7} lockfree / floor     {ratio:>5.2}x  (>= 0.6x: {})",
                 keys.name(),
-                verdict(ratio >= 0.5)
+                verdict(ratio >= 0.6)
             );
         }
     }

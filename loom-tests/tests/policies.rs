@@ -103,6 +103,38 @@ fn older_now<P: Policy>(before: Vec<Call>, late: u64, early: u64) {
     );
 }
 
+/// The sliding log's boundary hint, raced: `L = 6`, `W = 10`, four
+/// admissions at 0 and one at 5. A check at 12 finds the four at 0 gone and
+/// leaves the hint at entry 4. A check of cost 6 at 8 is refused whatever
+/// it sees, and says what is left: 1 if it did not see the one at 12 (all
+/// five inside at 8), 4 if it did (judged at 12: two inside). An
+/// admission made after a call's snapshot fails that call's CAS, but a
+/// refusal is answered from the snapshot alone: a hint read after the other
+/// thread's admission and trusted without the read that checks it would
+/// count one entry inside at 8 and answer 5.
+#[test]
+fn the_logs_boundary_hint_is_checked_before_it_is_trusted() {
+    use floodgate_loom_tests::Call::CheckN;
+    explore::<Bare<SlidingWindow>, _>(
+        Scenario {
+            config: Config::per_ticks(6, 10).expect("a valid config"),
+            before: vec![Check(0), Check(0), Check(0), Check(0), Check(5)],
+            threads: vec![vec![Check(12)], vec![CheckN(8, 6)]],
+            probes: vec![Remaining(12)],
+            real_time: false,
+        },
+        |_, run: &Run| {
+            assert!(run.threads[0][0].admitted(), "{run:?}");
+            let Answer::Check(weighted) = run.threads[1][0] else {
+                unreachable!()
+            };
+            assert!(!weighted.allowed(), "{run:?}");
+            assert!([1, 4].contains(&weighted.remaining()), "{run:?}");
+            assert_eq!(run.probes[0], Answer::Remaining(4), "{run:?}");
+        },
+    );
+}
+
 macro_rules! policy_models {
     ($($module:ident: $policy:ty, older_now($before:expr, $late:expr, $early:expr);)*) => {$(
         mod $module {

@@ -22,6 +22,9 @@ pub(super) struct Home([AtomicU128]);
 pub(super) struct Successor {
     /// Entries committed to `slots`, or one fewer (as the state's own).
     pub(super) committed: AtomicU64,
+    /// Where the window began at the last admission here (as the state's
+    /// own).
+    pub(super) boundary: AtomicU64,
     /// The time the refund was judged at: every call on this ring judges
     /// at this time or later.
     pub(super) floor: u64,
@@ -76,6 +79,7 @@ impl Successor {
         Ring {
             slots: &self.slots,
             committed: &self.committed,
+            boundary: &self.boundary,
             floor: self.floor,
         }
     }
@@ -166,6 +170,7 @@ impl SlidingWindowState {
         Ring {
             slots: self.ring.slots(),
             committed: &self.committed,
+            boundary: &self.boundary,
             floor: 0,
         }
     }

@@ -42,7 +42,11 @@
 //! Entry times are stored as `max(now, previous entry's time)`, so the ring
 //! is sorted and stored time never moves backwards; the search finds the
 //! first entry still inside the window by galloping in from both ends: O(1)
-//! for an idle or a saturated client, O(log L) at worst. A single request
+//! for an idle or a saturated client, O(log L) at worst. The lower end
+//! starts where the last admission found the window to begin (a hint each
+//! copy of the state keeps, checked by one read before it is used), so a
+//! client whose window slides a few entries between admissions reads the
+//! slots about that boundary, not the ring's cold far end. A single request
 //! refused by a saturated client (all `L` kept entries inside) reads nothing
 //! beyond the snapshot: each of those entries then counts one unit, and the
 //! oldest one leaves first.
@@ -117,6 +121,9 @@ pub struct SlidingWindowState {
     /// Entries committed so far to the home ring, or one fewer (a hint; see
     /// module docs).
     committed: AtomicU64,
+    /// Where the last admission through this copy found the window to
+    /// begin on the home ring (a hint; `SlidingWindow::gone`).
+    boundary: AtomicU64,
     /// Shared, not copied, when the keyed store moves the client to a
     /// larger table: the ring is the state, and every decision through
     /// either table's entry lands in it (`relocate`).
@@ -129,6 +136,9 @@ pub struct SlidingWindowState {
 struct Ring<'a> {
     slots: &'a [AtomicU128],
     committed: &'a AtomicU64,
+    /// The first entry inside the window at the last admission that set
+    /// it: a hint, never trusted unread (`SlidingWindow::gone`).
+    boundary: &'a AtomicU64,
     floor: u64,
 }
 
@@ -370,6 +380,42 @@ impl SlidingWindow {
         u128::from(time) + u128::from(self.config.window()) <= u128::from(now)
     }
 
+    /// An entry before which every one of the `n` entries of `ring` has
+    /// left the window at `at`: all `n` if the latest has (no read), else
+    /// the ring's boundary `hint` if the entry before it is read expired at
+    /// `at` (times rise along the ring, so every earlier entry has too),
+    /// else 0 (nothing known). The hint may be stale, or come from another
+    /// copy of the state or from a call judged later than `at`: it only
+    /// says where to look, and the read decides. A client whose window
+    /// slides a few entries between its admissions then starts its search
+    /// at the slots its last admission read, instead of at the far end of
+    /// the ring (`in_window`).
+    #[inline]
+    fn gone(
+        &self,
+        ring: Ring<'_>,
+        hint: u64,
+        n: u64,
+        latest: LogSlot,
+        at: u64,
+    ) -> Result<u64, Moved> {
+        if n == 0 || self.expired(latest.time, at) {
+            return Ok(n);
+        }
+        let hint = hint.min(n);
+        // Entries before the oldest of the last L are never read (their
+        // slots hold later ones), and `in_window` starts there anyway.
+        if hint <= n.saturating_sub(self.config.limit()) {
+            return Ok(0);
+        }
+        let before = ring.read(hint - 1)?;
+        Ok(if self.expired(before.time, at) {
+            hint
+        } else {
+            0
+        })
+    }
+
     /// How many of the last `L` entries before entry `n` are still inside
     /// the window at `now`, given that those before entry `from` are not
     /// (0 when nothing is known); `Moved` if the ring changed meanwhile.
@@ -608,6 +654,7 @@ impl Policy for SlidingWindow {
         let (entries, _) = self.spent_entry(spent, now);
         SlidingWindowState {
             committed: AtomicU64::new(entries),
+            boundary: AtomicU64::new(0),
             ring: Home::new(self.spent_slots(spent, now)),
         }
     }
@@ -639,6 +686,7 @@ impl Policy for SlidingWindow {
         let entries = self.loaded_entries(words)?;
         Some(SlidingWindowState {
             committed: AtomicU64::new(entries.len() as u64),
+            boundary: AtomicU64::new(0),
             ring: Home::new(self.young_slots(&entries)),
         })
     }
@@ -659,6 +707,8 @@ impl Policy for SlidingWindow {
     fn relocate(&self, state: &SlidingWindowState) -> Option<SlidingWindowState> {
         (!self.is_retired(state)).then(|| SlidingWindowState {
             committed: AtomicU64::new(state.committed.load(Ordering::Acquire)),
+            // Relaxed: a hint, checked before use (`gone`).
+            boundary: AtomicU64::new(state.boundary.load(Ordering::Relaxed)),
             ring: Arc::clone(&state.ring),
         })
     }
@@ -702,11 +752,17 @@ impl SlidingWindow {
                 let retry_after = u64::try_from(free_at - u128::from(now)).unwrap_or(u64::MAX);
                 return Ok(Decision::reject(0, retry_after));
             }
-            let Ok((used, _)) = self.units_inside(n, 0, latest, at, &read) else {
+            // Relaxed: a hint, checked before use (`gone`).
+            let hint = ring.boundary.load(Ordering::Relaxed);
+            let Ok(from) = self.gone(ring, hint, n, latest, at) else {
+                continue;
+            };
+            let Ok((used, inside)) = self.units_inside(n, from, latest, at, &read) else {
                 continue;
             };
             if used + cost > limit {
-                let Ok(retry_after) = self.retry_after(&snapshot, 0, at, now, cost, &read) else {
+                let Ok(retry_after) = self.retry_after(&snapshot, from, at, now, cost, &read)
+                else {
                     continue;
                 };
                 return Ok(Decision::reject(limit - used, retry_after));
@@ -731,6 +787,19 @@ impl SlidingWindow {
                 .is_ok()
             {
                 ring.advance_hint(n);
+                // Entries before the first inside at `at` left the window
+                // for good: every later call judges at `at` or later (the
+                // new latest entry's time). Stored once it moved a line of
+                // slots on (four entries), or back: a hint a few entries
+                // behind still starts the search on the boundary's line, and
+                // a store on every admission cost a client whose window
+                // holds one or two entries 6-10 % (benches/README.md, "The
+                // log's search from where its window began").
+                // Relaxed: a hint, read back only through `gone`.
+                let first = n - inside;
+                if first >= hint.saturating_add(4) || first < hint {
+                    ring.boundary.store(first, Ordering::Relaxed);
+                }
                 return Ok(Decision::admit(limit - used - cost));
             }
         }
@@ -844,6 +913,7 @@ impl SlidingWindow {
     fn successor(&self, entries: &[(u64, u64)], floor: u64) -> Successor {
         Successor {
             committed: AtomicU64::new(entries.len() as u64),
+            boundary: AtomicU64::new(0),
             floor,
             slots: self.young_slots(entries).collect(),
         }
@@ -980,6 +1050,67 @@ mod tests {
                 64 - inside,
                 "at {now}"
             );
+        }
+    }
+
+    #[test]
+    fn the_boundary_hint_is_read_before_it_is_trusted() {
+        // L = 8, W = 100, admissions at 0, 10, …, 40: at 120 only the ones
+        // at 30 and 40 are inside. Whatever the hint says (stale, or past
+        // every entry as a racing call's could), the answers are these.
+        let policy = policy(8, 100);
+        for hint in 0..=12 {
+            let fresh = || {
+                let state = policy.new_state();
+                for t in [0, 10, 20, 30, 40] {
+                    assert!(policy.check(&state, t).unwrap().allowed);
+                }
+                state.boundary.store(hint, Ordering::Relaxed);
+                state
+            };
+            let state = fresh();
+            assert_eq!(
+                policy.check_within(&state, 120, 7).unwrap(),
+                Decision::reject(6, 10),
+                "hint {hint}"
+            );
+            assert_eq!(
+                policy.check(&state, 120).unwrap(),
+                Decision::admit(5),
+                "hint {hint}"
+            );
+            // The admission left where the window began, entry 3 (at 30),
+            // unless the hint was at most four entries behind it.
+            let left = if hint <= 3 { hint } else { 3 };
+            assert_eq!(state.boundary.load(Ordering::Relaxed), left, "hint {hint}");
+            let state = fresh();
+            assert_eq!(
+                policy.check_within(&state, 120, 6).unwrap(),
+                Decision::admit(0)
+            );
+        }
+    }
+
+    #[test]
+    fn the_boundary_hint_follows_the_window_a_line_at_a_time() {
+        // L = 64, W = 100, one admission every 10 ticks: nine inside before
+        // each, and the window's start moves one entry an admission.
+        let policy = policy(64, 100);
+        let state = policy.new_state();
+        let mut stored = Vec::new();
+        for i in 0..40u64 {
+            assert_eq!(
+                policy.check(&state, i * 10).unwrap(),
+                Decision::admit(64 - i.min(9) - 1)
+            );
+            stored.push(state.boundary.load(Ordering::Relaxed));
+        }
+        // The first inside before admission i is i − 9 (from i = 9 on):
+        // stored at 4, 8, 12, … once it is four past the hint.
+        for (i, hint) in stored.iter().enumerate().skip(13) {
+            let first = i as u64 - 9;
+            assert!(first - hint < 4, "admission {i}: hint {hint}");
+            assert_eq!(hint % 4, 0, "admission {i}: hint {hint}");
         }
     }
 
