@@ -1080,7 +1080,7 @@ mod tests {
                 "hint {hint}"
             );
             // The admission left where the window began, entry 3 (at 30),
-            // unless the hint was at most four entries behind it.
+            // unless the hint was behind it by fewer than four entries.
             let left = if hint <= 3 { hint } else { 3 };
             assert_eq!(state.boundary.load(Ordering::Relaxed), left, "hint {hint}");
             let state = fresh();
