@@ -13,6 +13,12 @@
 //! +------------------------------+--------------------------------+---+
 //! ```
 //!
+//! A frame's first [`HEAD`] words are its head: its length (in [`META`],
+//! with bits the owner uses above it) and a word the owner keeps the same
+//! in every frame of a client. They are copied and published with the
+//! rest, so the client holds nothing but this control word, and a frame
+//! whose client is dropped still knows its length (`Framed::drop`).
+//!
 //! A frame is an array of `AtomicU64` (8-aligned), so its address leaves
 //! bit 0 free for the retirement mark `R`. The version counts the frames
 //! published on this client and grows by one with each: 2^64 publications
@@ -87,9 +93,30 @@ use std::ptr;
 use crate::policy::Retired;
 use crate::sync::{fence, AtomicU128, AtomicU64, Ordering};
 
-/// The most words a frame holds: five per rule (a `sliding-window` log
-/// among the rules takes five, a window rule two, a drip rule one).
-pub(crate) const MAX_WORDS: usize = 5 * crate::MAX_RULES;
+/// The most words a frame holds: its head, and five per rule (a
+/// `sliding-window` log among the rules takes five, a window rule two, a
+/// drip rule one).
+pub(crate) const MAX_WORDS: usize = HEAD + 5 * crate::MAX_RULES;
+
+/// The words of a frame's head: [`META`] and one the owner keeps constant
+/// with the frame's contents (`policy::Compound`: the client's origin).
+pub(crate) const HEAD: usize = 2;
+
+/// The frame's first word: its length in the low 8 bits ([`len_of`]), the
+/// rest the owner's (`policy::Compound`: which words name a log's ring).
+/// A frame carries it so that a client's slot holds the control word
+/// alone (16 bytes: a slot of 32 with its key and tag, where the length
+/// beside it made 64), and a dropped client's frame still finds its spare
+/// slot and its rings.
+pub(crate) const META: usize = 0;
+
+/// The length a frame's [`META`] word gives. Every frame of one
+/// allocation has the same length (a spare serves one length only), so
+/// a frame's word 0 always names its own allocation's length.
+#[inline(always)]
+pub(crate) fn len_of(meta: u64) -> usize {
+    (meta & 0xff) as usize
+}
 
 /// The retirement mark, bit 0 of the address half (layout above).
 const MARK: u64 = 1;
@@ -288,11 +315,11 @@ pub(crate) fn pin() -> Pin {
     Pin
 }
 
-/// One client's frame: the control word (layout above) and the frame's
-/// length.
+/// One client's frame: the control word (layout above). The frame's
+/// length is its owner's to pass (`len`, the same for every frame of a
+/// client), and is also in the frame's [`META`] word for `Drop`.
 pub(crate) struct Framed {
     control: AtomicU128,
-    len: usize,
 }
 
 /// The control word a validated read saw: what a publication expects.
@@ -308,12 +335,13 @@ impl Seen {
 }
 
 impl Framed {
-    /// A client whose frame holds `words` (2 to `MAX_WORDS` of them).
+    /// A client whose frame holds `words` (a head and at least one
+    /// rule's word, at most `MAX_WORDS`; word [`META`] names their count).
     pub(crate) fn new(words: &[u64]) -> Self {
-        debug_assert!((2..=MAX_WORDS).contains(&words.len()));
+        debug_assert!((HEAD + 1..=MAX_WORDS).contains(&words.len()));
+        debug_assert_eq!(len_of(words[META]), words.len());
         Self {
             control: AtomicU128::new(control(0, allocate(words))),
-            len: words.len(),
         }
     }
 
@@ -323,8 +351,8 @@ impl Framed {
     /// Progress: a pass repeats only when the control word changed between
     /// its two loads, which only another thread's successful CAS does.
     #[inline(always)]
-    pub(crate) fn read(&self, words: &mut [u64]) -> Seen {
-        debug_assert!(words.len() >= self.len);
+    pub(crate) fn read(&self, len: usize, words: &mut [u64]) -> Seen {
+        debug_assert!(words.len() >= len);
         let _pin = pin();
         loop {
             // Acquire: pairs with the Release of the CAS that published
@@ -333,7 +361,7 @@ impl Framed {
             // SAFETY: a frame of `len` words (every frame of a client has
             // its length), read under the pin taken above (module docs).
             #[allow(unsafe_code)]
-            let frame = unsafe { self::words(frame_of(first), self.len) };
+            let frame = unsafe { self::words(frame_of(first), len) };
             for (copy, word) in words.iter_mut().zip(frame) {
                 // Relaxed: validated below.
                 *copy = word.load(Ordering::Relaxed);
@@ -347,16 +375,38 @@ impl Framed {
         }
     }
 
+    /// `read` for a caller that does not know the length (a dropped
+    /// client's, `Debug`): the frame's own, from its [`META`] word, which
+    /// every frame of one allocation holds alike (`len_of`), so reading
+    /// that many words stays inside the frame even from a stale copy.
+    pub(crate) fn read_whole(&self, words: &mut [u64; MAX_WORDS]) -> (Seen, usize) {
+        let len = len_of(self.meta());
+        (self.read(len, words), len)
+    }
+
+    /// The current frame's [`META`] word. Not validated as `read` is: every
+    /// frame of one allocation holds the same length (`len_of`), and the
+    /// rest is the owner's to keep the same for every frame of a client.
+    pub(crate) fn meta(&self) -> u64 {
+        let _pin = pin();
+        // SAFETY: the current frame's first word (every frame has one),
+        // read under the pin taken above (module docs).
+        #[allow(unsafe_code)]
+        let head = unsafe { self::words(frame_of(self.control.load(Ordering::Acquire)), 1) };
+        head[META].load(Ordering::Relaxed)
+    }
+
     /// Publishes `words` as the client's frame if the control word still
     /// holds what `seen` read (and is not retired): whether it did. The
     /// frame published is this thread's spare, and the one it replaces
     /// becomes the spare (module docs).
     #[inline(always)]
-    pub(crate) fn publish(&self, seen: Seen, words: &[u64]) -> Result<bool, Retired> {
+    pub(crate) fn publish(&self, len: usize, seen: Seen, words: &[u64]) -> Result<bool, Retired> {
         if seen.retired() {
             return Err(Retired);
         }
-        let spare = take_spare(self.len, &words[..self.len]);
+        debug_assert_eq!(len_of(words[META]), len);
+        let spare = take_spare(len, &words[..len]);
         let next = control(version(seen.0).wrapping_add(1), spare);
         // AcqRel: Release publishes the spare's words to the next reader's
         // Acquire; Acquire takes the replaced frame's last readers' view
@@ -367,11 +417,11 @@ impl Framed {
             .compare_exchange(seen.0, next, Ordering::AcqRel, Ordering::Acquire)
         {
             Ok(_) => {
-                keep_spare(self.len, frame_of(seen.0));
+                keep_spare(len, frame_of(seen.0));
                 Ok(true)
             }
             Err(now) => {
-                keep_spare(self.len, spare);
+                keep_spare(len, spare);
                 if is_marked(now) {
                     Err(Retired)
                 } else {
@@ -383,12 +433,12 @@ impl Framed {
 
     /// Writes `words` into the frame of a state no other thread can reach
     /// yet (its publication, by the keyed store, orders them for readers).
-    pub(crate) fn write_unshared(&self, words: &[u64]) {
+    pub(crate) fn write_unshared(&self, len: usize, words: &[u64]) {
         let _pin = pin();
-        // SAFETY: this state's own frame, which no other thread can reach.
+        // SAFETY: this state's own frame, of `len` words, which no other
+        // thread can reach.
         #[allow(unsafe_code)]
-        let frame =
-            unsafe { self::words(frame_of(self.control.load(Ordering::Relaxed)), self.len) };
+        let frame = unsafe { self::words(frame_of(self.control.load(Ordering::Relaxed)), len) };
         for (word, &value) in frame.iter().zip(words) {
             word.store(value, Ordering::Relaxed);
         }
@@ -439,7 +489,15 @@ impl Drop for Framed {
     /// a delayed reader of another client may still read it.
     fn drop(&mut self) {
         let frame = frame_of(self.control.load(Ordering::Acquire));
-        let len = self.len;
+        // SAFETY: the current frame, alive while its client is (no other
+        // thread reaches a client being dropped); its word 0 is its
+        // allocation's length (`len_of`).
+        #[allow(unsafe_code)]
+        let len = len_of(unsafe { self::words(frame, 1) }[META].load(Ordering::Relaxed));
+        debug_assert!(
+            (HEAD + 1..=MAX_WORDS).contains(&len),
+            "a frame of {len} words"
+        );
         let placed = SPARES.try_with(|spares| {
             let slot = &spares[len];
             if slot.get().is_null() && KEEPER.try_with(|_| ()).is_ok() {
@@ -468,18 +526,18 @@ impl Drop for Framed {
 impl std::fmt::Debug for Framed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut words = [0; MAX_WORDS];
-        let seen = self.read(&mut words);
+        let (seen, len) = self.read_whole(&mut words);
         f.debug_struct("Framed")
             .field("version", &version(seen.0))
             .field("retired", &seen.retired())
-            .field("words", &&words[..self.len])
+            .field("words", &&words[..len])
             .finish()
     }
 }
 
 #[cfg(all(test, not(floodgate_loom)))]
 mod tests {
-    use super::{Framed, MAX_WORDS, SLOTS};
+    use super::{Framed, MAX_WORDS, META, SLOTS};
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     /// Frames freed, by length: a test counts only its own length's, so
@@ -495,16 +553,22 @@ mod tests {
         const LEN: usize = MAX_WORDS - 1;
         let before = FREED[LEN].load(Ordering::Relaxed);
         std::thread::spawn(|| {
-            let clients: Vec<Framed> = (0..3).map(|i| Framed::new(&[i; LEN])).collect();
+            let clients: Vec<Framed> = (0..3)
+                .map(|i| {
+                    let mut words = [i; LEN];
+                    words[META] = LEN as u64;
+                    Framed::new(&words)
+                })
+                .collect();
             let mut words = [0; MAX_WORDS];
             for client in &clients {
-                let seen = client.read(&mut words);
-                words[0] += 1;
+                let seen = client.read(LEN, &mut words);
+                words[LEN - 1] += 1;
                 // The first publication makes the thread's spare: four
                 // frames in all, three clients' and one spare.
-                assert_eq!(client.publish(seen, &words), Ok(true));
+                assert_eq!(client.publish(LEN, seen, &words), Ok(true));
                 let mut again = [0; MAX_WORDS];
-                client.read(&mut again);
+                assert_eq!(client.read_whole(&mut again).1, LEN);
                 assert_eq!(again[..LEN], words[..LEN], "the words published");
             }
             drop(clients);

@@ -7,8 +7,8 @@
 //! measures.
 
 use floodgate::policy::{
-    FixedWindow, Gcra, LeakyBucket, Pair, Policy, SlidingWindow, SlidingWindowCounter, TokenBucket,
-    WideWindowPair, WindowPair,
+    Compound, FixedWindow, Gcra, LeakyBucket, Pair, Policy, SlidingWindow, SlidingWindowCounter,
+    TokenBucket, WideWindowPair, WindowPair,
 };
 use floodgate::{Config, Limiter, ManualClock, RuleSet};
 
@@ -38,7 +38,7 @@ fn bytes_per_client<P: Policy>(policy: P) -> f64 {
 /// entries (the measurements are within 0.1 byte of them), so each is held to
 /// within half a machine word: a change of one word (8 bytes) per client,
 /// up or down, fails.
-const PER_CLIENT: [(&str, f64); 8] = [
+const PER_CLIENT: [(&str, f64); 9] = [
     ("token-bucket", 31.5),
     ("gcra", 31.5),
     ("leaky-bucket", 31.5),
@@ -49,6 +49,9 @@ const PER_CLIENT: [(&str, f64); 8] = [
     ("gcra + token-bucket", 42.0),
     ("gcra + fixed-window", 42.0),
     ("gcra + fixed-window, wide", 63.0),
+    // Any other set: a 32-byte slot (the frame's control word) and the
+    // frame, its head and rules' words (seven words, a 64-byte block).
+    ("gcra + fixed-window + sliding-window-counter", 98.0),
 ];
 
 /// The sliding log: a fixed part, plus this many bytes per unit of limit.
@@ -97,6 +100,15 @@ fn bytes_per_tracked_client_are_what_the_readme_says() {
         (
             "gcra + fixed-window, wide",
             bytes_per_client(WideWindowPair::from_rules(&rules("fixed-window")).unwrap()),
+        ),
+        (
+            "gcra + fixed-window + sliding-window-counter",
+            bytes_per_client(
+                Compound::from_rules(&rules(
+                    "fixed-window:6000/60000000ticks,sliding-window-counter",
+                ))
+                .unwrap(),
+            ),
         ),
     ];
     for ((name, bytes), (readme_name, readme)) in measured.iter().zip(PER_CLIENT) {

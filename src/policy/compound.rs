@@ -8,7 +8,9 @@
 //! ([`Pair`](super::Pair), [`WindowPair`](super::WindowPair)); this is the
 //! design for any other mix, up to [`MAX_RULES`](crate::MAX_RULES). The
 //! client's rules keep their state words side by side in a frame
-//! (`crate::frame`): a drip rule its one word, a window rule its two (the
+//! (`crate::frame`), after its head of two words (its length and which
+//! words name a ring, then the client's origin, so that the client's slot
+//! holds the control word alone): a drip rule its one word, a window rule its two (the
 //! start of its window and its counts; for a window of 2^62 ticks or
 //! more, its own `WindowWord`), a `sliding-window` log its count
 //! of entries, its latest entry, where its window began and the address of
@@ -31,7 +33,7 @@
 //! the origin and whole windows after it (its stored start carries that
 //! phase, as [`WindowPair`](super::WindowPair)'s end does), and a call
 //! before its window is judged at the window's start, that much later; a
-//! log counts from the origin (kept in the state) and judges an earlier
+//! log counts from the origin (kept in the frame's head) and judges an earlier
 //! call at the origin, that much later (`Limiter::decide`'s `lag`). So
 //! every rule answers exactly what it would answer alone (a drip rule's
 //! time stops at the clock's horizon, 2^62 − 1 ticks, as it does alone; a
@@ -44,7 +46,7 @@ use super::sliding_window::{LogRing, LogView, LogWords, Moved};
 use super::window_pair::{judge, Counts, Judged, WindowRule};
 use super::{sealed, InFlight, Policy, Retired, SlidingWindow, Spent};
 use crate::cell::schedule_time;
-use crate::frame::{Framed, MAX_WORDS};
+use crate::frame::{len_of, Framed, HEAD, MAX_WORDS, META};
 use crate::limiter::since_origin;
 use crate::{Config, ConfigError, Decision, PolicyKind, RuleAnswers, RuleSet, Tick, MAX_RULES};
 
@@ -72,6 +74,10 @@ const LONG_WINDOW: u64 = 1 << 62;
 
 /// The words of the copies most decisions make (`check_within`).
 const SMALL_FRAME: usize = 8;
+
+/// The frame's head word that holds the client's origin (`frame::HEAD`):
+/// set when the state is made, copied into every frame after.
+const ORIGIN: usize = 1;
 
 /// One rule, as a frame keeps it.
 #[derive(Clone, Copy, Debug)]
@@ -120,25 +126,35 @@ const LOG_WORDS: usize = 5;
 /// Where a log's ring's address is among its words.
 const RING: usize = 4;
 
-/// One client's state under a [`Compound`]: its frame and its origin. It
-/// holds one count of each ring its current frame names (`LogRing`): the
-/// frame words `rings` marks, given back when the state is dropped, or,
-/// for a ring a refund replaced, once no reader of the replaced frame can
-/// be left (`Compound::refund`).
+/// One client's state under a [`Compound`]: its frame, whose head holds
+/// its origin (`ORIGIN`) and which words name a log's ring (`META`'s
+/// bits from 8 up), so that the state itself is the control word alone:
+/// 16 bytes, a slot of 32 with its key and tag (the origin, the length and
+/// the ring mask beside it made 64: three rules took 291.7 heap bytes a
+/// client at 100,000 clients, now 98.0; `benches/README.md`, "A frame's
+/// head"). It holds one
+/// count of each ring its current frame names (`LogRing`), given back
+/// when the state is dropped, or, for a ring a refund replaced, once no
+/// reader of the replaced frame can be left (`Compound::refund`).
 pub struct CompoundState {
     framed: Framed,
-    origin: u64,
-    rings: u64,
+}
+
+/// The ring mask of a frame's [`META`] word (`Compound::meta`).
+#[inline(always)]
+fn rings_of(meta: u64) -> u64 {
+    meta >> 8
 }
 
 impl Drop for CompoundState {
     fn drop(&mut self) {
-        if self.rings == 0 {
+        // The same ring mask in every frame of the client (`Compound::meta`).
+        if rings_of(self.framed.meta()) == 0 {
             return;
         }
         let mut words = [0; MAX_WORDS];
-        self.framed.read(&mut words);
-        for at in positions(self.rings) {
+        self.framed.read_whole(&mut words);
+        for at in positions(rings_of(words[META])) {
             // SAFETY: the count this state holds for its frame's ring; no
             // other thread reaches the state any more.
             #[allow(unsafe_code)]
@@ -163,7 +179,6 @@ fn positions(mut mask: u64) -> impl Iterator<Item = usize> {
 impl std::fmt::Debug for CompoundState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CompoundState")
-            .field("origin", &self.origin)
             .field("frame", &self.framed)
             .finish_non_exhaustive()
     }
@@ -247,18 +262,16 @@ impl Compound {
             parts.push(part);
         }
         let mut offsets = [0; MAX_RULES];
-        let (mut len, mut rings) = (0, 0u64);
+        let (mut len, mut rings) = (HEAD, 0u64);
         for (i, part) in parts.iter().enumerate() {
             offsets[i] = len;
             len += part.words();
             if let Part::Log(_) = part {
-                // At most 5 × 8 words: a bit of a `u64` each.
+                // At most 2 + 5 × 8 words: a bit of a `u64` each, 56 bits
+                // above `META`'s length.
                 rings |= 1 << (offsets[i] + RING);
             }
         }
-        // A frame holds at least two words: one rule alone takes a
-        // policy of its own, but a set of one may still be asked for here.
-        let len = len.max(2);
         let strictest = rules
             .iter()
             .position(|r| r.config().limit() == rules.strictest().config().limit())
@@ -271,6 +284,22 @@ impl Compound {
             set: rules.clone(),
             strictest,
         })
+    }
+
+    /// A frame's [`META`] word: its length, and its rings' positions above.
+    fn meta(&self) -> u64 {
+        self.len as u64 | (self.rings << 8)
+    }
+
+    /// A new client's frame `words` with its head: the meta word and
+    /// `origin`; the state that holds it.
+    fn framed(&self, mut words: [u64; MAX_WORDS], origin: u64) -> CompoundState {
+        words[META] = self.meta();
+        words[ORIGIN] = origin;
+        debug_assert_eq!(len_of(words[META]), self.len);
+        CompoundState {
+            framed: Framed::new(&words[..self.len]),
+        }
     }
 
     /// Rule `i`'s log over its ring, as `words` (a copy of `state`'s
@@ -426,7 +455,7 @@ impl Compound {
                 }
             }
             Part::LongWindow(rule) => {
-                let (since, lag) = since_origin(state.origin, now);
+                let (since, lag) = since_origin(words[ORIGIN], now);
                 let step = rule.step(wide(words, at), since, cost, counted);
                 if let Some(word) = step.next {
                     put_wide(next, at, word);
@@ -434,7 +463,7 @@ impl Compound {
                 lagged(step.decision, lag)
             }
             Part::Log(rule) => {
-                let (since, lag) = since_origin(state.origin, now);
+                let (since, lag) = since_origin(words[ORIGIN], now);
                 let (decision, admitted) =
                     rule.view_check(&self.view(i, state, words), since, cost)?;
                 if let Some(log) = admitted {
@@ -489,11 +518,11 @@ impl Compound {
             Part::Drip(rule) => Ok(rule.remaining(words[at], schedule_time(now))),
             Part::Window(rule) => Ok(rule.remaining_in(Self::judged(rule, words, at, now))),
             Part::LongWindow(rule) => {
-                Ok(rule.remaining(wide(words, at), since_origin(state.origin, now).0))
+                Ok(rule.remaining(wide(words, at), since_origin(words[ORIGIN], now).0))
             }
             Part::Log(rule) => rule.view_remaining(
                 &self.view(i, state, words),
-                since_origin(state.origin, now).0,
+                since_origin(words[ORIGIN], now).0,
             ),
             Part::Held(rule) => Ok(rule.remaining_of(words[at])),
         }
@@ -559,7 +588,7 @@ impl Compound {
         let mut next = [0; N];
         let _pin = self.pin_logs();
         loop {
-            let seen = state.framed.read(&mut words);
+            let seen = state.framed.read(self.len, &mut words);
             if seen.retired() {
                 return Err(Retired);
             }
@@ -569,6 +598,8 @@ impl Compound {
             if !admitted {
                 return Ok(decision);
             }
+            // The head goes on unchanged (the rules wrote the rest).
+            next[..HEAD].copy_from_slice(&words[..HEAD]);
             // `Moved`: the ring of a log moved on past this copy's latest
             // entry, which only another thread's published frame does; the
             // next pass reads that frame (progress, above).
@@ -576,7 +607,7 @@ impl Compound {
                 continue;
             }
             // Every rule admitted, so every rule wrote its words in `next`.
-            if state.framed.publish(seen, &next)? {
+            if state.framed.publish(self.len, seen, &next)? {
                 return Ok(decision);
             }
         }
@@ -584,7 +615,7 @@ impl Compound {
 
     /// The start of the latest window a window rule's words hold, in the
     /// clock's ticks (0 without window rules): a time the state reflects.
-    fn latest_start(&self, state: &CompoundState, words: &[u64]) -> u64 {
+    fn latest_start(&self, words: &[u64]) -> u64 {
         let mut latest = 0;
         for (i, part) in self.parts.iter().enumerate() {
             let off = self.offsets[i];
@@ -592,9 +623,7 @@ impl Compound {
                 Part::Window(_) => words[off],
                 Part::LongWindow(rule) => {
                     let window = crate::cell::WindowWord::unpack(wide(words, off)).window;
-                    state
-                        .origin
-                        .saturating_add(window.saturating_mul(rule.config().window()))
+                    words[ORIGIN].saturating_add(window.saturating_mul(rule.config().window()))
                 }
                 Part::Drip(_) | Part::Log(_) | Part::Held(_) => 0,
             };
@@ -636,7 +665,7 @@ impl Compound {
                 given
             }
             Part::LongWindow(rule) => {
-                let since = since_origin(state.origin, now).0;
+                let since = since_origin(words[ORIGIN], now).0;
                 let (given, word) = rule.give_back(wide(words, off), since, ago, cost);
                 put_wide(next, off, word);
                 given
@@ -644,7 +673,7 @@ impl Compound {
             // A new ring when it gives something back (`view_refund`),
             // named in `next`: the caller publishes it or gives it back.
             Part::Log(rule) => {
-                let since = since_origin(state.origin, now).0;
+                let since = since_origin(words[ORIGIN], now).0;
                 let (given, refunded) =
                     rule.view_refund(&self.view(i, state, words), since, ago, cost)?;
                 if let Some((ring, log)) = refunded {
@@ -670,7 +699,7 @@ impl Compound {
         let mut words = [0; MAX_WORDS];
         let _pin = self.pin_logs();
         loop {
-            if state.framed.read(&mut words).retired() {
+            if state.framed.read(self.len, &mut words).retired() {
                 return Err(Retired);
             }
             if let Ok(answer) = read(&words) {
@@ -685,7 +714,7 @@ impl Compound {
     pub(crate) fn retire_spent_each(&self, state: &CompoundState, now: u64) -> Vec<Spent> {
         state.framed.retire();
         let mut words = [0; MAX_WORDS];
-        state.framed.read(&mut words);
+        state.framed.read(self.len, &mut words);
         (0..self.parts.len())
             .map(|i| self.spent_of(i, state, &words, now))
             .collect()
@@ -694,11 +723,11 @@ impl Compound {
     /// Rule `i`'s spend in a retired frame.
     fn spent_of(&self, i: usize, state: &CompoundState, words: &[u64], now: u64) -> Spent {
         let at = self.offsets[i];
-        let (since, _) = since_origin(state.origin, now);
+        let (since, _) = since_origin(words[ORIGIN], now);
         match &self.parts[i] {
             Part::Drip(rule) => rule.spent(words[at], schedule_time(now)),
             Part::Window(rule) => {
-                rule.spent(Self::window_word(rule, words, at, state.origin), since)
+                rule.spent(Self::window_word(rule, words, at, words[ORIGIN]), since)
             }
             Part::LongWindow(rule) => rule.spent(wide(words, at), since),
             Part::Log(rule) => rule.view_spent_at(&self.view(i, state, words), since),
@@ -732,19 +761,16 @@ impl Compound {
                 Part::Held(_) => words[at] = count.min(crate::MAX_LIMIT),
             }
         }
-        CompoundState {
-            framed: Framed::new(&words[..self.len]),
-            origin: 0,
-            rings: self.rings,
-        }
+        self.framed(words, 0)
     }
 
-    /// A state that goes on from `state`'s frame `words`, its logs sharing
-    /// their rings.
-    fn continued(&self, state: &CompoundState, words: &[u64]) -> CompoundState {
+    /// A state that goes on from a state's frame `words` (its head
+    /// included), its logs sharing their rings.
+    fn continued(&self, words: &[u64]) -> CompoundState {
         for at in positions(self.rings) {
-            // SAFETY: `state`'s frame names the ring and the caller holds
-            // `state` (so its count); the new state holds one more.
+            // SAFETY: the frame names the ring and the caller holds the
+            // state it was read from (so its count); the new state holds
+            // one more.
             #[allow(unsafe_code)]
             unsafe {
                 LogRing::share(words[at]);
@@ -752,8 +778,6 @@ impl Compound {
         }
         CompoundState {
             framed: Framed::new(&words[..self.len]),
-            origin: state.origin,
-            rings: self.rings,
         }
     }
 }
@@ -809,11 +833,7 @@ impl Policy for Compound {
                 Part::Held(_) => {}
             }
         }
-        CompoundState {
-            framed: Framed::new(&words[..self.len]),
-            origin,
-            rings: self.rings,
-        }
+        self.framed(words, origin)
     }
 
     #[inline]
@@ -859,15 +879,16 @@ impl Policy for Compound {
         cost: u64,
     ) -> (CompoundState, Decision) {
         let mut words = [0; MAX_WORDS];
-        state.framed.read(&mut words);
+        state.framed.read(self.len, &mut words);
         let mut next = [0; MAX_WORDS];
+        next[..HEAD].copy_from_slice(&words[..HEAD]);
         let (decision, admitted) = self
             .step(&state, &words, now, cost, &mut next)
             .expect("no other thread moves a new state's log");
         if admitted {
             self.help_logs(&state, &words)
                 .expect("no other thread moves a new state's log");
-            state.framed.write_unshared(&next);
+            state.framed.write_unshared(self.len, &next);
         }
         (state, decision)
     }
@@ -892,7 +913,7 @@ impl Policy for Compound {
         let mut next = [0; MAX_WORDS];
         let _pin = self.pin_logs();
         'pass: loop {
-            let seen = state.framed.read(&mut words);
+            let seen = state.framed.read(self.len, &mut words);
             if seen.retired() {
                 return Err(Retired);
             }
@@ -900,7 +921,7 @@ impl Policy for Compound {
             // Judged no earlier than any window rule's stored window (time
             // went back), as the pairs judge it: the admission is then
             // that much longer ago.
-            let judged = self.latest_start(state, &words).max(now);
+            let judged = self.latest_start(&words).max(now);
             let ago = ago.saturating_add(judged - now);
             let now = judged;
             // `in-flight` rules are left out (0 when every rule is one).
@@ -922,7 +943,7 @@ impl Policy for Compound {
             if !any {
                 return Ok(answer);
             }
-            match state.framed.publish(seen, &next) {
+            match state.framed.publish(self.len, seen, &next) {
                 Ok(true) => {
                     for at in positions(self.rings) {
                         if next[at] != words[at] {
@@ -956,7 +977,7 @@ impl Policy for Compound {
         let mut words = [0; MAX_WORDS];
         let mut next = [0; MAX_WORDS];
         loop {
-            let seen = state.framed.read(&mut words);
+            let seen = state.framed.read(self.len, &mut words);
             if seen.retired() {
                 return Err(Retired);
             }
@@ -974,7 +995,7 @@ impl Policy for Compound {
             }
             let released = least.unwrap_or(0);
             let changed = next[..self.len] != words[..self.len];
-            if !changed || state.framed.publish(seen, &next)? {
+            if !changed || state.framed.publish(self.len, seen, &next)? {
                 return Ok(released);
             }
         }
@@ -989,12 +1010,12 @@ impl Policy for Compound {
         let mut copy = [0; MAX_WORDS];
         let _pin = self.pin_logs();
         loop {
-            let seen = state.framed.read(&mut copy);
+            let seen = state.framed.read(self.len, &mut copy);
             if seen.retired() {
                 return false;
             }
             let words = &copy;
-            let since = now.checked_sub(state.origin);
+            let since = now.checked_sub(words[ORIGIN]);
             let idle = self.parts.iter().enumerate().all(|(i, part)| {
                 let at = self.offsets[i];
                 match part {
@@ -1025,7 +1046,7 @@ impl Policy for Compound {
     fn retire_spent(&self, state: &CompoundState, now: u64) -> Spent {
         state.framed.retire();
         let mut words = [0; MAX_WORDS];
-        state.framed.read(&mut words);
+        state.framed.read(self.len, &mut words);
         self.spent_of(self.strictest, state, &words, now)
     }
 
@@ -1058,7 +1079,7 @@ impl Policy for Compound {
     /// once (a log's entries as of that frame).
     fn save_words(&self, state: &CompoundState, out: &mut Vec<u64>) -> Result<(), Retired> {
         let saved = self.read_current(state, |words| {
-            let mut saved = vec![state.origin];
+            let mut saved = vec![words[ORIGIN]];
             for (i, part) in self.parts.iter().enumerate() {
                 let at = self.offsets[i];
                 match part {
@@ -1139,11 +1160,7 @@ impl Policy for Compound {
             put_log(&mut frame, at, log);
             frame[at + RING] = ring;
         }
-        Some(CompoundState {
-            framed: Framed::new(&frame[..self.len]),
-            origin,
-            rings: self.rings,
-        })
+        Some(self.framed(frame, origin))
     }
 
     /// The state frozen, and continued in a new one whose logs share their
@@ -1154,8 +1171,8 @@ impl Policy for Compound {
             return None;
         }
         let mut words = [0; MAX_WORDS];
-        state.framed.read(&mut words);
-        Some(self.continued(state, &words))
+        state.framed.read(self.len, &mut words);
+        Some(self.continued(&words))
     }
 
     fn forgets_after(&self) -> u64 {

@@ -32,6 +32,10 @@ fn slots_are_the_sizes_the_docs_give() {
     assert_eq!(size_of::<Slot<u64, Client<PairState, ()>>>(), 32);
     assert_eq!(size_of::<Slot<u64, Client<WindowPairState, ()>>>(), 32);
     assert_eq!(size_of::<Slot<u64, Client<WideWindowPairState, ()>>>(), 48);
+    // Any other rule set keeps the control word of its frame alone (the
+    // frame's head holds its length, ring mask and origin).
+    use crate::policy::CompoundState;
+    assert_eq!(size_of::<Slot<u64, Client<CompoundState, ()>>>(), 32);
 }
 
 /// Keys with structure spread over the slots as random keys do,
