@@ -7,24 +7,25 @@
 //! # The control word
 //!
 //! ```text
-//!  127                          64 63                             1   0
-//! +------------------------------+--------------------------------+---+
-//! |  version (64)                |  the current frame's address   | R |
-//! +------------------------------+--------------------------------+---+
+//!  127 126     120 119             64 63                             1   0
+//! +---+----------+-----------------+--------------------------------+---+
+//! | F | len (7)  |  version (56)   |  the current frame's address   | R |
+//! +---+----------+-----------------+--------------------------------+---+
 //! ```
-//!
-//! A frame's first [`HEAD`] words are its head: its length (in [`META`],
-//! with bits the owner uses above it) and a word the owner keeps the same
-//! in every frame of a client. They are copied and published with the
-//! rest, so the client holds nothing but this control word, and a frame
-//! whose client is dropped still knows its length (`Framed::drop`).
 //!
 //! A frame is an array of `AtomicU64` (8-aligned), so its address leaves
 //! bit 0 free for the retirement mark `R`. The version counts the frames
-//! published on this client and grows by one with each: 2^64 publications
-//! are never reached, so the control word never holds the same value twice
-//! while `R` is clear, and a CAS that expects a value read earlier succeeds
-//! only if nothing was published since (no ABA, though frames are reused).
+//! published on this client and grows by one with each: 2^56 publications
+//! on one client (twenty years at a hundred million a second) are never
+//! reached, so the control word never holds the same value twice while `R`
+//! is clear, and a CAS that expects a value read earlier succeeds only if
+//! nothing was published since (no ABA, though frames are reused). `len`
+//! is the frame's length in words (at most [`MAX_WORDS`], 42) and `F` a
+//! flag its owner sets when the client is made (`policy::Compound`: its
+//! frames begin with a head); both are the same for every frame of a
+//! client, so the client's slot needs nothing beside this word (a slot of
+//! 32 bytes with its key and tag), and a dropped client's frame still
+//! knows its length.
 //!
 //! # Who may write a frame
 //!
@@ -93,30 +94,13 @@ use std::ptr;
 use crate::policy::Retired;
 use crate::sync::{fence, AtomicU128, AtomicU64, Ordering};
 
-/// The most words a frame holds: its head, and five per rule (a
+/// The most words a frame holds: a head of two, and five per rule (a
 /// `sliding-window` log among the rules takes five, a window rule two, a
-/// drip rule one).
-pub(crate) const MAX_WORDS: usize = HEAD + 5 * crate::MAX_RULES;
+/// drip rule one). Below 2^7, the width of `len` in the control word.
+pub(crate) const MAX_WORDS: usize = 2 + 5 * crate::MAX_RULES;
 
-/// The words of a frame's head: [`META`] and one the owner keeps constant
-/// with the frame's contents (`policy::Compound`: the client's origin).
-pub(crate) const HEAD: usize = 2;
-
-/// The frame's first word: its length in the low 8 bits ([`len_of`]), the
-/// rest the owner's (`policy::Compound`: which words name a log's ring).
-/// A frame carries it so that a client's slot holds the control word
-/// alone (16 bytes: a slot of 32 with its key and tag, where the length
-/// beside it made 64), and a dropped client's frame still finds its spare
-/// slot and its rings.
-pub(crate) const META: usize = 0;
-
-/// The length a frame's [`META`] word gives. Every frame of one
-/// allocation has the same length (a spare serves one length only), so
-/// a frame's word 0 always names its own allocation's length.
-#[inline(always)]
-pub(crate) fn len_of(meta: u64) -> usize {
-    (meta & 0xff) as usize
-}
+/// The bits of the control word's version (layout above).
+const VERSION: u64 = (1 << 56) - 1;
 
 /// The retirement mark, bit 0 of the address half (layout above).
 const MARK: u64 = 1;
@@ -131,7 +115,23 @@ fn address(control: u128) -> u64 {
 
 #[inline(always)]
 fn version(control: u128) -> u64 {
-    (control >> 64) as u64
+    (control >> 64) as u64 & VERSION
+}
+
+/// The control word's top byte: `F` and `len` (layout above).
+#[inline(always)]
+fn tag(control: u128) -> u64 {
+    (control >> 120) as u64
+}
+
+#[inline(always)]
+fn len_of(control: u128) -> usize {
+    (tag(control) & 0x7f) as usize
+}
+
+#[inline(always)]
+fn flagged(control: u128) -> bool {
+    tag(control) & 0x80 != 0
 }
 
 #[inline(always)]
@@ -145,8 +145,8 @@ fn is_marked(control: u128) -> bool {
 }
 
 #[inline(always)]
-fn control(version: u64, frame: Words) -> u128 {
-    (u128::from(version) << 64) | frame as usize as u128
+fn control(tag: u64, version: u64, frame: Words) -> u128 {
+    (u128::from(tag) << 120) | (u128::from(version & VERSION) << 64) | frame as usize as u128
 }
 
 /// A new frame of `words`, not yet anyone's but the caller's.
@@ -315,9 +315,8 @@ pub(crate) fn pin() -> Pin {
     Pin
 }
 
-/// One client's frame: the control word (layout above). The frame's
-/// length is its owner's to pass (`len`, the same for every frame of a
-/// client), and is also in the frame's [`META`] word for `Drop`.
+/// One client's frame: the control word (layout above), which also holds
+/// the frame's length.
 pub(crate) struct Framed {
     control: AtomicU128,
 }
@@ -335,14 +334,19 @@ impl Seen {
 }
 
 impl Framed {
-    /// A client whose frame holds `words` (a head and at least one
-    /// rule's word, at most `MAX_WORDS`; word [`META`] names their count).
-    pub(crate) fn new(words: &[u64]) -> Self {
-        debug_assert!((HEAD + 1..=MAX_WORDS).contains(&words.len()));
-        debug_assert_eq!(len_of(words[META]), words.len());
+    /// A client whose frame holds `words` (2 to `MAX_WORDS` of them), with
+    /// the owner's flag `F` set or not (layout above).
+    pub(crate) fn new(words: &[u64], flag: bool) -> Self {
+        debug_assert!((2..=MAX_WORDS).contains(&words.len()));
+        let tag = words.len() as u64 | u64::from(flag) << 7;
         Self {
-            control: AtomicU128::new(control(0, allocate(words))),
+            control: AtomicU128::new(control(tag, 0, allocate(words))),
         }
+    }
+
+    /// The owner's flag `F`, set when the client was made.
+    pub(crate) fn flagged(&self) -> bool {
+        flagged(self.control.load(Ordering::Relaxed))
     }
 
     /// Copies the current frame as published into `words` (at least as
@@ -351,15 +355,17 @@ impl Framed {
     /// Progress: a pass repeats only when the control word changed between
     /// its two loads, which only another thread's successful CAS does.
     #[inline(always)]
-    pub(crate) fn read(&self, len: usize, words: &mut [u64]) -> Seen {
-        debug_assert!(words.len() >= len);
+    pub(crate) fn read(&self, words: &mut [u64]) -> Seen {
         let _pin = pin();
         loop {
             // Acquire: pairs with the Release of the CAS that published
             // the frame, so its words as published are seen.
             let first = self.control.load(Ordering::Acquire);
+            let len = len_of(first);
+            debug_assert!(words.len() >= len);
             // SAFETY: a frame of `len` words (every frame of a client has
-            // its length), read under the pin taken above (module docs).
+            // the length its control word names), read under the pin taken
+            // above (module docs).
             #[allow(unsafe_code)]
             let frame = unsafe { self::words(frame_of(first), len) };
             for (copy, word) in words.iter_mut().zip(frame) {
@@ -375,39 +381,19 @@ impl Framed {
         }
     }
 
-    /// `read` for a caller that does not know the length (a dropped
-    /// client's, `Debug`): the frame's own, from its [`META`] word, which
-    /// every frame of one allocation holds alike (`len_of`), so reading
-    /// that many words stays inside the frame even from a stale copy.
-    pub(crate) fn read_whole(&self, words: &mut [u64; MAX_WORDS]) -> (Seen, usize) {
-        let len = len_of(self.meta());
-        (self.read(len, words), len)
-    }
-
-    /// The current frame's [`META`] word. Not validated as `read` is: every
-    /// frame of one allocation holds the same length (`len_of`), and the
-    /// rest is the owner's to keep the same for every frame of a client.
-    pub(crate) fn meta(&self) -> u64 {
-        let _pin = pin();
-        // SAFETY: the current frame's first word (every frame has one),
-        // read under the pin taken above (module docs).
-        #[allow(unsafe_code)]
-        let head = unsafe { self::words(frame_of(self.control.load(Ordering::Acquire)), 1) };
-        head[META].load(Ordering::Relaxed)
-    }
-
     /// Publishes `words` as the client's frame if the control word still
     /// holds what `seen` read (and is not retired): whether it did. The
     /// frame published is this thread's spare, and the one it replaces
     /// becomes the spare (module docs).
     #[inline(always)]
-    pub(crate) fn publish(&self, len: usize, seen: Seen, words: &[u64]) -> Result<bool, Retired> {
+    pub(crate) fn publish(&self, seen: Seen, words: &[u64]) -> Result<bool, Retired> {
         if seen.retired() {
             return Err(Retired);
         }
-        debug_assert_eq!(len_of(words[META]), len);
+        let len = len_of(seen.0);
         let spare = take_spare(len, &words[..len]);
-        let next = control(version(seen.0).wrapping_add(1), spare);
+        // The same tag: every frame of a client has its length and flag.
+        let next = control(tag(seen.0), version(seen.0).wrapping_add(1), spare);
         // AcqRel: Release publishes the spare's words to the next reader's
         // Acquire; Acquire takes the replaced frame's last readers' view
         // before this thread reuses it (its stores come after the fence in
@@ -433,12 +419,13 @@ impl Framed {
 
     /// Writes `words` into the frame of a state no other thread can reach
     /// yet (its publication, by the keyed store, orders them for readers).
-    pub(crate) fn write_unshared(&self, len: usize, words: &[u64]) {
+    pub(crate) fn write_unshared(&self, words: &[u64]) {
         let _pin = pin();
-        // SAFETY: this state's own frame, of `len` words, which no other
-        // thread can reach.
+        let control = self.control.load(Ordering::Relaxed);
+        // SAFETY: this state's own frame, of the length its control word
+        // names, which no other thread can reach.
         #[allow(unsafe_code)]
-        let frame = unsafe { self::words(frame_of(self.control.load(Ordering::Relaxed)), len) };
+        let frame = unsafe { self::words(frame_of(control), len_of(control)) };
         for (word, &value) in frame.iter().zip(words) {
             word.store(value, Ordering::Relaxed);
         }
@@ -488,16 +475,8 @@ impl Drop for Framed {
     /// The frame goes to this thread's spares, or to its bag (module docs):
     /// a delayed reader of another client may still read it.
     fn drop(&mut self) {
-        let frame = frame_of(self.control.load(Ordering::Acquire));
-        // SAFETY: the current frame, alive while its client is (no other
-        // thread reaches a client being dropped); its word 0 is its
-        // allocation's length (`len_of`).
-        #[allow(unsafe_code)]
-        let len = len_of(unsafe { self::words(frame, 1) }[META].load(Ordering::Relaxed));
-        debug_assert!(
-            (HEAD + 1..=MAX_WORDS).contains(&len),
-            "a frame of {len} words"
-        );
+        let control = self.control.load(Ordering::Acquire);
+        let (frame, len) = (frame_of(control), len_of(control));
         let placed = SPARES.try_with(|spares| {
             let slot = &spares[len];
             if slot.get().is_null() && KEEPER.try_with(|_| ()).is_ok() {
@@ -526,23 +505,42 @@ impl Drop for Framed {
 impl std::fmt::Debug for Framed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut words = [0; MAX_WORDS];
-        let (seen, len) = self.read_whole(&mut words);
+        let seen = self.read(&mut words);
         f.debug_struct("Framed")
             .field("version", &version(seen.0))
             .field("retired", &seen.retired())
-            .field("words", &&words[..len])
+            .field("words", &&words[..len_of(seen.0)])
             .finish()
     }
 }
 
 #[cfg(all(test, not(floodgate_loom)))]
 mod tests {
-    use super::{Framed, MAX_WORDS, META, SLOTS};
+    use super::{Framed, MAX_WORDS, SLOTS};
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     /// Frames freed, by length: a test counts only its own length's, so
     /// tests running beside it do not move its count.
     pub(super) static FREED: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
+
+    /// The control word keeps its tag (length and flag) through a
+    /// publication, the version's wrap included.
+    #[test]
+    fn the_control_words_tag_outlives_its_version() {
+        use super::{control, flagged, len_of, version, VERSION};
+        let frame = 8 as super::Words;
+        let tag = 42 | 1 << 7;
+        let last = control(tag, VERSION, frame);
+        assert_eq!(
+            (len_of(last), flagged(last), version(last)),
+            (42, true, VERSION)
+        );
+        let next = control(super::tag(last), version(last).wrapping_add(1), frame);
+        assert_eq!((len_of(next), flagged(next), version(next)), (42, true, 0));
+        assert_ne!(next, last);
+        let unflagged = control(5, 7, frame);
+        assert_eq!((len_of(unflagged), flagged(unflagged)), (5, false));
+    }
 
     /// A thread's frames go back when it exits: its spare, and the frames
     /// of the clients it dropped (one to its empty spare slot, the rest to
@@ -553,22 +551,16 @@ mod tests {
         const LEN: usize = MAX_WORDS - 1;
         let before = FREED[LEN].load(Ordering::Relaxed);
         std::thread::spawn(|| {
-            let clients: Vec<Framed> = (0..3)
-                .map(|i| {
-                    let mut words = [i; LEN];
-                    words[META] = LEN as u64;
-                    Framed::new(&words)
-                })
-                .collect();
+            let clients: Vec<Framed> = (0..3).map(|i| Framed::new(&[i; LEN], false)).collect();
             let mut words = [0; MAX_WORDS];
             for client in &clients {
-                let seen = client.read(LEN, &mut words);
-                words[LEN - 1] += 1;
+                let seen = client.read(&mut words);
+                words[0] += 1;
                 // The first publication makes the thread's spare: four
                 // frames in all, three clients' and one spare.
-                assert_eq!(client.publish(LEN, seen, &words), Ok(true));
+                assert_eq!(client.publish(seen, &words), Ok(true));
                 let mut again = [0; MAX_WORDS];
-                assert_eq!(client.read_whole(&mut again).1, LEN);
+                client.read(&mut again);
                 assert_eq!(again[..LEN], words[..LEN], "the words published");
             }
             drop(clients);

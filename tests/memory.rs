@@ -50,8 +50,8 @@ const PER_CLIENT: [(&str, f64); 9] = [
     ("gcra + fixed-window", 42.0),
     ("gcra + fixed-window, wide", 63.0),
     // Any other set: a 32-byte slot (the frame's control word) and the
-    // frame, its head and rules' words (seven words, a 64-byte block).
-    ("gcra + fixed-window + sliding-window-counter", 98.0),
+    // frame, its rules' five words.
+    ("gcra + fixed-window + sliding-window-counter", 82.0),
 ];
 
 /// The sliding log: a fixed part, plus this many bytes per unit of limit.

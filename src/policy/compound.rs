@@ -8,9 +8,7 @@
 //! ([`Pair`](super::Pair), [`WindowPair`](super::WindowPair)); this is the
 //! design for any other mix, up to [`MAX_RULES`](crate::MAX_RULES). The
 //! client's rules keep their state words side by side in a frame
-//! (`crate::frame`), after its head of two words (its length and which
-//! words name a ring, then the client's origin, so that the client's slot
-//! holds the control word alone): a drip rule its one word, a window rule its two (the
+//! (`crate::frame`): a drip rule its one word, a window rule its two (the
 //! start of its window and its counts; for a window of 2^62 ticks or
 //! more, its own `WindowWord`), a `sliding-window` log its count
 //! of entries, its latest entry, where its window began and the address of
@@ -33,7 +31,7 @@
 //! the origin and whole windows after it (its stored start carries that
 //! phase, as [`WindowPair`](super::WindowPair)'s end does), and a call
 //! before its window is judged at the window's start, that much later; a
-//! log counts from the origin (kept in the frame's head) and judges an earlier
+//! log counts from the origin and judges an earlier
 //! call at the origin, that much later (`Limiter::decide`'s `lag`). So
 //! every rule answers exactly what it would answer alone (a drip rule's
 //! time stops at the clock's horizon, 2^62 − 1 ticks, as it does alone; a
@@ -46,7 +44,7 @@ use super::sliding_window::{LogRing, LogView, LogWords, Moved};
 use super::window_pair::{judge, Counts, Judged, WindowRule};
 use super::{sealed, InFlight, Policy, Retired, SlidingWindow, Spent};
 use crate::cell::schedule_time;
-use crate::frame::{len_of, Framed, HEAD, MAX_WORDS, META};
+use crate::frame::{Framed, MAX_WORDS};
 use crate::limiter::since_origin;
 use crate::{Config, ConfigError, Decision, PolicyKind, RuleAnswers, RuleSet, Tick, MAX_RULES};
 
@@ -59,6 +57,9 @@ pub struct Compound {
     parts: Box<[Part]>,
     /// Where each rule's words begin in a frame.
     offsets: [usize; MAX_RULES],
+    /// The words of the frame's head: [`HEAD`] if a rule is a log or a
+    /// long window, else 0.
+    head: usize,
     /// The frame words that hold a log's ring's address, one bit each.
     rings: u64,
     /// Words in a frame.
@@ -75,8 +76,18 @@ const LONG_WINDOW: u64 = 1 << 62;
 /// The words of the copies most decisions make (`check_within`).
 const SMALL_FRAME: usize = 8;
 
-/// The frame's head word that holds the client's origin (`frame::HEAD`):
-/// set when the state is made, copied into every frame after.
+/// The words of a frame's head, where a rule set with a log or a window
+/// of 2^62 ticks or more keeps what those rules need beside their words:
+/// [`RINGS`] and [`ORIGIN`]. Set when the state is made, copied into every
+/// frame after; other sets' frames have no head (their rules count from
+/// tick 0 or carry the origin's phase in their windows' starts).
+const HEAD: usize = 2;
+
+/// The head word that marks which frame words name a log's ring, one bit
+/// each, for a dropped state to give its rings back.
+const RINGS: usize = 0;
+
+/// The head word that holds the client's origin.
 const ORIGIN: usize = 1;
 
 /// One rule, as a frame keeps it.
@@ -126,13 +137,13 @@ const LOG_WORDS: usize = 5;
 /// Where a log's ring's address is among its words.
 const RING: usize = 4;
 
-/// One client's state under a [`Compound`]: its frame, whose head holds
-/// its origin (`ORIGIN`) and which words name a log's ring (`META`'s
-/// bits from 8 up), so that the state itself is the control word alone:
-/// 16 bytes, a slot of 32 with its key and tag (the origin, the length and
+/// One client's state under a [`Compound`]: its frame, and nothing else,
+/// so a slot of 32 bytes with its key and tag (the origin, the length and
 /// the ring mask beside it made 64: three rules took 291.7 heap bytes a
-/// client at 100,000 clients, now 98.0; `benches/README.md`, "A frame's
-/// head"). It holds one
+/// client at 100,000 clients, now 82.0; `benches/README.md`, "The slot
+/// holds the control word alone"). The frame's length is in its control
+/// word; where the rules need the origin or have rings, the frame's head
+/// keeps them (`HEAD`), and the control word's flag says so. It holds one
 /// count of each ring its current frame names (`LogRing`), given back
 /// when the state is dropped, or, for a ring a refund replaced, once no
 /// reader of the replaced frame can be left (`Compound::refund`).
@@ -140,21 +151,15 @@ pub struct CompoundState {
     framed: Framed,
 }
 
-/// The ring mask of a frame's [`META`] word (`Compound::meta`).
-#[inline(always)]
-fn rings_of(meta: u64) -> u64 {
-    meta >> 8
-}
-
 impl Drop for CompoundState {
     fn drop(&mut self) {
-        // The same ring mask in every frame of the client (`Compound::meta`).
-        if rings_of(self.framed.meta()) == 0 {
+        // No head, no log: no ring to give back.
+        if !self.framed.flagged() {
             return;
         }
         let mut words = [0; MAX_WORDS];
-        self.framed.read_whole(&mut words);
-        for at in positions(rings_of(words[META])) {
+        self.framed.read(&mut words);
+        for at in positions(words[RINGS]) {
             // SAFETY: the count this state holds for its frame's ring; no
             // other thread reaches the state any more.
             #[allow(unsafe_code)]
@@ -262,16 +267,26 @@ impl Compound {
             parts.push(part);
         }
         let mut offsets = [0; MAX_RULES];
-        let (mut len, mut rings) = (HEAD, 0u64);
+        let head = if parts
+            .iter()
+            .any(|part| matches!(part, Part::Log(_) | Part::LongWindow(_)))
+        {
+            HEAD
+        } else {
+            0
+        };
+        let (mut len, mut rings) = (head, 0u64);
         for (i, part) in parts.iter().enumerate() {
             offsets[i] = len;
             len += part.words();
             if let Part::Log(_) = part {
-                // At most 2 + 5 × 8 words: a bit of a `u64` each, 56 bits
-                // above `META`'s length.
+                // At most 2 + 5 × 8 words: a bit of a `u64` each.
                 rings |= 1 << (offsets[i] + RING);
             }
         }
+        // A frame holds at least two words: one rule alone takes a
+        // policy of its own, but a set of one may still be asked for here.
+        let len = len.max(2);
         let strictest = rules
             .iter()
             .position(|r| r.config().limit() == rules.strictest().config().limit())
@@ -279,6 +294,7 @@ impl Compound {
         Ok(Self {
             parts: parts.into_boxed_slice(),
             offsets,
+            head,
             rings,
             len,
             set: rules.clone(),
@@ -286,19 +302,47 @@ impl Compound {
         })
     }
 
-    /// A frame's [`META`] word: its length, and its rings' positions above.
-    fn meta(&self) -> u64 {
-        self.len as u64 | (self.rings << 8)
+    /// A new client's frame `words` with its head, if it has one (the
+    /// rings and `origin`); the state that holds it.
+    fn framed(&self, mut words: [u64; MAX_WORDS], origin: u64) -> CompoundState {
+        if self.head != 0 {
+            words[RINGS] = self.rings;
+            words[ORIGIN] = origin;
+        }
+        CompoundState {
+            framed: Framed::new(&words[..self.len], self.head != 0),
+        }
     }
 
-    /// A new client's frame `words` with its head: the meta word and
-    /// `origin`; the state that holds it.
-    fn framed(&self, mut words: [u64; MAX_WORDS], origin: u64) -> CompoundState {
-        words[META] = self.meta();
-        words[ORIGIN] = origin;
-        debug_assert_eq!(len_of(words[META]), self.len);
-        CompoundState {
-            framed: Framed::new(&words[..self.len]),
+    /// Copies the head of `words`, if the frame has one, into `next`.
+    #[inline(always)]
+    fn keep_head(&self, words: &[u64], next: &mut [u64]) {
+        if self.head != 0 {
+            next[RINGS] = words[RINGS];
+            next[ORIGIN] = words[ORIGIN];
+        }
+    }
+
+    /// The client's origin, as a frame's `words` keep it: in the head, or,
+    /// for a set without one, 0 (no rule of such a set reads it).
+    #[inline(always)]
+    fn origin(&self, words: &[u64]) -> u64 {
+        if self.head != 0 {
+            words[ORIGIN]
+        } else {
+            0
+        }
+    }
+
+    /// The origin a window rule's spend is judged from: the client's, or
+    /// in a set without a head, its phase, which the window's stored start
+    /// carries (windows start at the origin and whole windows after it):
+    /// any time of that phase up to the start judges alike.
+    fn window_origin(&self, rule: &WindowRule, words: &[u64], at: usize) -> u64 {
+        if self.head != 0 {
+            words[ORIGIN]
+        } else {
+            words[at] % rule.config().window()
         }
     }
 
@@ -455,7 +499,7 @@ impl Compound {
                 }
             }
             Part::LongWindow(rule) => {
-                let (since, lag) = since_origin(words[ORIGIN], now);
+                let (since, lag) = since_origin(self.origin(words), now);
                 let step = rule.step(wide(words, at), since, cost, counted);
                 if let Some(word) = step.next {
                     put_wide(next, at, word);
@@ -463,7 +507,7 @@ impl Compound {
                 lagged(step.decision, lag)
             }
             Part::Log(rule) => {
-                let (since, lag) = since_origin(words[ORIGIN], now);
+                let (since, lag) = since_origin(self.origin(words), now);
                 let (decision, admitted) =
                     rule.view_check(&self.view(i, state, words), since, cost)?;
                 if let Some(log) = admitted {
@@ -518,11 +562,11 @@ impl Compound {
             Part::Drip(rule) => Ok(rule.remaining(words[at], schedule_time(now))),
             Part::Window(rule) => Ok(rule.remaining_in(Self::judged(rule, words, at, now))),
             Part::LongWindow(rule) => {
-                Ok(rule.remaining(wide(words, at), since_origin(words[ORIGIN], now).0))
+                Ok(rule.remaining(wide(words, at), since_origin(self.origin(words), now).0))
             }
             Part::Log(rule) => rule.view_remaining(
                 &self.view(i, state, words),
-                since_origin(words[ORIGIN], now).0,
+                since_origin(self.origin(words), now).0,
             ),
             Part::Held(rule) => Ok(rule.remaining_of(words[at])),
         }
@@ -588,7 +632,7 @@ impl Compound {
         let mut next = [0; N];
         let _pin = self.pin_logs();
         loop {
-            let seen = state.framed.read(self.len, &mut words);
+            let seen = state.framed.read(&mut words);
             if seen.retired() {
                 return Err(Retired);
             }
@@ -599,7 +643,7 @@ impl Compound {
                 return Ok(decision);
             }
             // The head goes on unchanged (the rules wrote the rest).
-            next[..HEAD].copy_from_slice(&words[..HEAD]);
+            self.keep_head(&words, &mut next);
             // `Moved`: the ring of a log moved on past this copy's latest
             // entry, which only another thread's published frame does; the
             // next pass reads that frame (progress, above).
@@ -607,7 +651,7 @@ impl Compound {
                 continue;
             }
             // Every rule admitted, so every rule wrote its words in `next`.
-            if state.framed.publish(self.len, seen, &next)? {
+            if state.framed.publish(seen, &next)? {
                 return Ok(decision);
             }
         }
@@ -623,7 +667,8 @@ impl Compound {
                 Part::Window(_) => words[off],
                 Part::LongWindow(rule) => {
                     let window = crate::cell::WindowWord::unpack(wide(words, off)).window;
-                    words[ORIGIN].saturating_add(window.saturating_mul(rule.config().window()))
+                    self.origin(words)
+                        .saturating_add(window.saturating_mul(rule.config().window()))
                 }
                 Part::Drip(_) | Part::Log(_) | Part::Held(_) => 0,
             };
@@ -665,7 +710,7 @@ impl Compound {
                 given
             }
             Part::LongWindow(rule) => {
-                let since = since_origin(words[ORIGIN], now).0;
+                let since = since_origin(self.origin(words), now).0;
                 let (given, word) = rule.give_back(wide(words, off), since, ago, cost);
                 put_wide(next, off, word);
                 given
@@ -673,7 +718,7 @@ impl Compound {
             // A new ring when it gives something back (`view_refund`),
             // named in `next`: the caller publishes it or gives it back.
             Part::Log(rule) => {
-                let since = since_origin(words[ORIGIN], now).0;
+                let since = since_origin(self.origin(words), now).0;
                 let (given, refunded) =
                     rule.view_refund(&self.view(i, state, words), since, ago, cost)?;
                 if let Some((ring, log)) = refunded {
@@ -699,7 +744,7 @@ impl Compound {
         let mut words = [0; MAX_WORDS];
         let _pin = self.pin_logs();
         loop {
-            if state.framed.read(self.len, &mut words).retired() {
+            if state.framed.read(&mut words).retired() {
                 return Err(Retired);
             }
             if let Ok(answer) = read(&words) {
@@ -714,7 +759,7 @@ impl Compound {
     pub(crate) fn retire_spent_each(&self, state: &CompoundState, now: u64) -> Vec<Spent> {
         state.framed.retire();
         let mut words = [0; MAX_WORDS];
-        state.framed.read(self.len, &mut words);
+        state.framed.read(&mut words);
         (0..self.parts.len())
             .map(|i| self.spent_of(i, state, &words, now))
             .collect()
@@ -723,11 +768,13 @@ impl Compound {
     /// Rule `i`'s spend in a retired frame.
     fn spent_of(&self, i: usize, state: &CompoundState, words: &[u64], now: u64) -> Spent {
         let at = self.offsets[i];
-        let (since, _) = since_origin(words[ORIGIN], now);
+        let (since, _) = since_origin(self.origin(words), now);
         match &self.parts[i] {
             Part::Drip(rule) => rule.spent(words[at], schedule_time(now)),
             Part::Window(rule) => {
-                rule.spent(Self::window_word(rule, words, at, words[ORIGIN]), since)
+                let origin = self.window_origin(rule, words, at);
+                let since = since_origin(origin, now).0;
+                rule.spent(Self::window_word(rule, words, at, origin), since)
             }
             Part::LongWindow(rule) => rule.spent(wide(words, at), since),
             Part::Log(rule) => rule.view_spent_at(&self.view(i, state, words), since),
@@ -777,7 +824,7 @@ impl Compound {
             }
         }
         CompoundState {
-            framed: Framed::new(&words[..self.len]),
+            framed: Framed::new(&words[..self.len], self.head != 0),
         }
     }
 }
@@ -879,16 +926,16 @@ impl Policy for Compound {
         cost: u64,
     ) -> (CompoundState, Decision) {
         let mut words = [0; MAX_WORDS];
-        state.framed.read(self.len, &mut words);
+        state.framed.read(&mut words);
         let mut next = [0; MAX_WORDS];
-        next[..HEAD].copy_from_slice(&words[..HEAD]);
+        self.keep_head(&words, &mut next);
         let (decision, admitted) = self
             .step(&state, &words, now, cost, &mut next)
             .expect("no other thread moves a new state's log");
         if admitted {
             self.help_logs(&state, &words)
                 .expect("no other thread moves a new state's log");
-            state.framed.write_unshared(self.len, &next);
+            state.framed.write_unshared(&next);
         }
         (state, decision)
     }
@@ -913,7 +960,7 @@ impl Policy for Compound {
         let mut next = [0; MAX_WORDS];
         let _pin = self.pin_logs();
         'pass: loop {
-            let seen = state.framed.read(self.len, &mut words);
+            let seen = state.framed.read(&mut words);
             if seen.retired() {
                 return Err(Retired);
             }
@@ -943,7 +990,7 @@ impl Policy for Compound {
             if !any {
                 return Ok(answer);
             }
-            match state.framed.publish(self.len, seen, &next) {
+            match state.framed.publish(seen, &next) {
                 Ok(true) => {
                     for at in positions(self.rings) {
                         if next[at] != words[at] {
@@ -977,7 +1024,7 @@ impl Policy for Compound {
         let mut words = [0; MAX_WORDS];
         let mut next = [0; MAX_WORDS];
         loop {
-            let seen = state.framed.read(self.len, &mut words);
+            let seen = state.framed.read(&mut words);
             if seen.retired() {
                 return Err(Retired);
             }
@@ -995,7 +1042,7 @@ impl Policy for Compound {
             }
             let released = least.unwrap_or(0);
             let changed = next[..self.len] != words[..self.len];
-            if !changed || state.framed.publish(self.len, seen, &next)? {
+            if !changed || state.framed.publish(seen, &next)? {
                 return Ok(released);
             }
         }
@@ -1010,12 +1057,12 @@ impl Policy for Compound {
         let mut copy = [0; MAX_WORDS];
         let _pin = self.pin_logs();
         loop {
-            let seen = state.framed.read(self.len, &mut copy);
+            let seen = state.framed.read(&mut copy);
             if seen.retired() {
                 return false;
             }
             let words = &copy;
-            let since = now.checked_sub(words[ORIGIN]);
+            let since = now.checked_sub(self.origin(words));
             let idle = self.parts.iter().enumerate().all(|(i, part)| {
                 let at = self.offsets[i];
                 match part {
@@ -1046,7 +1093,7 @@ impl Policy for Compound {
     fn retire_spent(&self, state: &CompoundState, now: u64) -> Spent {
         state.framed.retire();
         let mut words = [0; MAX_WORDS];
-        state.framed.read(self.len, &mut words);
+        state.framed.read(&mut words);
         self.spent_of(self.strictest, state, &words, now)
     }
 
@@ -1079,7 +1126,7 @@ impl Policy for Compound {
     /// once (a log's entries as of that frame).
     fn save_words(&self, state: &CompoundState, out: &mut Vec<u64>) -> Result<(), Retired> {
         let saved = self.read_current(state, |words| {
-            let mut saved = vec![words[ORIGIN]];
+            let mut saved = vec![self.origin(words)];
             for (i, part) in self.parts.iter().enumerate() {
                 let at = self.offsets[i];
                 match part {
@@ -1171,7 +1218,7 @@ impl Policy for Compound {
             return None;
         }
         let mut words = [0; MAX_WORDS];
-        state.framed.read(self.len, &mut words);
+        state.framed.read(&mut words);
         Some(self.continued(&words))
     }
 

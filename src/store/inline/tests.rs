@@ -32,8 +32,8 @@ fn slots_are_the_sizes_the_docs_give() {
     assert_eq!(size_of::<Slot<u64, Client<PairState, ()>>>(), 32);
     assert_eq!(size_of::<Slot<u64, Client<WindowPairState, ()>>>(), 32);
     assert_eq!(size_of::<Slot<u64, Client<WideWindowPairState, ()>>>(), 48);
-    // Any other rule set keeps the control word of its frame alone (the
-    // frame's head holds its length, ring mask and origin).
+    // Any other rule set keeps the control word of its frame alone (it
+    // holds the frame's length; a frame that needs the origin keeps it).
     use crate::policy::CompoundState;
     assert_eq!(size_of::<Slot<u64, Client<CompoundState, ()>>>(), 32);
 }
