@@ -98,6 +98,7 @@ use crate::sync::{fence, AtomicU128, AtomicU64, Ordering};
 /// `sliding-window` log among the rules takes five, a window rule two, a
 /// drip rule one). Below 2^7, the width of `len` in the control word.
 pub(crate) const MAX_WORDS: usize = 2 + 5 * crate::MAX_RULES;
+const _: () = assert!(MAX_WORDS < 1 << 7, "a frame's length fits `len`");
 
 /// The bits of the control word's version (layout above).
 const VERSION: u64 = (1 << 56) - 1;
@@ -346,6 +347,9 @@ impl Framed {
 
     /// The owner's flag `F`, set when the client was made.
     pub(crate) fn flagged(&self) -> bool {
+        // Relaxed: every value the word ever holds has the flag it was made
+        // with (a publication and a retirement keep the tag), so any value
+        // read answers alike.
         flagged(self.control.load(Ordering::Relaxed))
     }
 

@@ -1119,7 +1119,9 @@ impl Policy for Compound {
         state.framed.is_retired()
     }
 
-    /// The origin, then each rule's words in the set's order: a drip
+    /// The origin (0 for a set whose frames keep none: its window rules
+    /// carry the origin's phase in their starts), then each rule's words
+    /// in the set's order: a drip
     /// rule's one, a window rule's two, nothing for an `in-flight` rule,
     /// and for a log its ring's floor, its count of entries and each entry
     /// (time and units) inside its window (`view_saved`). One frame, read
