@@ -340,7 +340,7 @@ impl Compound {
     /// any time of that phase up to the start judges alike.
     fn window_origin(&self, rule: &WindowRule, words: &[u64], at: usize) -> u64 {
         if self.head != 0 {
-            words[ORIGIN]
+            self.origin(words)
         } else {
             words[at] % rule.config().window()
         }
