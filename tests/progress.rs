@@ -221,9 +221,9 @@ thread_local! {
     static PANIC_IN_CLONE: Cell<bool> = const { Cell::new(false) };
     /// As above, for its `Eq`.
     static PANIC_IN_EQ: Cell<bool> = const { Cell::new(false) };
-    /// Counts down every `PanicKey` hash on this thread; the one that takes
-    /// it from 1 to 0 panics (0 is disarmed).
-    static HASHES_LEFT: Cell<u64> = const { Cell::new(0) };
+    /// Counts down every `PanicKey` clone on this thread; the one that
+    /// takes it from 1 to 0 panics (0 is disarmed).
+    static CLONES_LEFT: Cell<u64> = const { Cell::new(0) };
 }
 
 /// A key whose `Hash`, `Clone` or `Eq` panics when armed, or whose `Drop`
@@ -251,13 +251,6 @@ impl Hash for PanicKey {
         if self.name == "victim" && PANIC_IN_HASH.with(|armed| armed.replace(false)) {
             panic!("the victim's Hash panics, once");
         }
-        let left = HASHES_LEFT.with(Cell::get);
-        if left > 0 {
-            HASHES_LEFT.with(|cell| cell.set(left - 1));
-            if left == 1 {
-                panic!("the counted-down Hash panics, once");
-            }
-        }
         self.name.hash(state)
     }
 }
@@ -266,6 +259,13 @@ impl Clone for PanicKey {
     fn clone(&self) -> Self {
         if self.name == "victim" && PANIC_IN_CLONE.with(|armed| armed.replace(false)) {
             panic!("the victim's Clone panics, once");
+        }
+        let left = CLONES_LEFT.with(Cell::get);
+        if left > 0 {
+            CLONES_LEFT.with(|cell| cell.set(left - 1));
+            if left == 1 {
+                panic!("the counted-down Clone panics, once");
+            }
         }
         let mut copy = Self::new(&self.name, &self.alive);
         copy.drop_panics = self.drop_panics.clone();
@@ -298,11 +298,10 @@ impl Drop for PanicKey {
 /// Where the panic comes from.
 #[derive(Clone, Copy, Debug)]
 enum Panic {
-    VictimsHash,
     VictimsClone,
-    /// The last client the move hashes: nearly every empty slot of the old
+    /// The last client the move clones: nearly every empty slot of the old
     /// table is sealed by then.
-    LastHash,
+    LastClone,
 }
 
 /// Checks `name` at 0 until one is refused: its burst is spent.
@@ -315,7 +314,7 @@ fn spend<P: Policy>(limiter: &Limiter<PanicKey, P, ManualClock>, key: &PanicKey)
     panic!("{}: never refused at one instant", key.name);
 }
 
-/// A panic in a key's `Hash` or `Clone` in the middle of a rebuild reaches
+/// A panic in a key's `Clone` in the middle of a rebuild reaches
 /// the call that rebuilt, and costs nothing else: the victim's check
 /// returns, no client that spent its burst is admitted again (none lost),
 /// new clients go on being created (none of the inserts loops); and a
@@ -343,17 +342,15 @@ fn panic_mid_rebuild<P: Policy + 'static>(panic: Panic, resumed: bool) {
     }
     let newcomer = key("new-1");
     match panic {
-        Panic::VictimsHash => PANIC_IN_HASH.with(|armed| armed.set(true)),
         Panic::VictimsClone => PANIC_IN_CLONE.with(|armed| armed.set(true)),
-        // One hash for the newcomer's check, one for its insert's probe
-        // (none: the look-up's hash is reused), then one per client moved:
-        // the 32nd moved is the last FULL slot in table order.
-        Panic::LastHash => HASHES_LEFT.with(|left| left.set(1 + 32)),
+        // One clone for the newcomer's own key (`to_owned`, before its
+        // insert finds no room), then one per client moved: the 32nd moved
+        // is the last FULL slot in table order.
+        Panic::LastClone => CLONES_LEFT.with(|left| left.set(1 + 32)),
     }
     let rebuilt = catch_unwind(AssertUnwindSafe(|| limiter.check_at(&newcomer, 0)));
-    PANIC_IN_HASH.with(|armed| armed.set(false));
     PANIC_IN_CLONE.with(|armed| armed.set(false));
-    HASHES_LEFT.with(|left| left.set(0));
+    CLONES_LEFT.with(|left| left.set(0));
     assert!(rebuilt.is_err(), "{case}: the rebuilding call panicked");
     if resumed {
         let victim = {
@@ -406,7 +403,7 @@ fn panic_mid_rebuild<P: Policy + 'static>(panic: Panic, resumed: bool) {
 }
 
 fn panic_mid_rebuild_every_way<P: Policy + 'static>() {
-    for panic in [Panic::VictimsHash, Panic::VictimsClone, Panic::LastHash] {
+    for panic in [Panic::VictimsClone, Panic::LastClone] {
         for resumed in [true, false] {
             panic_mid_rebuild::<P>(panic, resumed);
         }
@@ -441,6 +438,41 @@ fn a_panic_mid_rebuild_costs_only_its_call_gcra() {
 #[test]
 fn a_panic_mid_rebuild_costs_only_its_call_leaky_bucket() {
     panic_mid_rebuild_every_way::<LeakyBucket>();
+}
+
+/// A move places its clients by the fingerprints in their slots' tags and
+/// runs no key's `Hash`: a victim whose `Hash` would panic is moved by the
+/// rebuild a newcomer begins, that call returns, and the victim's state
+/// (its spent burst) is where its next look-up finds it.
+#[test]
+fn a_move_hashes_no_key() {
+    let alive = Arc::new(AtomicUsize::new(0));
+    let key = |name: &str| PanicKey::new(name, &alive);
+    let limiter = Limiter::with_bounds(
+        Gcra::new(Config::per_ticks(2, 1_000_000).unwrap()).unwrap(),
+        ManualClock::new(0),
+        Bounds::new(),
+    )
+    .unwrap();
+    // 32 clients (the first table's room), each with its burst spent.
+    let names: Vec<String> = (0..31)
+        .map(|i| format!("client-{i}"))
+        .chain(["victim".to_string()])
+        .collect();
+    for name in &names {
+        spend(&limiter, &key(name));
+    }
+    PANIC_IN_HASH.with(|armed| armed.set(true));
+    let rebuilt = catch_unwind(AssertUnwindSafe(|| limiter.check_at(&key("new-1"), 0)));
+    let unhashed = PANIC_IN_HASH.with(|armed| armed.replace(false));
+    assert!(rebuilt.is_ok(), "the rebuilding call returned");
+    assert!(unhashed, "the victim's Hash never ran");
+    assert_eq!(limiter.tracked_clients(), 33);
+    let readmitted: Vec<&String> = names
+        .iter()
+        .filter(|name| limiter.check_at(&key(name), 0).allowed())
+        .collect();
+    assert!(readmitted.is_empty(), "admitted again: {readmitted:?}");
 }
 
 /// A pin held for ever in one limiter (a check parked inside its look-up,

@@ -380,9 +380,14 @@ where
                     // SAFETY: the slot was FULL (Acquire) and this thread
                     // holds the table it is moving.
                     let entry = unsafe { slot.entry() };
+                    // The client's place in `next`: the fingerprint keeps
+                    // the hash's bits below the state's, every bit a probe
+                    // of a table of fewer than 2^61 slots starts from, and
+                    // `place` reads no other (`fingerprint`). No key is
+                    // hashed again.
+                    let hash = tag & !STATE;
                     // The caller's code first: if it unwinds, nothing of
                     // this slot has changed.
-                    let hash = self.hash(entry.key);
                     let key = entry.key.clone();
                     // Frozen by its retirement mark, one read-modify-write:
                     // a check's CAS lands before it (and is in what moves)

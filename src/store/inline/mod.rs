@@ -14,11 +14,15 @@
 //! behind a pointer, is read only then):
 //!
 //! ```text
-//!  63                                                          3 2     0
-//! +-------------------------------------------------------------+-------+
-//! |  fingerprint: the key's hash with its low 3 bits cleared    | state |
-//! +-------------------------------------------------------------+-------+
+//!  63     61 60                                                        0
+//! +---------+-----------------------------------------------------------+
+//! |  state  |  fingerprint: the key's hash with its top 3 bits cleared  |
+//! +---------+-----------------------------------------------------------+
 //! ```
+//!
+//! The state is on top so that the fingerprint keeps the hash's low bits,
+//! where a probe starts: a move finds a client's place in the new table
+//! from its tag and never hashes its key again.
 //!
 //! A slot only moves forward through its states, never back to `EMPTY`, so
 //! a key in a table stays where it was put, and an entry, once written, is
@@ -74,7 +78,8 @@
 //! 3. Each step, under `upkeep`, moves the next slots of the old table in
 //!    order (`move_slot`): an `EMPTY` one is `SEALED`; a `BUSY` one is
 //!    waited for (a few of its writer's steps); a `FULL` one has its key
-//!    hashed and cloned, then its state frozen by the policy's retirement
+//!    cloned (its place in `next` comes from its tag's fingerprint: no key
+//!    is hashed again), then its state frozen by the policy's retirement
 //!    mark and continued in `next` ([`Lifecycle::relocate`]), and becomes
 //!    `MOVED`. Placing claims `next`'s slots by CAS, as inserts do, since
 //!    inserts fill `next` meanwhile.
@@ -140,14 +145,14 @@
 //! `Hash`, `Eq`, `Clone` and `Drop`, and none of it runs between two steps
 //! that another thread waits between: a `BUSY` slot's claim and its `FULL`
 //! (the key was made before the claim), a move's freeze of a state and its
-//! `MOVED` (the key is hashed and cloned before the freeze), a sweep's
+//! `MOVED` (the key is cloned before the freeze), a sweep's
 //! retirement of a state and its `DEAD`. So each of those waits ends within
 //! a few steps of the thread it waits for, which nothing can stop, and a
 //! panic leaves no slot in between. `upkeep` is held for one step at a
 //! time and never waited on with a lock: an arrival tries it and goes on
 //! without it; the calls that cannot go on without it (an insert with no
 //! room anywhere, `forget`, an explicit sweep) yield until the holder's
-//! step ends. A step that unwinds (a `Hash` or `Clone` that panicked)
+//! step ends. A step that unwinds (a `Clone` that panicked)
 //! leaves the slots before the panicking one `SEALED` or `MOVED` and the
 //! move's cursor at the step's start: the next step takes it up there. No
 //! client is lost (its slot is `FULL` in the old table or placed in
@@ -498,7 +503,7 @@ where
     }
 
     /// `upkeep`, if no other thread holds it. A poisoned lock (a key's
-    /// `Hash` or `Clone` panicked in a step) is taken as it is: every step
+    /// `Clone` panicked in a step) is taken as it is: every step
     /// leaves the store consistent where it stopped (module docs, "Panics").
     fn try_upkeep(&self) -> Option<MutexGuard<'_, Upkeep<K, C>>> {
         match self.upkeep.try_lock() {

@@ -14,16 +14,24 @@ use super::Alone;
 use crate::store::release::Releases;
 use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Guard, Ordering};
 
-/// The tag's low bits: the slot's state (module docs, "Slots").
-pub(super) const STATE: u64 = 0b111;
+/// Where the slot's state starts in its tag: the top 3 bits (module docs,
+/// "Slots"), so that the fingerprint below them keeps the hash's low bits,
+/// where every probe starts.
+const STATE_SHIFT: u32 = 61;
+/// The tag's top bits: the slot's state.
+pub(super) const STATE: u64 = 0b111 << STATE_SHIFT;
 pub(super) const EMPTY: u64 = 0;
-pub(super) const BUSY: u64 = 1;
-pub(super) const FULL: u64 = 2;
-pub(super) const DEAD: u64 = 3;
-pub(super) const MOVED: u64 = 4;
-pub(super) const SEALED: u64 = 5;
+pub(super) const BUSY: u64 = 1 << STATE_SHIFT;
+pub(super) const FULL: u64 = 2 << STATE_SHIFT;
+pub(super) const DEAD: u64 = 3 << STATE_SHIFT;
+pub(super) const MOVED: u64 = 4 << STATE_SHIFT;
+pub(super) const SEALED: u64 = 5 << STATE_SHIFT;
 
-/// The tag bits that identify a key: its hash, low bits cleared.
+/// The tag bits that identify a key: its hash, top bits cleared. A probe
+/// starts at the hash's low bits (`hash & mask`), which the fingerprint
+/// keeps whole for any table of fewer than 2^61 slots, so a slot's tag
+/// alone says where its client goes in a larger table: a move places its
+/// clients by their fingerprints and hashes no key (`move_slot`).
 #[inline]
 pub(super) fn fingerprint(hash: u64) -> u64 {
     hash & !STATE
