@@ -314,6 +314,28 @@ fn spend<P: Policy>(limiter: &Limiter<PanicKey, P, ManualClock>, key: &PanicKey)
     panic!("{}: never refused at one instant", key.name);
 }
 
+/// A limiter whose first table (64 slots, room 32) is full: 31 clients
+/// and a "victim", each with its burst spent, so the next new client's
+/// arrival begins a move. Answers the limiter and the clients' names.
+fn full_first_table<P: Policy>(
+    alive: &Arc<AtomicUsize>,
+) -> (Limiter<PanicKey, P, ManualClock>, Vec<String>) {
+    let limiter = Limiter::with_bounds(
+        P::new(Config::per_ticks(2, 1_000_000).unwrap()).unwrap(),
+        ManualClock::new(0),
+        Bounds::new(),
+    )
+    .unwrap();
+    let names: Vec<String> = (0..31)
+        .map(|i| format!("client-{i}"))
+        .chain(["victim".to_string()])
+        .collect();
+    for name in &names {
+        spend(&limiter, &PanicKey::new(name, alive));
+    }
+    (limiter, names)
+}
+
 /// A panic in a key's `Clone` in the middle of a rebuild reaches
 /// the call that rebuilt, and costs nothing else: the victim's check
 /// returns, no client that spent its burst is admitted again (none lost),
@@ -324,22 +346,8 @@ fn panic_mid_rebuild<P: Policy + 'static>(panic: Panic, resumed: bool) {
     let case = format!("{:?}, {panic:?}, move taken up: {resumed}", P::KIND);
     let alive = Arc::new(AtomicUsize::new(0));
     let key = |name: &str| PanicKey::new(name, &alive);
-    let limiter: Arc<Limiter<PanicKey, P, ManualClock>> = Arc::new(
-        Limiter::with_bounds(
-            P::new(Config::per_ticks(2, 1_000_000).unwrap()).unwrap(),
-            ManualClock::new(0),
-            Bounds::new(),
-        )
-        .unwrap(),
-    );
-    // 32 clients (the first table's room), each with its burst spent.
-    let names: Vec<String> = (0..31)
-        .map(|i| format!("client-{i}"))
-        .chain(["victim".to_string()])
-        .collect();
-    for name in &names {
-        spend(&limiter, &key(name));
-    }
+    let (limiter, names) = full_first_table::<P>(&alive);
+    let limiter = Arc::new(limiter);
     let newcomer = key("new-1");
     match panic {
         Panic::VictimsClone => PANIC_IN_CLONE.with(|armed| armed.set(true)),
@@ -448,20 +456,7 @@ fn a_panic_mid_rebuild_costs_only_its_call_leaky_bucket() {
 fn a_move_hashes_no_key() {
     let alive = Arc::new(AtomicUsize::new(0));
     let key = |name: &str| PanicKey::new(name, &alive);
-    let limiter = Limiter::with_bounds(
-        Gcra::new(Config::per_ticks(2, 1_000_000).unwrap()).unwrap(),
-        ManualClock::new(0),
-        Bounds::new(),
-    )
-    .unwrap();
-    // 32 clients (the first table's room), each with its burst spent.
-    let names: Vec<String> = (0..31)
-        .map(|i| format!("client-{i}"))
-        .chain(["victim".to_string()])
-        .collect();
-    for name in &names {
-        spend(&limiter, &key(name));
-    }
+    let (limiter, names) = full_first_table::<Gcra>(&alive);
     PANIC_IN_HASH.with(|armed| armed.set(true));
     let rebuilt = catch_unwind(AssertUnwindSafe(|| limiter.check_at(&key("new-1"), 0)));
     let unhashed = PANIC_IN_HASH.with(|armed| armed.replace(false));
