@@ -309,6 +309,13 @@ impl Compound {
             words[RINGS] = self.rings;
             words[ORIGIN] = origin;
         }
+        self.holding(&words)
+    }
+
+    /// The state that holds a frame of `words`, its head (if it has one)
+    /// already in them: the one place a state's frame is made, with the
+    /// control word's flag saying whether it has a head.
+    fn holding(&self, words: &[u64]) -> CompoundState {
         CompoundState {
             framed: Framed::new(&words[..self.len], self.head != 0),
         }
@@ -823,9 +830,7 @@ impl Compound {
                 LogRing::share(words[at]);
             }
         }
-        CompoundState {
-            framed: Framed::new(&words[..self.len], self.head != 0),
-        }
+        self.holding(words)
     }
 }
 
