@@ -2,6 +2,7 @@
 //! `u64` client at the loop's time), the floor, and the loop itself
 //! (`Runner`), compiled once per engine.
 
+use std::hash::BuildHasher;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Barrier, OnceLock};
@@ -124,13 +125,13 @@ impl Subject for AtCallersTime {
 /// What the hardware allows a keyed GCRA check: a table of slots sized once
 /// for its clients (at most half full, so probes stay short), each slot a
 /// key and its theoretical arrival time side by side in 16 bytes, found by
-/// a multiplicative hash and linear probing, updated by one compare-and-swap
-/// at the caller's `now`. No clock, no policy object, no decision, no
-/// eviction, no growth: the floor under every engine's row.
-pub(super) struct FloorTable {
+/// a hash (`H`) and linear probing, updated by one compare-and-swap at the
+/// caller's `now`. No clock, no policy object, no decision, no eviction,
+/// no growth: the floor under every engine's row.
+pub(super) struct FloorTable<H = Fibonacci> {
     pub(super) slots: Box<[FloorSlot]>,
-    /// log2 of the slot count: the hash keeps that many top bits.
-    pub(super) bits: u32,
+    /// Where each key's probe starts.
+    pub(super) hash: H,
     /// Nanoseconds per admission.
     pub(super) interval: u64,
     /// How far ahead of `now` the arrival time may be and still admit: the
@@ -138,7 +139,58 @@ pub(super) struct FloorTable {
     pub(super) tolerance: u64,
 }
 
-/// One slot: a key (or [`FloorTable::EMPTY`]) and its client's
+/// Where a key's probe starts in a table of `2^bits` slots.
+pub(super) trait FloorHash: Sync {
+    fn for_slots(bits: u32) -> Self;
+    /// The first slot of `key`'s path, below `2^bits`.
+    fn start(&self, key: u64) -> usize;
+}
+
+/// Fibonacci hashing: the top `bits` bits of key × 2^64/φ. One multiply,
+/// no seed. The bench's keys are ranks (`0..n`), which it spreads a
+/// golden ratio apart: in a table of at least `2n` slots each has a slot
+/// of its own (a unit test counts them), so no probe goes past its
+/// first. The `floor` row.
+pub(super) struct Fibonacci {
+    bits: u32,
+}
+
+impl FloorHash for Fibonacci {
+    fn for_slots(bits: u32) -> Self {
+        Self { bits }
+    }
+
+    #[inline]
+    fn start(&self, key: u64) -> usize {
+        (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - self.bits)) as usize
+    }
+}
+
+/// The hash the limiter's store uses (foldhash's `quality`, with a seed
+/// drawn per table), its low bits the start: what a table of keys chosen
+/// by its callers must pay, since a hash without a seed lets them choose
+/// keys that share one path. It spreads the bench's ranks as it would any
+/// keys: the `floor-seeded` row.
+pub(super) struct Seeded {
+    mask: usize,
+    hasher: foldhash::quality::RandomState,
+}
+
+impl FloorHash for Seeded {
+    fn for_slots(bits: u32) -> Self {
+        Self {
+            mask: (1 << bits) - 1,
+            hasher: foldhash::quality::RandomState::default(),
+        }
+    }
+
+    #[inline]
+    fn start(&self, key: u64) -> usize {
+        self.hasher.hash_one(key) as usize & self.mask
+    }
+}
+
+/// One slot: a key (or [`EMPTY`]) and its client's
 /// theoretical arrival time, in one 16-byte line segment.
 #[repr(C, align(16))]
 pub(super) struct FloorSlot {
@@ -146,21 +198,20 @@ pub(super) struct FloorSlot {
     pub(super) arrival: AtomicU64,
 }
 
-impl FloorTable {
-    /// No key: the bench's keys are below 2^32.
-    pub(super) const EMPTY: u64 = u64::MAX;
+/// No key: the bench's keys are below 2^32.
+pub(super) const EMPTY: u64 = u64::MAX;
 
+impl<H: FloorHash> FloorTable<H> {
     pub(super) fn new(clients: u64, config: Config) -> Self {
         let slots = (clients.max(1) * 2).next_power_of_two();
-        let bits = slots.trailing_zeros();
         Self {
             slots: (0..slots)
                 .map(|_| FloorSlot {
-                    key: AtomicU64::new(Self::EMPTY),
+                    key: AtomicU64::new(EMPTY),
                     arrival: AtomicU64::new(0),
                 })
                 .collect(),
-            bits,
+            hash: H::for_slots(slots.trailing_zeros()),
             interval: config.interval(),
             tolerance: config.interval() * (config.limit() - 1),
         }
@@ -169,10 +220,9 @@ impl FloorTable {
     /// The client's slot, claimed on its first check.
     #[inline]
     fn slot(&self, key: u64) -> &FloorSlot {
-        debug_assert_ne!(key, Self::EMPTY);
+        debug_assert_ne!(key, EMPTY);
         let mask = self.slots.len() - 1;
-        // Fibonacci hashing: the top `bits` bits of key × 2^64/φ.
-        let mut index = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - self.bits)) as usize;
+        let mut index = self.hash.start(key);
         for _ in 0..self.slots.len() {
             let slot = &self.slots[index];
             // Relaxed: a slot's key is written once, from EMPTY to its key,
@@ -184,15 +234,13 @@ impl FloorTable {
             if found == key {
                 return slot;
             }
-            if found == Self::EMPTY {
+            if found == EMPTY {
                 // Relaxed, as above; a lost race to another key moves on,
                 // a lost race to this key uses the slot.
-                match slot.key.compare_exchange(
-                    Self::EMPTY,
-                    key,
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                ) {
+                match slot
+                    .key
+                    .compare_exchange(EMPTY, key, Ordering::Relaxed, Ordering::Relaxed)
+                {
                     Ok(_) => return slot,
                     Err(winner) if winner == key => return slot,
                     Err(_) => {}
@@ -229,7 +277,7 @@ impl FloorTable {
     }
 }
 
-impl Subject for FloorTable {
+impl<H: FloorHash> Subject for FloorTable<H> {
     const AT_LOOP_TIME: bool = true;
 
     #[inline]

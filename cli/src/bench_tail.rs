@@ -402,6 +402,7 @@ pub(super) fn rows(
                     probe(&limiter, known, new)
                 }
                 EngineName::Floor
+                | EngineName::SeededFloor
                 | EngineName::Counted
                 | EngineName::Refunding
                 | EngineName::Admitting
