@@ -1,7 +1,7 @@
 //! `floodgate bench`: checks per second of every policy on the lock-free
 //! engine, the mutex baseline and (for `gcra`) `governor`, on one hot
 //! client, 10,000 uniform clients and 100,000 Zipf-distributed clients, from
-//! 1, 2 and 4 threads — the criterion benches' grid in about 45 seconds.
+//! 1, 2 and 4 threads — the criterion benches' grid in about a minute.
 //! For `gcra` it adds weighted rows: requests of cost `--cost` through the
 //! lock-free and mutex engines' `check_n` and governor's `check_key_n`.
 //!
@@ -164,7 +164,7 @@ const QUICK_INSERTS: u64 = 20_000;
 /// Options of `floodgate bench`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// A few seconds instead of about 45: fewer, shorter rounds.
+    /// A few seconds instead of about a minute: fewer, shorter rounds.
     #[arg(long)]
     quick: bool,
 
