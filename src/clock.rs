@@ -106,7 +106,9 @@ pub trait Clock: Send + Sync {
 
 /// The default clock: nanoseconds since the clock was created, read from the
 /// CPU's time-stamp counter through [`quanta`] (a few nanoseconds per read,
-/// against tens for the system clock).
+/// against tens for the system clock). Where `quanta` reads the counter
+/// (x86-64), the read and `quanta`'s scaling of it are done inline, to the
+/// same nanosecond as `quanta`'s own calls.
 #[derive(Clone, Debug)]
 pub struct QuantaClock {
     clock: quanta::Clock,
@@ -114,6 +116,80 @@ pub struct QuantaClock {
     /// The tick it read when made: 0, or where a loaded state's clock
     /// goes on from ([`starting_at`](Self::starting_at)).
     offset: u64,
+    /// `quanta`'s own reading of the time-stamp counter and its scaling,
+    /// done here inline: `None` where `quanta` reads another source, and
+    /// the reads then go through its calls.
+    inline: Option<TscScale>,
+}
+
+/// `quanta`'s scaling of time-stamp counter ticks to nanoseconds,
+/// `⌊ticks · F / 2^S⌋` for its calibration's `F` and `S`, in one 128-bit
+/// product: `⌊ticks · G / 2^63⌋` with `G = F · 2^(63 − S)`, which is
+/// `quanta`'s own answer for `2^63` ticks. The same integer for every tick
+/// count, not an approximation of it (`QuantaClock::starting_at` checks a
+/// few, and a unit test many). What it saves is `quanta`'s two calls
+/// across crates a read (`Clock::raw` and `Clock::delta_as_nanos`, which
+/// are not inlined without link-time optimisation) and their match on its
+/// source.
+#[derive(Clone, Copy, Debug)]
+struct TscScale {
+    per_2_63_ticks: u64,
+}
+
+impl TscScale {
+    /// `clock`'s scaling, if `clock` reads the time-stamp counter (its raw
+    /// reading falls between two of ours) and its scaling is the product
+    /// above for every tick count checked.
+    fn of(clock: &quanta::Clock) -> Option<Self> {
+        let before = read_tsc()?;
+        let raw = clock.raw();
+        let after = read_tsc()?;
+        if !(before <= raw && raw <= after) {
+            return None;
+        }
+        let scale = Self {
+            per_2_63_ticks: clock.delta_as_nanos(0, 1 << 63),
+        };
+        // `G` would pass 2^64 at more than 2 ns a tick (a counter below
+        // 500 MHz), and `quanta`'s answer for 2^63 ticks would then not be
+        // `G`: these checks fail and `quanta` goes on scaling.
+        let checks = [
+            1,
+            999,
+            1 << 20,
+            123_456_789_012,
+            1 << 40,
+            1 << 62,
+            u64::MAX / 3,
+        ];
+        checks
+            .iter()
+            .all(|&ticks| scale.nanos(ticks) == clock.delta_as_nanos(0, ticks))
+            .then_some(scale)
+    }
+
+    #[inline]
+    fn nanos(self, ticks: u64) -> u64 {
+        ((u128::from(ticks) * u128::from(self.per_2_63_ticks)) >> 63) as u64
+    }
+}
+
+/// The time-stamp counter, as `quanta` reads it (`_rdtsc`, no fence), on
+/// the targets where `quanta` does; `None` elsewhere.
+#[inline]
+#[allow(unsafe_code)]
+fn read_tsc() -> Option<u64> {
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(miri)))]
+    {
+        // SAFETY: `rdtsc` reads a counter and writes nothing; every
+        // x86-64 processor has it (the target's SSE2 is `quanta`'s own
+        // condition for reading it).
+        Some(unsafe { core::arch::x86_64::_rdtsc() })
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2", not(miri))))]
+    {
+        None
+    }
 }
 
 impl QuantaClock {
@@ -137,6 +213,7 @@ impl QuantaClock {
         let clock = quanta::Clock::new();
         let start = clock.raw();
         Self {
+            inline: TscScale::of(&clock),
             clock,
             start,
             offset: ticks,
@@ -153,12 +230,18 @@ impl Default for QuantaClock {
 impl Clock for QuantaClock {
     #[inline]
     fn now(&self) -> u64 {
+        // The counter is read only where `quanta` reads it too (`inline`).
+        let inline = self.inline.and_then(|scale| Some((scale, read_tsc()?)));
+        let nanos = match inline {
+            // `quanta`'s `delta_as_nanos(start, raw)`, inlined: 0 for a
+            // counter at or before `start`, as there.
+            Some((scale, raw)) => scale.nanos(raw.saturating_sub(self.start)),
+            None => self.clock.delta_as_nanos(self.start, self.clock.raw()),
+        };
         // A wrapping add: one instruction on the hot path. The offset is
         // a saved clock's ticks (nanoseconds since its own start), so the
         // sum passes 2^64 only 584 years after that start.
-        self.clock
-            .delta_as_nanos(self.start, self.clock.raw())
-            .wrapping_add(self.offset)
+        nanos.wrapping_add(self.offset)
     }
 
     fn tick(&self) -> Tick {
@@ -518,6 +601,51 @@ impl<C: Clock + ?Sized> Clock for &C {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The inline read is `quanta`'s own: the same integer for any count
+    /// of ticks, and a read lands between two of `quanta`'s, which it
+    /// would not if the scaling were off by even a nanosecond a second
+    /// over the reads' distance from the start (a second of ticks apart
+    /// here). On a processor whose counter `quanta` reads (x86-64 with an
+    /// invariant TSC, as Linux's `constant_tsc` and `nonstop_tsc` flags
+    /// say), the inline path must be the one taken.
+    #[test]
+    fn quanta_clock_reads_as_quanta_does() {
+        let clock = QuantaClock::starting_at(0);
+        let flags = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let invariant = cfg!(all(target_arch = "x86_64", not(miri)))
+            && flags.contains(" constant_tsc")
+            && flags.contains(" nonstop_tsc");
+        if invariant {
+            assert!(clock.inline.is_some(), "quanta reads the TSC here");
+        }
+        if let Some(scale) = clock.inline {
+            let mut rng = fastrand::Rng::with_seed(7);
+            for ticks in (0..64)
+                .flat_map(|bit| [1u64 << bit, (1u64 << bit) - 1, (1u64 << bit) + 1])
+                .chain((0..10_000).map(|_| rng.u64(..)))
+            {
+                assert_eq!(
+                    scale.nanos(ticks),
+                    clock.clock.delta_as_nanos(0, ticks),
+                    "{ticks}"
+                );
+            }
+        }
+        // Moved a second's worth of ticks on from the start, as if the
+        // clock had been running, so that a wrong scale would show.
+        let mut later = clock.clone();
+        later.start = later.start.saturating_sub(3_000_000_000);
+        for _ in 0..1_000 {
+            let before = later.clock.delta_as_nanos(later.start, later.clock.raw());
+            let now = later.now();
+            let after = later.clock.delta_as_nanos(later.start, later.clock.raw());
+            assert!(
+                before <= now && now <= after,
+                "{before} <= {now} <= {after}"
+            );
+        }
+    }
 
     #[test]
     fn quanta_clock_does_not_go_backwards() {

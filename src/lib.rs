@@ -110,10 +110,14 @@
 //! changed, and for [`RateLimiter::forget`]). The policies on 128-bit
 //! words are lock-free where the machine has a 16-byte compare-and-swap
 //! ([`wide_cas_is_lock_free`]).
-// Unsafe code lives in two places only, each allowing it for itself: the
-// inline store's table (`store::inline`) and the cell that holds its current
-// table (`sync`, the epoch-reclaimed one and its loom stand-in). The epoch
-// collector's tests stand in for that cell and allow it too.
+// Unsafe code is denied but where a module allows it for itself, each
+// block with its reason beside it: the inline store's table
+// (`store::inline`) and the cell that holds its current table (`sync`, the
+// epoch-reclaimed one and its loom stand-in; the epoch collector's tests
+// stand in for that cell too), the frames of several rules and the log's
+// rings they point to (`frame`, `policy::compound`,
+// `policy::sliding_window`), and the default clock's read of the
+// time-stamp counter (`clock`).
 #![deny(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
