@@ -603,12 +603,12 @@ mod tests {
     use super::*;
 
     /// The inline read is `quanta`'s own: the same integer for any count
-    /// of ticks, and a read lands between two of `quanta`'s, which it
-    /// would not if the scaling were off by even a nanosecond a second
-    /// over the reads' distance from the start (a second of ticks apart
-    /// here). On a processor whose counter `quanta` reads (x86-64 with an
-    /// invariant TSC, as Linux's `constant_tsc` and `nonstop_tsc` flags
-    /// say), the inline path must be the one taken.
+    /// of ticks, and a read lands between two of `quanta`'s own, tens of
+    /// nanoseconds apart, about a second of ticks from the start, where a
+    /// scaling off by one part in ten million would fall outside them. On
+    /// a processor whose counter `quanta` reads (x86-64 with an invariant
+    /// TSC, as Linux's `constant_tsc` and `nonstop_tsc` flags say), the
+    /// inline path must be the one taken.
     #[test]
     fn quanta_clock_reads_as_quanta_does() {
         let clock = QuantaClock::starting_at(0);
@@ -632,8 +632,8 @@ mod tests {
                 );
             }
         }
-        // Moved a second's worth of ticks on from the start, as if the
-        // clock had been running, so that a wrong scale would show.
+        // Three billion ticks (about a second) on from the start, as if
+        // the clock had been running, so that a wrong scale would show.
         let mut later = clock.clone();
         later.start = later.start.saturating_sub(3_000_000_000);
         for _ in 0..1_000 {

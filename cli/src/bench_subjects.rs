@@ -128,7 +128,7 @@ impl Subject for AtCallersTime {
 /// a hash (`H`) and linear probing, updated by one compare-and-swap at the
 /// caller's `now`. No clock, no policy object, no decision, no eviction,
 /// no growth: the floor under every engine's row.
-pub(super) struct FloorTable<H = Fibonacci> {
+pub(super) struct FloorTable<H> {
     pub(super) slots: Box<[FloorSlot]>,
     /// Where each key's probe starts.
     pub(super) hash: H,
