@@ -158,12 +158,12 @@ pub(super) fn targets(rows: &[Row], cores: usize) -> String {
         }
     }
     for keys in [Keys::Uniform, Keys::Zipf] {
-        let ratio =
-            find(EngineName::LockFree, ClockKind::Caller, 1, keys).and_then(|row| row.vs_floor);
+        let lockfree = find(EngineName::LockFree, ClockKind::Caller, 1, keys);
+        let ratio = lockfree.and_then(|row| row.vs_floor);
         // Beside it, not instead: the same over the same table hashed by
         // the store's seeded hash, whose lead is not the bench's ranks'
         // (`benches/README.md`, "The floor's hash and the bench's keys").
-        let seeded = find(EngineName::LockFree, ClockKind::Caller, 1, keys)
+        let seeded = lockfree
             .zip(find(EngineName::SeededFloor, ClockKind::Caller, 1, keys))
             .map(|(lockfree, seeded)| lockfree.ops_per_sec / seeded.ops_per_sec);
         if let Some(ratio) = ratio {
