@@ -124,9 +124,13 @@ const FAMILIES: [Family; 12] = [
 /// `outcome` if the family has one, its value.
 type Sample = (usize, Option<&'static str>, u64);
 
-/// A limiter's samples, family by family.
-fn samples(stats: &Stats, tracked_clients: usize) -> [Sample; 14] {
-    [
+/// A limiter's samples, family by family. A limiter that does not count
+/// its decisions (built without `counting(true)`) has no samples of the
+/// decisions' families rather than zeros that read as nothing decided.
+fn samples(stats: &Stats, tracked_clients: usize) -> Vec<Sample> {
+    // The first eight samples are the decisions' (families 0 to 5).
+    let first = if stats.decisions_counted { 0 } else { 8 };
+    let all = [
         (0, Some("admitted"), stats.admitted),
         (0, Some("rejected"), stats.rejected),
         (1, Some("admitted"), stats.admitted_units),
@@ -142,7 +146,8 @@ fn samples(stats: &Stats, tracked_clients: usize) -> [Sample; 14] {
         (10, None, stats.sweeps),
         // A count of clients always fits: `usize` is at most 64 bits.
         (11, None, tracked_clients as u64),
-    ]
+    ];
+    all[first..].to_vec()
 }
 
 /// The Prometheus text exposition (format 0.0.4) of one or more limiters:
@@ -155,7 +160,7 @@ fn samples(stats: &Stats, tracked_clients: usize) -> [Sample; 14] {
 #[derive(Clone, Debug, Default)]
 pub struct Prometheus {
     /// Each limiter's escaped `limiter` and `tier` labels, and its samples.
-    limiters: Vec<(String, [Sample; 14])>,
+    limiters: Vec<(String, Vec<Sample>)>,
     /// Each Redis store's escaped `limiter` label, and its stats.
     #[cfg(feature = "redis")]
     redis: Vec<(String, crate::redis::RedisStats)>,
@@ -399,11 +404,17 @@ mod tests {
     fn each_family_once_then_every_limiter() {
         let stats = Stats {
             admitted: 3,
+            decisions_counted: true,
+            ..Stats::default()
+        };
+        let counted = Stats {
+            decisions_counted: true,
             ..Stats::default()
         };
         let mut text = Prometheus::new();
         text.limiter("a", None, &stats, 1)
-            .limiter("b", Some("gold"), &Stats::default(), 0);
+            .limiter("b", Some("gold"), &counted, 0)
+            .limiter("c", None, &Stats::default(), 0);
         let text = text.finish();
         assert_eq!(text.matches("# TYPE ").count(), FAMILIES.len());
         assert_eq!(text.matches("# HELP ").count(), FAMILIES.len());
@@ -420,6 +431,8 @@ mod tests {
                 r#"floodgate_decisions_total{limiter="b",tier="gold",outcome="rejected"} 0"#,
             ]
         );
-        assert!(text.ends_with("floodgate_tracked_clients{limiter=\"b\",tier=\"gold\"} 0\n"));
+        // "c" counts no decisions: it has no sample of theirs, but its
+        // store's.
+        assert!(text.ends_with("floodgate_tracked_clients{limiter=\"c\",tier=\"\"} 0\n"));
     }
 }

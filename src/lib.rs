@@ -121,6 +121,7 @@
 #![deny(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod admission;
 mod baseline;
 pub mod bounds;
 mod cell;
@@ -173,6 +174,7 @@ pub mod __bench {
     }
 }
 
+pub use admission::Admission;
 pub use baseline::MutexLimiter;
 pub use bounds::{Bounds, Overflow, UnknownOverflow};
 pub use cell::wide_cas_is_lock_free;

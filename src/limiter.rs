@@ -446,6 +446,27 @@ where
         }
     }
 
+    /// Each rule's own answer for one unit of `key` at `now`, nothing spent
+    /// (see [`RateLimiter::peek_each_at`]); `None` for a client with no
+    /// state, and none is made.
+    pub fn peek_each_at<Q>(&self, key: &Q, now: u64) -> Option<RuleAnswers>
+    where
+        Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
+        K: Borrow<Q>,
+    {
+        // Progress: as `peek_at`'s.
+        loop {
+            let answers = self.clients.peek(key, |client| {
+                let (since, _) = since_origin(client.origin.tick(), now);
+                self.policy.peek_each(&client.state, since)
+            })?;
+            match answers {
+                Ok(answers) => return Some(answers.in_ticks(self.tick)),
+                Err(Retired) => self.clients.settle(),
+            }
+        }
+    }
+
     /// Each rule's own answer to a request of `key` of cost `cost` at
     /// `now` that was `decided`: for several rules, read from the client's
     /// state right after the decision (so, like `remaining`, it may count
@@ -497,7 +518,10 @@ where
         Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
         K: Borrow<Q>,
     {
-        let now = now.max(at);
+        // No admission after `now` (the contract's `at ≤ now`).
+        if at > now {
+            return 0;
+        }
         // Progress: as `peek_at`'s.
         loop {
             match self
@@ -995,6 +1019,10 @@ where
 
     fn peek_at(&self, key: &Q, now: u64) -> Option<u64> {
         Limiter::peek_at(self, key, now)
+    }
+
+    fn peek_each_at(&self, key: &Q, now: u64) -> Option<RuleAnswers> {
+        Limiter::peek_each_at(self, key, now)
     }
 
     fn forget(&self, key: &Q) -> bool {

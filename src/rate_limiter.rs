@@ -1,9 +1,11 @@
 //! The strategy trait every limiter implements, so a call site never knows
 //! which policy or engine it holds.
 
+use std::borrow::Borrow;
 use std::fmt;
 use std::hash::Hash;
 
+use crate::admission::Admission;
 use crate::decision::NEVER;
 use crate::{Config, Decision, PolicyKind, Rule, RuleAnswers, RuleSet, Tick};
 
@@ -21,6 +23,12 @@ macro_rules! forward_rate_limiter {
         }
         fn peek_at(&self, key: &Q, now: u64) -> Option<u64> {
             (**self).peek_at(key, now)
+        }
+        fn peek_each_at(&self, key: &Q, now: u64) -> Option<RuleAnswers> {
+            (**self).peek_each_at(key, now)
+        }
+        fn peek_each(&self, key: &Q) -> Option<RuleAnswers> {
+            (**self).peek_each(key)
         }
         fn forget(&self, key: &Q) -> bool {
             (**self).forget(key)
@@ -116,8 +124,37 @@ macro_rules! forward_rate_limiter {
         fn refund_at(&self, key: &Q, now: u64, at: u64, cost: u64) -> u64 {
             (**self).refund_at(key, now, at, cost)
         }
-        fn refund(&self, key: &Q, admitted: &Decision, cost: u64) -> u64 {
-            (**self).refund(key, admitted, cost)
+        fn admit_n(&self, key: &Q, cost: u64) -> Result<Admission<Q::Owned>, Decision>
+        where
+            Q: ToOwned,
+        {
+            (**self).admit_n(key, cost)
+        }
+        fn admit(&self, key: &Q) -> Result<Admission<Q::Owned>, Decision>
+        where
+            Q: ToOwned,
+        {
+            (**self).admit(key)
+        }
+        fn admit_in_n(
+            &self,
+            tier: &str,
+            key: &Q,
+            cost: u64,
+        ) -> Result<Admission<Q::Owned>, Decision>
+        where
+            Q: ToOwned,
+        {
+            (**self).admit_in_n(tier, key, cost)
+        }
+        fn refund(&self, admission: Admission<Q::Owned>, units: u64) -> u64
+        where
+            Q: ToOwned,
+        {
+            (**self).refund(admission, units)
+        }
+        fn refund_admitted(&self, key: &Q, admitted: &Decision, cost: u64) -> u64 {
+            (**self).refund_admitted(key, admitted, cost)
         }
         fn refund_in_at(&self, tier: &str, key: &Q, now: u64, at: u64, cost: u64) -> u64 {
             (**self).refund_in_at(tier, key, now, at, cost)
@@ -237,11 +274,17 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
     /// admission a window or more ago), and the answer is the smallest of
     /// the rules'. A client with no state gets 0 and is not created, so a
     /// flood of refunds for invented keys takes no memory. An `at` later
-    /// than `now` (threads racing on a real clock) is judged at `at`.
+    /// than `now` names no admission (the contract has `at ≤ now`): 0,
+    /// nothing changed.
     ///
-    /// The limiter cannot tell one admission's units from another's in the
-    /// same window: give back only what was admitted, and once
-    /// ([`refund`](Self::refund) takes the admission's own decision).
+    /// **This call trusts its caller.** The limiter cannot tell one
+    /// admission's units from another's in the same window: a refund of
+    /// more than the admission took, or of the same admission twice, takes
+    /// other admissions' units. It is for callers that refund across
+    /// processes or keep their own record (`floodgate replay`); in one
+    /// process, take an [`Admission`] ([`admit_n`](Self::admit_n)) and give
+    /// it to [`refund`](Self::refund), which gives back at most its cost,
+    /// once.
     ///
     /// The default gives nothing back: a limiter of your own that keeps no
     /// state to give back to.
@@ -261,6 +304,7 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
     /// assert_eq!(quota.refund_at("app", 5, upload.at_ticks(), 8), 8);
     /// assert_eq!(quota.remaining("app"), 10);
     /// assert_eq!(quota.refund_at("someone", 5, 0, 3), 0); // no state, none made
+    /// assert_eq!(quota.refund_at("app", 5, 6, 1), 0); // no admission after `now`
     /// # Ok::<(), floodgate::ConfigError>(())
     /// ```
     fn refund_at(&self, key: &Q, now: u64, at: u64, cost: u64) -> u64 {
@@ -268,16 +312,115 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
         0
     }
 
-    /// Gives back up to `cost` units of the admission `admitted` of `key`,
-    /// now by the limiter's clock ([`refund_at`](Self::refund_at) at the
-    /// decision's [`at_ticks`](Decision::at_ticks)): a request that failed
-    /// upstream, or used less than it was admitted for. A refused decision
-    /// admitted nothing, and gives nothing back.
-    #[inline]
-    fn refund(&self, key: &Q, admitted: &Decision, cost: u64) -> u64 {
+    /// Decides one request of cost `cost` of `key` now, as
+    /// [`check_n`](Self::check_n), and answers an admission as an
+    /// [`Admission`]: the handle that gives its units back once, and never
+    /// more than `cost` ([`refund`](Self::refund)).
+    ///
+    /// # Errors
+    ///
+    /// The refusal, when the limiter does not admit `cost` now.
+    fn admit_n(&self, key: &Q, cost: u64) -> Result<Admission<Q::Owned>, Decision>
+    where
+        Q: ToOwned,
+    {
+        let decision = self.check_n(key, cost);
+        if !decision.allowed {
+            return Err(decision);
+        }
+        Ok(Admission::new(key.to_owned(), None, decision, cost))
+    }
+
+    /// [`admit_n`](Self::admit_n) of one unit.
+    ///
+    /// # Errors
+    ///
+    /// The refusal, when the limiter does not admit the request now.
+    fn admit(&self, key: &Q) -> Result<Admission<Q::Owned>, Decision>
+    where
+        Q: ToOwned,
+    {
+        self.admit_n(key, 1)
+    }
+
+    /// [`admit_n`](Self::admit_n) in the tier named `tier`, known from the
+    /// request ([`check_ruled_in_n_at`](Self::check_ruled_in_n_at)): its
+    /// refund goes back to that tier.
+    ///
+    /// # Errors
+    ///
+    /// The refusal, when the limiter does not admit `cost` now in that tier
+    /// (a limiter without tiers refuses every named tier).
+    fn admit_in_n(&self, tier: &str, key: &Q, cost: u64) -> Result<Admission<Q::Owned>, Decision>
+    where
+        Q: ToOwned,
+    {
+        let decision = self
+            .check_ruled_in_n_at(tier, key, self.now(), cost)
+            .decision;
+        if !decision.allowed {
+            return Err(decision);
+        }
+        Ok(Admission::new(key.to_owned(), Some(tier), decision, cost))
+    }
+
+    /// Gives back up to `units` of the admission `admission`, now by the
+    /// limiter's clock, and answers the units given back: a request that
+    /// failed upstream, or used less than it was admitted for. At most the
+    /// admission's cost comes back, and once: the refund takes the
+    /// admission. What comes back per policy is
+    /// [`refund_at`](Self::refund_at)'s at the admission's time, in the
+    /// tier that admitted it.
+    ///
+    /// ```
+    /// use floodgate::{build_with, Config, Engine, ManualClock, PolicyKind, RateLimiter};
+    ///
+    /// let clock = ManualClock::new(0);
+    /// let quota = build_with::<str, _>(
+    ///     PolicyKind::Gcra,
+    ///     Config::per_ticks(3, 3_000)?,
+    ///     Engine::LockFree,
+    ///     clock.clone(),
+    /// )?;
+    /// let failed = quota.admit("app").expect("3 left");
+    /// let _next = quota.admit("app").expect("2 left");
+    /// assert_eq!(quota.refund(failed, 5), 1); // one unit, not five
+    /// assert_eq!(quota.remaining("app"), 2); // the next one's unit stays spent
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
+    fn refund(&self, admission: Admission<Q::Owned>, units: u64) -> u64
+    where
+        Q: ToOwned,
+    {
+        let (key, tier, decision, units) = admission.into_refund(units);
+        if units == 0 {
+            return 0;
+        }
+        match tier {
+            Some(tier) => {
+                // Never before the admission: a refund by another thread's
+                // clock reading (a TSC behind by a few ticks) is judged at
+                // the admission.
+                let now = self.now().max(decision.at);
+                self.refund_in_at(&tier, key.borrow(), now, decision.at, units)
+            }
+            None => self.refund_admitted(key.borrow(), &decision, units),
+        }
+    }
+
+    /// Gives back up to `cost` units of the admission `admitted` of `key`
+    /// now, by the clock that judged it: what [`refund`](Self::refund) and
+    /// the HTTP layer call, each holding the admission once and asking at
+    /// most its cost. It trusts its caller as
+    /// [`refund_at`](Self::refund_at) does; a limiter whose decisions carry
+    /// another clock's time (Redis's) overrides it.
+    #[doc(hidden)]
+    fn refund_admitted(&self, key: &Q, admitted: &Decision, cost: u64) -> u64 {
         if !admitted.allowed {
             return 0;
         }
+        // Never before the admission: a refund by another thread's clock
+        // reading (a TSC behind by a few ticks) is judged at the admission.
         self.refund_at(key, self.now().max(admitted.at), admitted.at, cost)
     }
 
@@ -327,6 +470,58 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
     /// that has state; `None` for one that has none, whose first call would
     /// find the whole limit. Creates nothing and takes no place under a cap.
     fn peek_at(&self, key: &Q, now: u64) -> Option<u64>;
+
+    /// Each rule's own answer for one more unit of `key` at `now`, in the
+    /// order of [`rules`](Self::rules) (one answer for one rule), nothing
+    /// spent: its `remaining`, and for a rule with none left, when its next
+    /// unit comes (`retry_after`; `None` for an `in-flight` rule, which a
+    /// release frees). "How much of today's quota is left", asked without
+    /// a check that would spend it. `None` for a client with no state
+    /// (whose first call finds every rule's whole limit); creates nothing.
+    ///
+    /// The default, for a limiter of your own, answers its
+    /// [`policy`](Self::policy) and [`config`](Self::config) alone from
+    /// [`peek_at`](Self::peek_at), with no wait known.
+    ///
+    /// ```
+    /// use floodgate::{build_rules, Bounds, Engine, ManualClock, RateLimiter};
+    ///
+    /// let api = build_rules::<str, _>(
+    ///     &"gcra:10/1s,fixed-window:1000/1d".parse()?,
+    ///     Engine::LockFree,
+    ///     ManualClock::new(0),
+    ///     Bounds::new(),
+    /// )?;
+    /// assert!(api.peek_each("alice").is_none()); // never seen: nothing made
+    /// for _ in 0..10 {
+    ///     assert!(api.check("alice").allowed());
+    /// }
+    /// let each = api.peek_each("alice").expect("alice has state");
+    /// let [burst, day] = [0, 1].map(|i| each.iter().nth(i).unwrap().decision);
+    /// assert_eq!((burst.remaining(), burst.retry_after_ticks()), (0, Some(100_000_000)));
+    /// assert_eq!(day.remaining(), 990); // the day's quota, nothing spent to ask
+    /// assert_eq!(api.peek_each("alice"), Some(each));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    fn peek_each_at(&self, key: &Q, now: u64) -> Option<RuleAnswers> {
+        let remaining = self.peek_at(key, now)?;
+        let decision = if remaining > 0 {
+            Decision::admit(remaining)
+        } else {
+            Decision::reject(0, NEVER)
+        };
+        let mut answers = RuleAnswers::default();
+        answers.push(crate::RuleAnswer {
+            rule: Rule::from_parts(self.policy(), self.config()),
+            decision: decision.made_at(now),
+        });
+        Some(answers)
+    }
+
+    /// [`peek_each_at`](Self::peek_each_at) now, by the limiter's clock.
+    fn peek_each(&self, key: &Q) -> Option<RuleAnswers> {
+        self.peek_each_at(key, self.now())
+    }
 
     /// Forgets `key`'s state, as if it had never called: its next call
     /// creates it afresh with that call's time as its origin. Answers

@@ -6,7 +6,7 @@
 use std::borrow::Borrow;
 use std::fmt;
 
-use crate::{Decision, RateLimiter};
+use crate::{Admission, Decision, RateLimiter};
 
 /// What a [`Reservation`] dropped unsettled does with the units it holds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -28,8 +28,11 @@ pub enum Unsettled {
 ///
 /// [`settle`](Self::settle) gives back what was not used; dropping it
 /// unsettled gives back everything or nothing, as chosen when it was made
-/// ([`Unsettled`]). Its units are given back once at most: settling takes
-/// the reservation by value.
+/// ([`Unsettled`]). Its units are given back once at most, and never more
+/// than it reserved: it holds its [`Admission`], which its end consumes.
+/// Its end is its request's end, however it comes (settled, kept, dropped,
+/// unwound): the units its `in-flight` rules hold are released there,
+/// once.
 ///
 /// ```
 /// use floodgate::reservation::Reservation;
@@ -60,10 +63,9 @@ where
     L: ?Sized + RateLimiter<Q>,
 {
     limiter: &'l L,
-    key: Q::Owned,
-    admitted: Decision,
-    /// Units still held: given back by `settle` or the drop.
-    held: u64,
+    /// The admission, until the reservation ends (settled, kept or
+    /// dropped): its refund gives back at most what it took, once.
+    admission: Option<Admission<Q::Owned>>,
     unsettled: Unsettled,
 }
 
@@ -93,51 +95,72 @@ where
         units: u64,
         unsettled: Unsettled,
     ) -> Result<Self, Decision> {
-        let admitted = limiter.check_n(key, units);
-        if !admitted.allowed() {
-            return Err(admitted);
-        }
+        let admission = limiter.admit_n(key, units)?;
         Ok(Self {
             limiter,
-            key: key.to_owned(),
-            admitted,
-            held: units,
+            admission: Some(admission),
             unsettled,
         })
     }
 
     /// The admission's decision.
     pub fn decision(&self) -> &Decision {
-        &self.admitted
+        self.admission().decision()
     }
 
     /// The units reserved.
     pub fn units(&self) -> u64 {
-        self.held
+        self.admission().cost()
     }
 
     /// Charges `used` of the units reserved and gives back the rest;
     /// answers the units given back (less than the rest when a policy has
     /// less to take back: the window it was admitted in ended, or a
     /// bucket refilled meanwhile). A `used` above the reservation keeps it
-    /// all: a limiter takes nothing after the fact.
+    /// all: a limiter takes nothing after the fact. The request has ended:
+    /// what its `in-flight` rules hold is released (a refund gives those
+    /// rules nothing: under `in-flight` rules alone the answer is 0).
     pub fn settle(mut self, used: u64) -> u64 {
-        let rest = self.held.saturating_sub(used);
-        self.held = 0;
-        self.give_back(rest)
+        let admission = self.take();
+        let rest = admission.cost().saturating_sub(used);
+        self.end(admission, rest)
     }
 
-    /// Keeps every unit reserved spent, as a settle of all of them.
+    /// Keeps every unit reserved spent, as a settle of all of them (what
+    /// `in-flight` rules hold is released: the request has ended).
     pub fn keep(mut self) {
-        self.held = 0;
+        let admission = self.take();
+        self.end(admission, 0);
     }
 
-    fn give_back(&self, units: u64) -> u64 {
-        if units == 0 {
+    fn admission(&self) -> &Admission<Q::Owned> {
+        self.admission
+            .as_ref()
+            .expect("a reservation holds its admission until it ends")
+    }
+
+    fn take(&mut self) -> Admission<Q::Owned> {
+        self.admission
+            .take()
+            .expect("a reservation ends once: settle and keep take it by value")
+    }
+
+    /// The request's end, reached once (settle, keep or drop, on an unwind
+    /// too): its `in-flight` units released, `rest` of its units given
+    /// back. Answers the units given back.
+    fn end(&self, admission: Admission<Q::Owned>, rest: u64) -> u64 {
+        // Units held under `in-flight` rules come back by release, never
+        // by refund (the contract's "Giving units back"); a limiter
+        // without such rules holds nothing and releases 0. Never before
+        // the admission: a clock read on another thread may be a few
+        // ticks behind it.
+        let now = self.limiter.now().max(admission.at_ticks());
+        self.limiter
+            .release_at(admission.key().borrow(), now, admission.cost());
+        if rest == 0 {
             return 0;
         }
-        self.limiter
-            .refund(self.key.borrow(), &self.admitted, units)
+        self.limiter.refund(admission, rest)
     }
 }
 
@@ -147,10 +170,15 @@ where
     L: ?Sized + RateLimiter<Q>,
 {
     /// Unsettled: gives back what it holds, or keeps it, as made; on an
-    /// unwind too.
+    /// unwind too. Either way the request has ended: its `in-flight` units
+    /// are released.
     fn drop(&mut self) {
-        if self.held > 0 && self.unsettled == Unsettled::GiveBack {
-            self.give_back(self.held);
+        if let Some(admission) = self.admission.take() {
+            let rest = match self.unsettled {
+                Unsettled::GiveBack => admission.cost(),
+                Unsettled::Keep => 0,
+            };
+            self.end(admission, rest);
         }
     }
 }
@@ -163,10 +191,8 @@ where
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Reservation")
-            .field("key", &self.key)
-            .field("units", &self.held)
+            .field("admission", &self.admission)
             .field("unsettled", &self.unsettled)
-            .field("admitted", &self.admitted)
             .finish_non_exhaustive()
     }
 }

@@ -23,7 +23,7 @@ use crate::{Decision, Overflow};
 /// Each number is exact once the calls that moved it have returned; while
 /// calls run, one snapshot may show a decision in one field before another
 /// (its `admitted` before its `admitted_units`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Stats {
     /// Requests admitted (0 unless the limiter counts its decisions:
@@ -66,6 +66,37 @@ pub struct Stats {
     /// was built without [`Builder::counting`](crate::Builder::counting),
     /// not because nothing was decided. A sum is counted if any part was.
     pub decisions_counted: bool,
+}
+
+/// Says that decisions were not counted, rather than showing their fields
+/// as zeros that read as nothing decided.
+impl std::fmt::Debug for Stats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut debug = f.debug_struct("Stats");
+        if self.decisions_counted {
+            debug
+                .field("admitted", &self.admitted)
+                .field("rejected", &self.rejected)
+                .field("admitted_units", &self.admitted_units)
+                .field("rejected_units", &self.rejected_units)
+                .field("overflowed", &self.overflowed)
+                .field("refunded_units", &self.refunded_units)
+                .field("released_units", &self.released_units)
+                .field("in_flight_rejected", &self.in_flight_rejected);
+        } else {
+            debug.field(
+                "decisions",
+                &format_args!("not counted (build the limiter with counting(true))"),
+            );
+        }
+        debug
+            .field("created", &self.created)
+            .field("evicted", &self.evicted)
+            .field("forgotten", &self.forgotten)
+            .field("rebuilds", &self.rebuilds)
+            .field("sweeps", &self.sweeps)
+            .finish()
+    }
 }
 
 impl Stats {

@@ -179,6 +179,19 @@ proptest! {
                     Op::Remaining => {
                         let got = support::call(&*limiter, *call);
                         prop_assert_eq!(got, Answer::Remaining(*before.iter().min().unwrap()), "{} on {}: call {} {:?}", rules, engine, i, call);
+                        // Each rule's peek: its own remaining, and what its
+                        // own check of one unit would say, nothing spent.
+                        let each = limiter.peek_each_at(&call.client, call.at).expect("made by remaining");
+                        let next: Vec<Decision> = alone.iter().map(|one| one.check_n_at(&0, call.at, 1)).collect();
+                        prop_assert_eq!(each.len(), rules.len());
+                        for (r, answer) in each.iter().enumerate() {
+                            let context = format!("{rules} on {engine}: call {i} {call:?}, rule {r}: {answer:?}, alone {:?}", next[r]);
+                            prop_assert_eq!(answer.rule, *rules.get(r).unwrap(), "{}", context);
+                            prop_assert_eq!(answer.decision.remaining(), before[r], "{}", context);
+                            prop_assert_eq!(answer.decision.allowed(), next[r].allowed(), "{}", context);
+                            prop_assert_eq!(answer.decision.retry_after_ticks(), next[r].retry_after_ticks(), "{}", context);
+                        }
+                        prop_assert_eq!(limiter.peek_each_at(&call.client, call.at), Some(each), "nothing spent");
                         continue;
                     }
                     Op::AllowN(cost) => cost,
@@ -409,4 +422,114 @@ fn a_tier_applies_several_rules_and_a_reload_keeps_each_spend() {
     // than the quota's (500), so the quota refused it.
     assert_eq!(refused.refused_by(), Some(1));
     assert_eq!(refused.retry_after_ticks(), Some(500));
+}
+
+/// One rule's peek: its remaining, and what its next check of one unit
+/// would say (admitted, or its wait), nothing spent; every policy, both
+/// engines, as the client spends its limit and past it. A client with no
+/// state has none, and gets none.
+#[test]
+fn each_rule_peeks_what_its_next_check_would_say() {
+    for text in [
+        "sliding-window:3/10ticks",
+        "token-bucket:3/12ticks",
+        "fixed-window:3/10ticks",
+        "sliding-window-counter:3/10ticks",
+        "gcra:3/12ticks",
+        "leaky-bucket:3/12ticks",
+        "in-flight:3",
+        "gcra:3/12ticks,fixed-window:5/40ticks",
+    ] {
+        let rules: RuleSet = text.parse().unwrap();
+        for engine in support::ENGINES {
+            let limiter = built(&rules, engine, Bounds::new());
+            assert_eq!(limiter.peek_each_at(&1, 0), None, "{text} on {engine}");
+            for now in [0, 1, 1, 2, 2, 3, 9, 11, 11, 11] {
+                limiter.remaining_at(&1, now);
+                let each = limiter.peek_each_at(&1, now).expect("made");
+                assert_eq!(each.len(), rules.len(), "{text} on {engine}");
+                let remaining = limiter.remaining_at(&1, now);
+                let check = limiter.check_at(&1, now);
+                let context = format!("{text} on {engine} at {now}: {each:?}, then {check:?}");
+                let least = each.iter().map(|a| a.decision.remaining()).min();
+                assert_eq!(least, Some(remaining), "{context}");
+                assert_eq!(
+                    each.iter().all(|a| a.decision.allowed()),
+                    check.allowed(),
+                    "{context}"
+                );
+                if !check.allowed() {
+                    let longest = each
+                        .iter()
+                        .map(|a| a.decision.retry_after_ticks().unwrap_or(u64::MAX))
+                        .max();
+                    assert_eq!(
+                        longest,
+                        Some(check.retry_after_ticks().unwrap_or(u64::MAX)),
+                        "{context}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// An admission's refund gives back at most its own cost, once (it takes
+/// the admission), on every policy, one rule or several, both engines:
+/// the other admissions' units stay spent whatever is asked. The refund by
+/// time trusts its caller, so the same over-large refund by time takes
+/// the others' units (which is why the handle exists); and an `at` after
+/// `now` names no admission: 0.
+#[test]
+fn a_refund_gives_back_at_most_its_admissions_cost_once() {
+    for text in [
+        "sliding-window:10/60ticks",
+        "token-bucket:10/60ticks",
+        "fixed-window:10/60ticks",
+        "sliding-window-counter:10/60ticks",
+        "gcra:10/60ticks",
+        "leaky-bucket:10/60ticks",
+        "gcra:10/60ticks,fixed-window:20/600ticks",
+        "fixed-window:10/60ticks,sliding-window:12/60ticks,token-bucket:15/600ticks",
+    ] {
+        let rules: RuleSet = text.parse().unwrap();
+        for engine in support::ENGINES {
+            let limiter = build_rules::<str, _>(&rules, engine, ManualClock::new(0), Bounds::new())
+                .unwrap_or_else(|e| panic!("{rules}: {e}"));
+            let context = format!("{text} on {engine}");
+            let one = limiter.admit_n("a", 1).expect("ten left");
+            assert_eq!((one.cost(), one.key().as_str()), (1, "a"), "{context}");
+            let five = limiter.admit_n("a", 5).expect("nine left");
+            assert_eq!(limiter.remaining("a"), 4, "{context}");
+            // Six asked of a one-unit admission: one comes back.
+            assert_eq!(limiter.refund(one, 6), 1, "{context}: the one");
+            assert_eq!(limiter.remaining("a"), 5, "{context}: the five stay spent");
+            // Part of the five, then nothing more: the refund took it.
+            assert_eq!(limiter.refund(five, 2), 2, "{context}: two of five");
+            assert_eq!(limiter.remaining("a"), 7, "{context}");
+            // A refusal is no admission: nothing to give back.
+            let refused = limiter.admit_n("a", 8).unwrap_err();
+            assert!(!refused.allowed(), "{context}");
+            assert_eq!(
+                limiter.remaining("a"),
+                7,
+                "{context}: a refusal spent nothing"
+            );
+            // The refund by time trusts its caller: a later admission's units.
+            let one = limiter.admit_n("a", 1).expect("seven left");
+            let at = one.at_ticks();
+            assert_eq!(
+                limiter.refund_at("a", at, at, 6),
+                4,
+                "{context}: by time, trusted"
+            );
+            // No admission after `now`.
+            assert_eq!(
+                limiter.refund_at("a", at, at + 1, 1),
+                0,
+                "{context}: at > now"
+            );
+            assert_eq!(limiter.remaining("a"), 10, "{context}");
+        }
+    }
 }

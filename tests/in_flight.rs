@@ -492,3 +492,93 @@ fn permits_under_panics_leave_exact_totals() {
         }
     }
 }
+
+/// A reservation's end is its request's end, however it comes: settled,
+/// kept, dropped unsettled (either way), unwound. Each releases what its
+/// `in-flight` rules hold there, once, on both engines and beside rate
+/// rules (which get back what the ending gives back, never more): the
+/// client that reserved and finished can always reserve again. Before,
+/// the third reservation under `in-flight:2` was refused for good.
+#[test]
+fn a_reservation_releases_its_in_flight_units_however_it_ends() {
+    use floodgate::reservation::{Reservation, Unsettled};
+
+    for text in [
+        "in-flight:2",
+        "in-flight:2,gcra:100/1s",
+        "in-flight:2,fixed-window:100/1h,sliding-window:50/1s",
+    ] {
+        let rules: RuleSet = text.parse().unwrap();
+        for engine in [Engine::LockFree, Engine::Mutex] {
+            let limiter = built(&rules, engine, Bounds::new().evict_idle());
+            let held = || 2 - limiter.remaining_at(&7, 0).min(2);
+            let at = |what: &str| format!("{text}, {engine:?}: {what}");
+
+            // The trace: dropped unsettled, settled at 0, then a
+            // third is admitted.
+            drop(Reservation::new(&*limiter, &7, 1).unwrap());
+            assert_eq!(held(), 0, "{}", at("dropped"));
+            // A refund gives nothing back to an `in-flight` rule (its
+            // release does): the settle's answer is the rate rules'.
+            let refunded = u64::from(rules.len() > 1);
+            assert_eq!(
+                Reservation::new(&*limiter, &7, 1).unwrap().settle(0),
+                refunded,
+                "{}",
+                at("settled at 0: the unit given back")
+            );
+            assert_eq!(held(), 0, "{}", at("settled"));
+            let third = Reservation::new(&*limiter, &7, 1);
+            assert!(third.is_ok(), "{}", at("the third"));
+            drop(third);
+
+            // Settled with some used: the rate rules keep what was used,
+            // the in-flight rule holds nothing.
+            let used = Reservation::new(&*limiter, &7, 2).unwrap();
+            assert_eq!(held(), 2, "{}", at("two held"));
+            let refused = Reservation::new(&*limiter, &7, 1).unwrap_err();
+            assert_eq!(refused.retry_after(), None, "{}", at("only a release"));
+            let given = used.settle(1);
+            assert!(given <= 1, "{}", at("at most the rest"));
+            assert_eq!(held(), 0, "{}", at("settled at 1"));
+
+            // Kept, by `keep` and by a drop made to keep.
+            Reservation::new(&*limiter, &7, 1).unwrap().keep();
+            assert_eq!(held(), 0, "{}", at("kept"));
+            drop(Reservation::with(&*limiter, &7, 2, Unsettled::Keep).unwrap());
+            assert_eq!(held(), 0, "{}", at("dropped, kept"));
+
+            // Unwound while it holds.
+            let unwound = catch_unwind(AssertUnwindSafe(|| {
+                let _call = Reservation::new(&*limiter, &7, 2).unwrap();
+                assert_eq!(held(), 2);
+                resume_unwind(Box::new("the handler failed"));
+            }));
+            assert!(unwound.is_err());
+            assert_eq!(held(), 0, "{}", at("unwound"));
+
+            // Never twice: a release of its own after the end finds nothing.
+            Reservation::new(&*limiter, &7, 1).unwrap().settle(1);
+            assert_eq!(limiter.release_at(&7, 0, 1), 0, "{}", at("not twice"));
+
+            // And again and again: every ending leaves the client free.
+            for round in 0..50u64 {
+                let call = Reservation::new(&*limiter, &7, 1)
+                    .unwrap_or_else(|refused| panic!("{}: {refused:?}", at("round")));
+                match round % 3 {
+                    0 => drop(call),
+                    1 => {
+                        call.settle(0);
+                    }
+                    _ => {
+                        call.settle(2);
+                    }
+                }
+                assert_eq!(held(), 0, "{}", at("round"));
+            }
+            // Nothing held: an idle client, removed by a sweep.
+            limiter.sweep_at(u64::MAX / 4);
+            assert_eq!(limiter.peek_at(&7, u64::MAX / 4), None, "{}", at("idle"));
+        }
+    }
+}

@@ -272,3 +272,58 @@ fn behind_the_layer_a_response_holds_its_slot_in_redis() {
         assert_eq!(left, 0, "the dropped response's slot came back");
     });
 }
+
+/// A reservation's end releases what its `in-flight` rules hold in Redis,
+/// once, however it ends (settled, kept, dropped unsettled either way,
+/// unwound), beside rate rules too: the client that reserved and finished
+/// can always reserve again.
+#[test]
+#[ignore = "needs a Redis server: FLOODGATE_REDIS_URL and --include-ignored"]
+fn a_reservation_releases_its_in_flight_units_however_it_ends() {
+    use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+
+    use floodgate::reservation::{Reservation, Unsettled};
+
+    let url = url();
+    for (number, text) in [
+        "in-flight:2",
+        "in-flight:2,gcra:100/1s",
+        "in-flight:2,fixed-window:100/1h,sliding-window:50/1s",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let rules: RuleSet = text.parse().unwrap();
+        let test = format!("reservation{number}");
+        let redis = RedisLimiter::with_rules(&url, &rules, options(&test)).unwrap();
+        let _cleanup = Cleanup(&redis, options(&test).get_prefix().to_owned());
+        let held = || 2 - redis.try_remaining("app").unwrap().min(2);
+
+        drop(Reservation::new(&redis, "app", 1).unwrap());
+        assert_eq!(held(), 0, "{text}: dropped");
+        Reservation::new(&redis, "app", 1).unwrap().settle(0);
+        assert_eq!(held(), 0, "{text}: settled at 0");
+        let both = Reservation::new(&redis, "app", 2).unwrap();
+        assert_eq!(held(), 2, "{text}: two held");
+        let refused = Reservation::new(&redis, "app", 1).unwrap_err();
+        assert_eq!(refused.retry_after(), None, "{text}: only a release");
+        both.settle(1);
+        assert_eq!(held(), 0, "{text}: settled at 1");
+        Reservation::new(&redis, "app", 1).unwrap().keep();
+        assert_eq!(held(), 0, "{text}: kept");
+        drop(Reservation::with(&redis, "app", 2, Unsettled::Keep).unwrap());
+        assert_eq!(held(), 0, "{text}: dropped, kept");
+        let unwound = catch_unwind(AssertUnwindSafe(|| {
+            let _call = Reservation::new(&redis, "app", 2).unwrap();
+            resume_unwind(Box::new("the handler failed"));
+        }));
+        assert!(unwound.is_err());
+        assert_eq!(held(), 0, "{text}: unwound");
+        for round in 0..10 {
+            let call = Reservation::new(&redis, "app", 1)
+                .unwrap_or_else(|refused| panic!("{text}, round {round}: {refused:?}"));
+            call.settle(round % 2);
+            assert_eq!(held(), 0, "{text}: round {round}");
+        }
+    }
+}

@@ -121,6 +121,32 @@ fn a_limiter_that_does_not_count_decisions_still_counts_its_store() {
         .build::<u64>()
         .unwrap();
     assert!(!mutex.stats().unwrap().decisions_counted);
+
+    // What it shows says so too: no zeros that read as nothing decided.
+    let shown = format!("{stats:?}");
+    assert!(shown.contains("decisions: not counted"), "{shown}");
+    assert!(!shown.contains("admitted"), "{shown}");
+    let text = floodgate::export::Prometheus::new()
+        .limiter("api", None, &stats, 1_000)
+        .clone()
+        .finish();
+    assert!(!text.contains("floodgate_decisions_total{"), "{text}");
+    assert!(
+        text.contains("floodgate_clients_created_total{limiter=\"api\",tier=\"\"} 1000"),
+        "{text}"
+    );
+    let counted = counting.stats().unwrap();
+    assert!(format!("{counted:?}").contains("admitted: 0"));
+    let text = floodgate::export::Prometheus::new()
+        .limiter("api", None, &counted, 0)
+        .clone()
+        .finish();
+    assert!(
+        text.contains(
+            "floodgate_decisions_total{limiter=\"api\",tier=\"\",outcome=\"admitted\"} 0"
+        ),
+        "{text}"
+    );
 }
 
 /// Four threads deciding at a frozen clock: every decision is counted once.

@@ -690,11 +690,10 @@ fn refunds_racing_admissions_on_a_log_keep_every_total_exact() {
         let tallies = hammer(|me| {
             let (mut admitted, mut given) = (0u64, 0u64);
             for call in 0..CALLS {
-                let decision = limiter.check(&7);
-                if decision.allowed() {
+                if let Ok(admission) = limiter.admit(&7) {
                     admitted += 1;
                     if (me + call) % 2 == 0 {
-                        let back = limiter.refund(&7, &decision, 1);
+                        let back = limiter.refund(admission, 1);
                         assert_eq!(back, 1, "{name}: thread {me}, call {call}");
                         given += back;
                     }

@@ -381,16 +381,20 @@ fn a_refund_goes_to_the_tier_that_admitted_and_survives_a_reload() {
     let tiers = registry(spec(PolicyKind::FixedWindow, 100, W), &clock);
     let mut admitted = Vec::new();
     for _ in 0..80 {
-        let decision = tiers.check("alice");
-        assert!(decision.allowed());
-        admitted.push(decision);
+        admitted.push(tiers.admit("alice").expect("100 a window"));
     }
     tiers
         .reload("free", spec(PolicyKind::FixedWindow, 200, W))
         .unwrap();
     assert_eq!(tiers.remaining("alice"), 120);
-    assert_eq!(tiers.refund("alice", &admitted[0], 30), 30);
-    assert_eq!(tiers.remaining("alice"), 150);
+    // One admission gives back its own unit, whatever is asked...
+    let first = admitted.remove(0);
+    assert_eq!(tiers.refund(first, 30), 1);
+    assert_eq!(tiers.remaining("alice"), 121);
+    // ...and thirty of them thirty.
+    let given: u64 = admitted.drain(..30).map(|a| tiers.refund(a, 1)).sum();
+    assert_eq!(given, 30);
+    assert_eq!(tiers.remaining("alice"), 151);
 
     // Checked in the premium tier by name, though the resolver says free.
     let ruled = tiers.check_ruled_in_n_at("premium", "bob", 5_000, 10);

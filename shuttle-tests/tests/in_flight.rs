@@ -105,3 +105,86 @@ fn permits_in_flight_in_a_frame() {
     let policy = Compound::from_rules(&rules).unwrap();
     permits_during_growth_and_a_sweep("permits_in_flight_in_a_frame", policy);
 }
+
+/// Reservations under an `in-flight` rule settling, kept and dropped while
+/// other threads check the same clients, the table grows and a sweep runs:
+/// a reservation's end is its request's end, so it releases its unit there
+/// whatever else it gives back. Per client, each thread reserves one unit
+/// and, while it holds it, tries a second, dropped unsettled; the first
+/// then settles at 0 or is kept, by the thread's and the client's numbers.
+/// Each thread counts the reservations it holds per client in `alive`
+/// (raised after an admission, lowered before the end), so under every
+/// schedule at most `LIMIT` are alive at once, and at the end no unit is
+/// held: a release finds nothing, and every client is gone (swept once
+/// idle) or answers `LIMIT` left.
+fn reservations_during_growth_and_a_sweep<P: Policy + Clone + 'static>(name: &str, policy: P) {
+    use floodgate::reservation::Reservation;
+
+    explore(name, move || {
+        let bounds = Bounds::new().evict_idle();
+        let limiter: Arc<Limiter<u64, P, ManualClock>> =
+            Arc::new(Limiter::with_bounds(policy.clone(), ManualClock::new(NOW), bounds).unwrap());
+        let alive: Arc<[AtomicU64; 5]> = Arc::new(std::array::from_fn(|_| AtomicU64::new(0)));
+        let mut threads: Vec<_> = ORDERS
+            .iter()
+            .enumerate()
+            .map(|(t, keys)| {
+                let (limiter, alive) = (Arc::clone(&limiter), Arc::clone(&alive));
+                thread::spawn(move || {
+                    for &key in keys {
+                        let count = &alive[key as usize];
+                        let hold = |count: &AtomicU64| {
+                            let now = count.fetch_add(1, Ordering::SeqCst) + 1;
+                            assert!(now <= LIMIT, "client {key}: {now} reservations alive");
+                        };
+                        let Ok(first) = Reservation::new(&*limiter, &key, 1) else {
+                            continue;
+                        };
+                        hold(count);
+                        if let Ok(second) = Reservation::new(&*limiter, &key, 1) {
+                            hold(count);
+                            count.fetch_sub(1, Ordering::SeqCst);
+                            drop(second);
+                        }
+                        count.fetch_sub(1, Ordering::SeqCst);
+                        if (t as u64 + key).is_multiple_of(2) {
+                            first.settle(0);
+                        } else {
+                            first.keep();
+                        }
+                    }
+                })
+            })
+            .collect();
+        threads.push({
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || {
+                limiter.sweep_at(NOW);
+            })
+        });
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        for key in 1..=4 {
+            assert_eq!(limiter.release_at(&key, NOW, LIMIT), 0, "client {key}");
+            let left = RateLimiter::peek_at(&*limiter, &key, NOW);
+            assert!(
+                left.is_none_or(|left| left == LIMIT),
+                "client {key}: {left:?}"
+            );
+        }
+    });
+}
+
+#[test]
+fn reservations_in_flight_alone() {
+    let policy = InFlight::new(Config::in_flight(LIMIT).unwrap()).unwrap();
+    reservations_during_growth_and_a_sweep("reservations_in_flight_alone", policy);
+}
+
+#[test]
+fn reservations_in_flight_in_a_frame() {
+    let rules: RuleSet = "fixed-window:100/1000ticks,in-flight:2".parse().unwrap();
+    let policy = Compound::from_rules(&rules).unwrap();
+    reservations_during_growth_and_a_sweep("reservations_in_flight_in_a_frame", policy);
+}

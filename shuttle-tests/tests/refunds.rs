@@ -61,7 +61,7 @@ fn refunds_during_growth_of<P: Policy>(name: &str, make: fn() -> P) {
                             if first.allowed() {
                                 tally.admitted += 1;
                                 if (t as u64 + key).is_multiple_of(2) {
-                                    let given = limiter.refund(&key, &first, 1);
+                                    let given = limiter.refund_at(&key, NOW, first.at_ticks(), 1);
                                     assert_eq!(given, 1, "client {key}, thread {t}");
                                     tally.given += given;
                                 }

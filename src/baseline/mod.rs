@@ -604,6 +604,17 @@ where
         MutexLimiter::tracked_clients(self)
     }
 
+    /// Under the client's lock: each rule's answer to a refused request of
+    /// one unit is its own, nothing spent.
+    fn peek_each_at(&self, key: &Q, now: u64) -> Option<crate::RuleAnswers> {
+        let client = Arc::clone(lock(&self.clients).get(key)?);
+        let refused = Decision::reject(0, NEVER);
+        unless_retired(&client, |client| {
+            client.each(&self.set, &self.rules, now, 1, &refused)
+        })
+        .map(|answers| answers.in_ticks(self.tick))
+    }
+
     fn peek_at(&self, key: &Q, now: u64) -> Option<u64> {
         let client = Arc::clone(lock(&self.clients).get(key)?);
         // Swept between the two locks: it has no state any more.
@@ -615,13 +626,15 @@ where
     /// 0, and none is made. The shared overflow state is no client's own:
     /// nothing is given back to it.
     fn refund_at(&self, key: &Q, now: u64, at: u64, cost: u64) -> u64 {
+        // No admission after `now` (the contract's `at ≤ now`).
+        if at > now {
+            return 0;
+        }
         let Some(client) = lock(&self.clients).get(key).map(Arc::clone) else {
             return 0;
         };
-        let given = unless_retired(&client, |client| {
-            client.refund(&self.rules, now.max(at), at, cost)
-        })
-        .unwrap_or(0);
+        let given = unless_retired(&client, |client| client.refund(&self.rules, now, at, cost))
+            .unwrap_or(0);
         if let Some(counters) = &self.counters {
             counters.refunded(given);
         }

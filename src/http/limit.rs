@@ -32,8 +32,11 @@ pub trait AsyncLimiter<Q: ?Sized>: Send + Sync {
 
     /// Gives back up to `cost` units of the admission `admitted` of `key`
     /// (made in the tier named `tier`, when the request named one), now by
-    /// the limiter's clock: the units given back
-    /// ([`RateLimiter::refund`](crate::RateLimiter::refund)).
+    /// the limiter's clock: the units given back. It trusts its caller, as
+    /// [`RateLimiter::refund_at`](crate::RateLimiter::refund_at) does: the
+    /// layer holds each admission once and asks at most its cost
+    /// ([`RateLimiter::refund`](crate::RateLimiter::refund) takes the
+    /// handle that makes sure of it).
     fn refund_in(
         &self,
         tier: Option<&str>,
@@ -101,7 +104,7 @@ where
         cost: u64,
     ) -> impl Future<Output = u64> + Send {
         ready(match tier {
-            None => self.refund(key, admitted, cost),
+            None => self.refund_admitted(key, admitted, cost),
             Some(_) if !admitted.allowed => 0,
             Some(tier) => {
                 let now = self.now().max(admitted.at);
@@ -164,7 +167,7 @@ mod redis {
         ) -> u64 {
             match tier {
                 Some(_) => 0,
-                None => self.refund(key, admitted, cost).await,
+                None => self.refund_decision(key, admitted, cost).await.unwrap_or(0),
             }
         }
 

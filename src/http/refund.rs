@@ -23,19 +23,18 @@ pub(crate) type Used = Arc<dyn Fn(&response::Parts) -> Option<u64> + Send + Sync
 /// What runs once when a response body ends or is dropped.
 pub(crate) type OnEnd = Box<dyn FnOnce() + Send>;
 
-/// An admission the layer may still give back: its limiter, key, tier,
-/// decision and cost. Dropped while `on_drop` (the request was cancelled
-/// before its response: the future was dropped), it gives its units back.
+/// An admission the layer may still give back: its limiter, and the
+/// [`Admission`](crate::Admission) itself (key, tier, decision, cost), so a
+/// refund gives back at most its cost, once, as the library's does.
+/// Dropped while `on_drop` (the request was cancelled before its response:
+/// the future was dropped), it gives its units back.
 pub(crate) struct Admission<L, K>
 where
     L: AsyncLimiter<K::Query> + 'static,
     K: Key,
 {
     limiter: Arc<L>,
-    key: Option<K>,
-    tier: Option<String>,
-    decision: Decision,
-    cost: u64,
+    admission: Option<crate::Admission<K>>,
     on_drop: bool,
 }
 
@@ -54,10 +53,7 @@ where
     ) -> Self {
         Self {
             limiter,
-            key: Some(key),
-            tier,
-            decision,
-            cost,
+            admission: Some(crate::Admission::new(key, tier.as_deref(), decision, cost)),
             on_drop,
         }
     }
@@ -71,33 +67,26 @@ where
     /// Gives the whole cost back now: the response said the request did
     /// not count.
     pub(crate) async fn give_back(mut self) -> u64 {
-        let Some(key) = self.key.take() else {
+        let Some(admission) = self.admission.take() else {
             return 0;
         };
-        let tier = self.tier.as_deref();
-        self.limiter
-            .refund_in(tier, key.query(), &self.decision, self.cost)
-            .await
+        let cost = admission.cost();
+        refund(&*self.limiter, admission, cost).await
     }
 
     /// What the response body runs when it ends (or is dropped, the
     /// client gone): gives back the part of the cost `used` says the
     /// response did not use, read from `head` then.
     pub(crate) fn settle_at_end(mut self, used: Used, head: response::Parts) -> OnEnd {
-        let key = self.key.take();
-        let (limiter, tier, decision, cost) = (
-            Arc::clone(&self.limiter),
-            self.tier.take(),
-            self.decision,
-            self.cost,
-        );
+        let admission = self.admission.take();
+        let limiter = Arc::clone(&self.limiter);
         Box::new(move || {
-            let Some(key) = key else { return };
+            let Some(admission) = admission else { return };
             // A response that says nothing keeps the whole cost; one that
             // says it used more than it was admitted for gives nothing back.
-            let unused = used(&head).map_or(0, |used| cost.saturating_sub(used));
+            let unused = used(&head).map_or(0, |used| admission.cost().saturating_sub(used));
             if unused > 0 {
-                detached(limiter, key, tier, decision, unused);
+                detached(limiter, admission, unused);
             }
         })
     }
@@ -112,30 +101,38 @@ where
         if !self.on_drop {
             return;
         }
-        if let Some(key) = self.key.take() {
-            let tier = self.tier.take();
-            detached(
-                Arc::clone(&self.limiter),
-                key,
-                tier,
-                self.decision,
-                self.cost,
-            );
+        if let Some(admission) = self.admission.take() {
+            let cost = admission.cost();
+            detached(Arc::clone(&self.limiter), admission, cost);
         }
     }
 }
 
-/// Gives `cost` units of `decision` back from a destructor, which cannot
-/// wait ([`run_detached`]).
-fn detached<L, K>(limiter: Arc<L>, key: K, tier: Option<String>, decision: Decision, cost: u64)
+/// Gives back up to `units` of `admission` (never more than its cost: the
+/// refund takes it) through the layer's limiter.
+async fn refund<L, K>(limiter: &L, admission: crate::Admission<K>, units: u64) -> u64
+where
+    L: AsyncLimiter<K::Query> + 'static,
+    K: Key,
+{
+    let (key, tier, decision, units) = admission.into_refund(units);
+    if units == 0 {
+        return 0;
+    }
+    limiter
+        .refund_in(tier.as_deref(), key.query(), &decision, units)
+        .await
+}
+
+/// Gives `units` of `admission` back from a destructor, which cannot wait
+/// ([`run_detached`]).
+fn detached<L, K>(limiter: Arc<L>, admission: crate::Admission<K>, units: u64)
 where
     L: AsyncLimiter<K::Query> + 'static,
     K: Key,
 {
     run_detached(async move {
-        limiter
-            .refund_in(tier.as_deref(), key.query(), &decision, cost)
-            .await;
+        refund(&*limiter, admission, units).await;
     });
 }
 

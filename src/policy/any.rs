@@ -156,6 +156,14 @@ impl AnyPolicy {
         with_pair!(self, state, |p, s| p.remaining(s, now))
     }
 
+    pub(crate) fn peek_each(
+        &self,
+        state: &AnyState,
+        now: u64,
+    ) -> Result<crate::RuleAnswers, Retired> {
+        with_pair!(self, state, |p, s| p.peek_each(s, now))
+    }
+
     pub(crate) fn refund(
         &self,
         state: &AnyState,

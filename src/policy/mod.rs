@@ -335,6 +335,47 @@ pub trait Policy: sealed::Sealed + Send + Sync + Sized + 'static {
         Ok(crate::RuleAnswers::default())
     }
 
+    /// Each rule's own answer for one unit at `now`, nothing spent: its
+    /// `remaining`, and for a rule with none left when its next unit comes
+    /// (`retry_after`; never, for an `in-flight` rule, which only a release
+    /// frees). One answer for one rule. What
+    /// [`RateLimiter::peek_each_at`](crate::RateLimiter::peek_each_at)
+    /// answers.
+    ///
+    /// # Errors
+    ///
+    /// [`Retired`] if the state was retired.
+    #[doc(hidden)]
+    fn peek_each(&self, state: &Self::State, now: u64) -> Result<crate::RuleAnswers, Retired> {
+        // A refusal leaves every rule's answer its own, nothing spent:
+        // `each` steps each rule on what it read, and stores nothing.
+        if Self::SEVERAL {
+            return self.each(state, now, 1, &Decision::reject(0, NEVER));
+        }
+        let remaining = self.remaining(state, now)?;
+        let decision = if remaining > 0 {
+            Decision::admit(remaining)
+        } else if self.kind() == PolicyKind::InFlight {
+            // None left waits for a release, at no time known.
+            Decision::reject(0, NEVER)
+        } else {
+            // When the next unit comes: a step of a copy of the state (its
+            // words, as a state file keeps them), so nothing is spent.
+            let mut words = Vec::new();
+            self.save_words(state, &mut words)?;
+            match self.load_words(&words) {
+                Some(copy) => self.check_unshared(copy, now, 1).1,
+                None => Decision::reject(0, NEVER),
+            }
+        };
+        let mut answers = crate::RuleAnswers::default();
+        answers.push(crate::RuleAnswer {
+            rule: Rule::from_parts(self.kind(), self.config()),
+            decision,
+        });
+        Ok(answers)
+    }
+
     /// Freezes `state` with its retirement mark and answers a state that
     /// continues it exactly: the keyed store moving a client into a larger
     /// table. A call that raced with the freeze sees the mark and looks the

@@ -10,7 +10,7 @@ use ::redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, Value};
 use super::batch::Batcher;
 use super::script::{self, Op, Reply};
 use super::{Core, RedisConfigError, RedisError, RedisOptions, RedisStats, Target, TimeSource};
-use crate::{Config, Decision, PolicyKind, RuleSet};
+use crate::{Admission, Config, Decision, PolicyKind, RuleSet};
 
 /// A per-client limiter whose state lives in Redis, for tokio: the
 /// decisions of [`RedisLimiter`](super::RedisLimiter) as `async` methods.
@@ -343,7 +343,7 @@ impl AsyncRedisLimiter {
     }
 
     /// Gives back up to `cost` units of `key`'s admission at `at`, judged
-    /// at `now` (raised to `at`): the units given back
+    /// at `now` (0 for an `at` after `now`): the units given back
     /// ([`RedisLimiter::try_refund_at`](super::RedisLimiter::try_refund_at)).
     ///
     /// # Errors
@@ -357,18 +357,55 @@ impl AsyncRedisLimiter {
         at: u64,
         cost: u64,
     ) -> Result<u64, RedisError> {
-        self.give_back(key, Some(now.max(at)), at, cost).await
+        // No admission after `now` (the contract's `at ≤ now`): no call.
+        if at > now {
+            return Ok(0);
+        }
+        self.give_back(key, Some(now), at, cost).await
     }
 
-    /// Gives back up to `cost` units of the admission `admitted` answered,
-    /// now (by Redis's clock with [`TimeSource::Server`](super::TimeSource::Server));
-    /// a refusal gives nothing back
+    /// [`check_n`](Self::check_n) answered as an [`Admission`], the handle
+    /// that gives its units back once and never more than `cost`
+    /// ([`refund`](Self::refund); [`RateLimiter::admit_n`](crate::RateLimiter::admit_n)).
+    ///
+    /// # Errors
+    ///
+    /// The refusal (a fault answered by the fault rule included).
+    pub async fn admit_n(&self, key: &str, cost: u64) -> Result<Admission<String>, Decision> {
+        let decision = self.check_n(key, cost).await;
+        if !decision.allowed {
+            return Err(decision);
+        }
+        Ok(Admission::new(key.to_owned(), None, decision, cost))
+    }
+
+    /// Gives back up to `units` of the admission `admission` (never more
+    /// than its cost, once: the refund takes it), now (by Redis's clock
+    /// with [`TimeSource::Server`](super::TimeSource::Server))
     /// ([`RedisLimiter::try_refund`](super::RedisLimiter::try_refund)).
     ///
     /// # Errors
     ///
     /// As [`try_refund_at`](Self::try_refund_at).
     pub async fn try_refund(
+        &self,
+        admission: Admission<String>,
+        units: u64,
+    ) -> Result<u64, RedisError> {
+        let (key, _, admitted, units) = admission.into_refund(units);
+        self.refund_decision(&key, &admitted, units).await
+    }
+
+    /// [`try_refund`](Self::try_refund); 0 when Redis fails.
+    pub async fn refund(&self, admission: Admission<String>, units: u64) -> u64 {
+        self.try_refund(admission, units).await.unwrap_or(0)
+    }
+
+    /// Gives back up to `cost` units of the admission `admitted` answered,
+    /// now: the HTTP layer's refund, which holds each admission once and
+    /// gives back at most its cost. Trusts its caller, as
+    /// [`try_refund_at`](Self::try_refund_at) does.
+    pub(crate) async fn refund_decision(
         &self,
         key: &str,
         admitted: &Decision,
@@ -379,11 +416,6 @@ impl AsyncRedisLimiter {
         }
         let now = self.core.implicit_now().map(|now| now.max(admitted.at));
         self.give_back(key, now, admitted.at, cost).await
-    }
-
-    /// [`try_refund`](Self::try_refund); 0 when Redis fails.
-    pub async fn refund(&self, key: &str, admitted: &Decision, cost: u64) -> u64 {
-        self.try_refund(key, admitted, cost).await.unwrap_or(0)
     }
 
     /// One refund script call at `now` (`None`: Redis's clock, raised to

@@ -14,7 +14,7 @@ use super::{
     cluster_primaries, prefix_pattern, Core, RedisConfigError, RedisError, RedisOptions,
     RedisStats, Target, TimeSource,
 };
-use crate::{Config, Decision, PolicyKind, RateLimiter, RuleSet, RuledDecision};
+use crate::{Admission, Config, Decision, PolicyKind, RateLimiter, RuleSet, RuledDecision};
 
 /// A per-client limiter whose state lives in Redis, for threads that block:
 /// one script call per decision over a pool of connections.
@@ -282,6 +282,40 @@ impl RedisLimiter {
             .transpose()
     }
 
+    /// [`RateLimiter::peek_each_at`]: each rule's own answer for one unit
+    /// of `key` at `now`, nothing spent, if it has state in Redis; `None`
+    /// if it has none. One script call for one rule (the peek's own
+    /// answer), two for several (the peek, then each rule's answer to a
+    /// refused request, which writes nothing).
+    ///
+    /// # Errors
+    ///
+    /// As [`try_check_at`](Self::try_check_at).
+    pub fn try_peek_each_at(
+        &self,
+        key: &str,
+        now: u64,
+    ) -> Result<Option<crate::RuleAnswers>, RedisError> {
+        let Some(reply) = self.call::<Option<Reply>>(key, Op::Peek, Some(now))? else {
+            return Ok(None);
+        };
+        if self.core.rules.len() > 1 {
+            let refused = Decision::reject(0, crate::decision::NEVER);
+            return self.try_answers(key, now, 1, &refused).map(Some);
+        }
+        let decision = self.core.decision(reply)?;
+        let mut answers = crate::RuleAnswers::default();
+        answers.push(crate::RuleAnswer {
+            rule: self.core.rules.strictest(),
+            decision: if decision.allowed {
+                Decision::admit(decision.remaining).in_ticks(decision.tick)
+            } else {
+                decision
+            },
+        });
+        Ok(Some(answers))
+    }
+
     /// [`RateLimiter::refund_at`]: one script call, which gives back up to
     /// `cost` units of `key`'s admission at `at` (0 for a client with no
     /// state, and nothing is created). A refund that gives anything back
@@ -298,19 +332,36 @@ impl RedisLimiter {
         at: u64,
         cost: u64,
     ) -> Result<u64, RedisError> {
-        self.give_back(key, Some(now.max(at)), at, cost)
+        // No admission after `now` (the contract's `at ≤ now`): no call.
+        if at > now {
+            return Ok(0);
+        }
+        self.give_back(key, Some(now), at, cost)
     }
 
-    /// [`RateLimiter::refund`]: gives back up to `cost` units of the
-    /// admission `admitted` answered, now (by Redis's clock with
+    /// [`RateLimiter::refund`]: gives back up to `units` of the admission
+    /// `admission` (never more than its cost, once: the refund takes it),
+    /// now (by Redis's clock with
     /// [`TimeSource::Server`](super::TimeSource::Server): the decision
-    /// carries the server's time it was judged at). A refusal gives nothing
-    /// back.
+    /// carries the server's time it was judged at).
     ///
     /// # Errors
     ///
     /// As [`try_refund_at`](Self::try_refund_at).
-    pub fn try_refund(&self, key: &str, admitted: &Decision, cost: u64) -> Result<u64, RedisError> {
+    pub fn try_refund(&self, admission: Admission<String>, units: u64) -> Result<u64, RedisError> {
+        let (key, _, admitted, units) = admission.into_refund(units);
+        self.refund_decision(&key, &admitted, units)
+    }
+
+    /// Gives back up to `cost` units of the admission `admitted` answered,
+    /// now, by the clock that judged it: trusts its caller, as
+    /// [`try_refund_at`](Self::try_refund_at) does.
+    fn refund_decision(
+        &self,
+        key: &str,
+        admitted: &Decision,
+        cost: u64,
+    ) -> Result<u64, RedisError> {
         if !admitted.allowed {
             return Ok(0);
         }
@@ -578,14 +629,26 @@ impl RateLimiter<str> for RedisLimiter {
         self.try_peek_at(key, now).ok().flatten()
     }
 
+    /// [`try_peek_each_at`](RedisLimiter::try_peek_each_at); `None` when
+    /// Redis fails.
+    fn peek_each_at(&self, key: &str, now: u64) -> Option<crate::RuleAnswers> {
+        self.try_peek_each_at(key, now).ok().flatten()
+    }
+
     /// [`try_refund_at`](RedisLimiter::try_refund_at); 0 when Redis fails.
     fn refund_at(&self, key: &str, now: u64, at: u64, cost: u64) -> u64 {
         self.try_refund_at(key, now, at, cost).unwrap_or(0)
     }
 
     /// [`try_refund`](RedisLimiter::try_refund); 0 when Redis fails.
-    fn refund(&self, key: &str, admitted: &Decision, cost: u64) -> u64 {
-        self.try_refund(key, admitted, cost).unwrap_or(0)
+    fn refund(&self, admission: Admission<String>, units: u64) -> u64 {
+        self.try_refund(admission, units).unwrap_or(0)
+    }
+
+    /// By Redis's clock, as [`try_refund`](RedisLimiter::try_refund); 0
+    /// when Redis fails.
+    fn refund_admitted(&self, key: &str, admitted: &Decision, cost: u64) -> u64 {
+        self.refund_decision(key, admitted, cost).unwrap_or(0)
     }
 
     /// [`try_forget`](RedisLimiter::try_forget); false when Redis fails.

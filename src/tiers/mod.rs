@@ -866,7 +866,7 @@ where
         K: Borrow<Q>,
     {
         let found = self.tiers.get(tier).ok_or_else(|| self.unknown(tier))?;
-        Ok(found.refund(key, now.max(at), at, cost))
+        Ok(found.refund(key, now, at, cost))
     }
 
     /// [`check_in_at`](Self::check_in_at) now, by the registry's clock.
@@ -1119,12 +1119,19 @@ where
         tier.peek(key, now)
     }
 
+    /// In the client's tier, as [`peek_at`](Self::peek_at): that tier's
+    /// rules, each answering on its own.
+    fn peek_each_at(&self, key: &Q, now: u64) -> Option<crate::RuleAnswers> {
+        let (_, tier, _) = self.tier_of(key).ok()?;
+        Some(tier.peek_each(key, now)?.in_ticks(self.tick))
+    }
+
     /// In the tier the resolver names now, as [`forget`](Self::forget):
     /// an admission checked in another tier with [`Tiers::check_in`] is
     /// given back there with [`Tiers::refund_in_at`].
     fn refund_at(&self, key: &Q, now: u64, at: u64, cost: u64) -> u64 {
         match self.tier_of(key) {
-            Ok((_, tier, _)) => tier.refund(key, now.max(at), at, cost),
+            Ok((_, tier, _)) => tier.refund(key, now, at, cost),
             Err(_) => 0,
         }
     }
@@ -1171,7 +1178,7 @@ where
             None if self.reject_unknown => return 0,
             None => &self.tiers[&self.default_tier],
         };
-        found.refund(key, now.max(at), at, cost)
+        found.refund(key, now, at, cost)
     }
 
     /// Where `check_ruled_in_n_at` held units, as

@@ -355,6 +355,30 @@ where
         }
     }
 
+    /// `key`'s answer of each rule at `now` by the current rule, nothing
+    /// spent, if it has state: `peek`'s, rule by rule.
+    pub(super) fn peek_each<Q>(&self, key: &Q, now: u64) -> Option<crate::RuleAnswers>
+    where
+        Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
+        K: Borrow<Q>,
+    {
+        // Progress: as `call`'s.
+        loop {
+            let guard = self.current.load();
+            let generation: &Arc<Generation> = &guard;
+            let answer = self.clients.peek(key, |client| {
+                Arc::ptr_eq(&client.state.generation, generation).then(|| {
+                    generation.peek_each(&client.state.state, now.saturating_sub(client.origin))
+                })
+            })?;
+            match answer {
+                Some(Ok(answers)) => return Some(answers),
+                // As `peek`'s: settle it, look again.
+                _ => self.carry_over(key, now),
+            }
+        }
+    }
+
     /// Gives back to `key`'s state in this tier, if it has one (a refund
     /// creates nothing): `refund_at` of one tier. A state made by an older
     /// rule is carried over first, as any call carries it, and the refund
@@ -366,6 +390,10 @@ where
         Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
         K: Borrow<Q>,
     {
+        // No admission after `now` (the contract's `at ≤ now`).
+        if at > now {
+            return 0;
+        }
         // Progress: as `call`'s.
         loop {
             let guard = self.current.load();
@@ -487,6 +515,14 @@ impl Generation {
     #[inline]
     pub(super) fn remaining(&self, state: &AnyState, now: u64) -> Result<u64, Retired> {
         self.policy.remaining(state, now)
+    }
+
+    pub(super) fn peek_each(
+        &self,
+        state: &AnyState,
+        now: u64,
+    ) -> Result<crate::RuleAnswers, Retired> {
+        self.policy.peek_each(state, now)
     }
 
     pub(super) fn refund(
