@@ -945,7 +945,8 @@ async fn serve(args: Args, rules: RuleSet, bounds: Bounds, extractor: Extract) -
     #[cfg(not(feature = "redis"))]
     let held = "memory";
     eprintln!(
-        "floodgate proxy: {rules} per client ({}) in {held}, to {}",
+        "floodgate proxy: {} per client ({}) in {held}, to {}",
+        describe_limits(&args, &rules),
         describe_key(&args),
         args.upstream
     );
@@ -1031,6 +1032,30 @@ async fn save_at_stop(saver: Arc<Saver>, args: &Args) -> bool {
             false
         }
     }
+}
+
+/// The limits, as the banner says them: the rules, or every tier's and
+/// how a request's tier is chosen.
+fn describe_limits(args: &Args, rules: &RuleSet) -> String {
+    let Some(default) = args.tier.first() else {
+        return rules.to_string();
+    };
+    let tiers: Vec<String> = args
+        .tier
+        .iter()
+        .map(|tier| format!("{}={}", tier.name, tier.rules))
+        .collect();
+    let chosen = match &args.tier_header {
+        Some(header) => format!(
+            "each request's tier named by header {header}; {} when it names none or no tier",
+            default.name
+        ),
+        None => format!(
+            "no --tier-header: every request in the default tier, {}",
+            default.name
+        ),
+    };
+    format!("tiers {} ({chosen})", tiers.join(", "))
 }
 
 fn describe_key(args: &Args) -> String {

@@ -859,6 +859,17 @@ async fn the_tier_header_chooses_each_requests_tier() {
         "--tier-header",
         "x-plan",
     ]);
+    // The banner names every tier's rules and the tier header.
+    let banner = proxy.stderr_line("per client");
+    assert_eq!(
+        banner,
+        format!(
+            "floodgate proxy: tiers free=gcra:2/1h, premium=gcra:5/1h (each request's tier \
+             named by header x-plan; free when it names none or no tier) per client (by header \
+             x-key) in memory, to {}",
+            upstream.url()
+        )
+    );
     let admitted = |key: &'static str, plan: &'static str, tries: usize| {
         let url = proxy.url("/");
         async move {
@@ -1105,6 +1116,20 @@ async fn a_client_refused_before_a_restart_is_refused_after_it() {
         args.extend(rules);
         // A first start: no file yet, which is fine.
         let proxy = Proxy::start(&args);
+        // The banner: every rule, every tier (here without --tier-header).
+        let banner = proxy.stderr_line("per client");
+        let limits = match name {
+            "rules" => "gcra:10/1s,fixed-window:3/1d",
+            _ => {
+                "tiers free=gcra:10/1s,fixed-window:3/1d, pro=gcra:5/1h (no --tier-header: \
+                 every request in the default tier, free)"
+            }
+        };
+        assert_eq!(
+            banner,
+            format!("floodgate proxy: {limits} per client (by header x-key) in memory, to {url}"),
+            "{name}"
+        );
         assert_eq!(
             statuses(&proxy, "a", 4).await,
             [200, 200, 200, 429],
