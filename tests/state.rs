@@ -659,3 +659,256 @@ fn a_growth_during_a_save_loses_no_client() {
     let before: Vec<u64> = seen.iter().copied().filter(|&k| k < 1_000).collect();
     assert_eq!(before, (0..1_000).collect::<Vec<_>>());
 }
+
+// ------------------------------------------------- load_or_new and Saver
+
+/// A directory of this test's own, not made until the test makes it,
+/// removed with what it holds when dropped.
+struct ScratchDir(PathBuf);
+
+impl ScratchDir {
+    fn new(name: &str) -> Self {
+        Self(Scratch::new(name).0.with_extension("dir"))
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A limiter of `rules` on a millisecond manual clock starting at
+/// `start`, as `load_or_new`'s `build` makes it.
+fn ms_limiter(
+    rules: &str,
+    start: u64,
+) -> Result<std::sync::Arc<dyn RateLimiter<str>>, floodgate::ConfigError> {
+    build_rules::<str, _>(
+        &rules.parse().unwrap(),
+        Engine::LockFree,
+        ms_clock(start),
+        Bounds::new(),
+    )
+}
+
+/// Waits until `done` holds, checking every 5 ms; fails the test if it
+/// does not within 30 s (a saver that never saves, not a slow one).
+fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let patience = Duration::from_secs(30);
+    let start = std::time::Instant::now();
+    // Ends when `done` holds, or fails the test past `patience`.
+    while !done() {
+        assert!(
+            start.elapsed() < patience,
+            "{what}: not within {patience:?}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The clients a file holds, 0 while it cannot be read.
+fn clients_in(path: &std::path::Path) -> usize {
+    Saved::read(path).map_or(0, |saved| saved.clients())
+}
+
+/// Without a file, `build` makes the limiter with its clock at 0; with
+/// one, its clock goes on from the save's and every client is loaded.
+#[test]
+fn load_or_new_builds_without_a_file_and_loads_with_one() {
+    let file = Scratch::new("load-or-new");
+    let mut starts = Vec::new();
+    let mut build = |start| {
+        starts.push(start);
+        ms_limiter("fixed-window:3/1h", start)
+    };
+    let first = state::load_or_new(&file.0, &mut build).unwrap();
+    assert_eq!(first.tracked_clients(), 0);
+    for client in ["ana", "ana", "ben", "ana"] {
+        assert!(first.check(client).allowed());
+    }
+    state::save(&*first, &file.0).unwrap();
+    let again = state::load_or_new(&file.0, &mut build).unwrap();
+    assert_eq!(again.tracked_clients(), 2);
+    // The clock of the save (still 0: a manual clock never set) plus the
+    // wall-clock milliseconds since, a few at most on any machine.
+    assert_eq!(starts[0], 0);
+    let since = starts[1];
+    assert!(since < 60_000, "{starts:?}");
+    assert_eq!(again.remaining_at("ana", since), 0);
+    assert!(!again.check_at("ana", since).allowed());
+    assert_eq!(again.remaining_at("ben", since), 2);
+    assert_eq!(again.remaining_at("cleo", since), 3);
+}
+
+/// A file that exists but cannot be read whole is an error that names it,
+/// never replaced by a new limiter: `build` is not called and the file is
+/// left as it was. Under other rules it is refused as `load_into` refuses
+/// it; `build`'s own error is named too.
+#[test]
+fn load_or_new_refuses_a_corrupt_file_and_other_rules() {
+    let file = Scratch::new("load-or-new-corrupt");
+    std::fs::write(&file.0, b"not a state file").unwrap();
+    let mut built = 0;
+    let error = state::load_or_new(&file.0, |start| {
+        built += 1;
+        ms_limiter("gcra:3/1h", start)
+    })
+    .err()
+    .expect("refused");
+    assert_eq!(built, 0);
+    assert!(!error.is_missing());
+    let message = error.to_string();
+    assert!(message.contains("not a floodgate state file"), "{message}");
+    assert!(message.contains(&*file.0.to_string_lossy()), "{message}");
+    assert_eq!(std::fs::read(&file.0).unwrap(), b"not a state file");
+
+    let saved = ms_limiter("gcra:3/1h", 0).unwrap();
+    saved.check_at("ana", 0);
+    state::save(&*saved, &file.0).unwrap();
+    let error = state::load_or_new(&file.0, |start| ms_limiter("gcra:5/1h", start))
+        .err()
+        .expect("refused");
+    assert!(error.is_other_rules(), "{error}");
+
+    let refuses_everyone = Bounds::new().max_clients(0);
+    let error = state::load_or_new(&file.0, |start| {
+        build_rules::<str, _>(
+            &"gcra:3/1h".parse().unwrap(),
+            Engine::LockFree,
+            ms_clock(start),
+            refuses_everyone,
+        )
+    })
+    .err()
+    .expect("refused")
+    .to_string();
+    assert!(
+        error.starts_with("cannot build the limiter for "),
+        "{error}"
+    );
+}
+
+/// A saver saves every interval on its own thread: each client checked
+/// is in the file within a few intervals, with no call of the test's.
+#[test]
+fn a_saver_saves_every_interval() {
+    let file = Scratch::new("saver-interval");
+    let limiter = ms_limiter("gcra:3/1h", 0).unwrap();
+    let saver = state::Saver::spawn(
+        std::sync::Arc::clone(&limiter),
+        &file.0,
+        Duration::from_millis(10),
+    );
+    assert_eq!(saver.interval(), Some(Duration::from_millis(10)));
+    limiter.check("ana");
+    eventually("the first save", || clients_in(&file.0) == 1);
+    limiter.check("ben");
+    eventually("a later save", || clients_in(&file.0) == 2);
+    // Counted once its file is in place: a moment after the test saw it.
+    eventually("two saves counted", || saver.saves() >= 2);
+    assert_eq!(saver.failures(), 0);
+    assert!(saver.last_error().is_none());
+}
+
+/// A saver saves once more when dropped (here, long before its first
+/// interval ends), and `stop` does the same, answering what it saved.
+#[test]
+fn a_saver_saves_at_its_drop_and_its_stop() {
+    let file = Scratch::new("saver-drop");
+    let limiter = ms_limiter("gcra:3/1h", 0).unwrap();
+    let saver = state::Saver::spawn(
+        std::sync::Arc::clone(&limiter),
+        &file.0,
+        Duration::from_secs(3_600),
+    );
+    limiter.check("ana");
+    assert!(!file.0.exists());
+    drop(saver);
+    assert_eq!(clients_in(&file.0), 1);
+
+    let saver = state::Saver::new(std::sync::Arc::clone(&limiter), &file.0);
+    assert_eq!(saver.interval(), None);
+    limiter.check("ben");
+    let summary = saver.stop().unwrap();
+    assert_eq!(summary.clients, 2);
+    assert_eq!(clients_in(&file.0), 2);
+    limiter.check("cleo");
+    drop(saver); // stopped already: no second save
+    assert_eq!(clients_in(&file.0), 2);
+    assert_eq!(limiter.tracked_clients(), 3);
+}
+
+/// A path whose directory does not exist: every periodic save fails and
+/// is counted, with the last error; once the directory is made, the next
+/// save succeeds and the last error is cleared.
+#[test]
+fn a_saver_counts_its_failures_and_recovers_when_the_path_can_be_written() {
+    let dir = ScratchDir::new("saver-recovers");
+    let path = dir.0.join("limits.state");
+    let limiter = ms_limiter("gcra:3/1h", 0).unwrap();
+    limiter.check("ana");
+    let saver = state::Saver::spawn(
+        std::sync::Arc::clone(&limiter),
+        &path,
+        Duration::from_millis(10),
+    );
+    eventually("two failed saves", || saver.failures() >= 2);
+    assert_eq!(saver.saves(), 0);
+    let error = saver
+        .last_error()
+        .expect("the last save failed")
+        .to_string();
+    assert!(
+        error.starts_with(&format!("cannot save to {}: ", path.display())),
+        "{error}"
+    );
+    std::fs::create_dir(&dir.0).unwrap();
+    eventually("a save once the directory is there", || saver.saves() >= 1);
+    assert!(saver.last_error().is_none());
+    assert_eq!(clients_in(&path), 1);
+    let failures = saver.failures();
+    drop(saver);
+    assert!(failures >= 2);
+}
+
+/// The stop's save is tried three times before it gives up, each attempt
+/// counted, and answers the last error.
+#[test]
+fn the_stops_save_tries_three_times_then_gives_up() {
+    let dir = ScratchDir::new("saver-gives-up");
+    let path = dir.0.join("limits.state");
+    let limiter = ms_limiter("gcra:3/1h", 0).unwrap();
+    limiter.check("ana");
+    let saver = state::Saver::new(limiter, &path);
+    let error = saver.stop().unwrap_err();
+    assert_eq!(error.path(), path);
+    assert_eq!((saver.saves(), saver.failures()), (0, 3));
+    assert!(!path.exists());
+}
+
+/// `check_writable`: a directory that exists takes the check's file and
+/// keeps nothing of it; a missing directory and a path that is a directory
+/// are refused, named.
+#[test]
+fn check_writable_finds_a_path_that_cannot_be_written() {
+    let dir = ScratchDir::new("writable");
+    let path = dir.0.join("limits.state");
+    let error = state::check_writable(&path).unwrap_err().to_string();
+    assert_eq!(
+        error.split(": ").take(2).collect::<Vec<_>>(),
+        [
+            format!("cannot save to {}", path.display()),
+            format!("a file cannot be created in {}", dir.0.display()),
+        ],
+        "{error}"
+    );
+    std::fs::create_dir(&dir.0).unwrap();
+    state::check_writable(&path).unwrap();
+    assert_eq!(std::fs::read_dir(&dir.0).unwrap().count(), 0);
+    let error = state::check_writable(&dir.0).unwrap_err().to_string();
+    assert_eq!(
+        error,
+        format!("cannot save to {}: it is a directory", dir.0.display())
+    );
+}

@@ -17,21 +17,23 @@
 //! (`proxy_metrics.rs`). SIGINT or
 //! SIGTERM stops it: it stops accepting, lets the requests in flight finish
 //! (a connection kept alive is closed after its current response) and exits
-//! 0. A second signal stops it at once, with status 1.
+//! 0. A second signal stops it at once, with status 1. With `--state` the
+//! state is saved either way; a save that fails (after a few attempts) is
+//! status 1 too.
 
 use std::borrow::Cow;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use floodgate::http::{
     AsyncLimiter, ForwardedIp, Global, Header, Key, KeyExtractor, MissingKey, Parts, PeerIp,
     RateLimitLayer, DEFAULT_IPV6_PREFIX,
 };
-use floodgate::state::{self, Saved, StateKey};
+use floodgate::state::{self, Saved, Saver, StateKey};
 use floodgate::tiers::Tiers;
 use floodgate::{
     Bounds, Builder, Config, ConfigError, Decision, Overflow, PolicyKind, QuantaClock, RateLimiter,
@@ -193,11 +195,12 @@ pub struct Args {
 
     /// Keep every client's state in FILE across restarts (in memory):
     /// loaded at start when FILE exists, under the same rules (a first
-    /// start without it is fine; any other file that cannot be read whole
-    /// stops the start, exit status 2), and saved when SIGINT or SIGTERM
-    /// stops the proxy, once the requests in flight are answered, and every
-    /// --state-every. A client refused before a restart is still refused
-    /// after it; the time the proxy was down counts as time passed.
+    /// start without it is fine; any other file that cannot be read whole,
+    /// or a FILE whose directory does not take a file, stops the start,
+    /// exit status 2), and saved when SIGINT or SIGTERM stops the proxy,
+    /// once the requests in flight are answered, and every --state-every.
+    /// A client refused before a restart is still refused after it; the
+    /// time the proxy was down counts as time passed.
     #[arg(long, value_name = "FILE", conflicts_with = "backend")]
     state: Option<PathBuf>,
 
@@ -209,7 +212,8 @@ pub struct Args {
     state_carry_over: bool,
 
     /// Also save --state this often while running, such as 1m: a crash
-    /// loses at most that much of what clients spent.
+    /// loses at most that much of what clients spent. A save that fails is
+    /// logged, counted in /metrics and tried again at the next.
     #[arg(long, value_name = "DURATION", requires = "state",
           value_parser = Checked(parse_duration))]
     state_every: Option<Span>,
@@ -724,6 +728,11 @@ async fn store(args: &Args, rules: &RuleSet, bounds: Bounds) -> Result<Store, Ex
         }
         return Ok(Store::Redis(redis));
     }
+    // A path that cannot be written is found now, before anything is
+    // served, not at the stop with the state lost.
+    if let Some(path) = &args.state {
+        state::check_writable(path).map_err(|error| usage(format!("--state: {error}")))?;
+    }
     let saved = saved_state(args)?;
     let clock = clock(saved.as_ref());
     let limiter = if let Some((default, others)) = args.tier.split_first() {
@@ -758,7 +767,8 @@ async fn store(args: &Args, rules: &RuleSet, bounds: Bounds) -> Result<Store, Ex
             }
         })?;
         eprintln!(
-            "floodgate proxy: loaded {loaded} clients from {}",
+            "floodgate proxy: loaded {} from {}",
+            clients(loaded),
             saved_path(args)
         );
     }
@@ -773,42 +783,12 @@ fn saved_path(args: &Args) -> String {
         .unwrap_or_default()
 }
 
-/// Saves the in-memory limiter to `--state` (one save at a time, and none
-/// once the last one, at the stop, was made).
-struct Saver {
-    limiter: Arc<dyn RateLimiter<Client>>,
-    path: PathBuf,
-    /// Held through each save; `true` once the stop's save began, after
-    /// which a periodic one still waiting for it does nothing (it would
-    /// put an older state over the last).
-    last: Mutex<bool>,
-}
-
-impl Saver {
-    fn save(&self, last: bool) -> Result<Option<state::Summary>, state::SaveError> {
-        let mut stopped = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        if *stopped {
-            return Ok(None);
-        }
-        *stopped = last;
-        state::save(&*self.limiter, &self.path).map(Some)
-    }
-}
-
-/// Saves every `every`, on a blocking thread; a failed save is said on
-/// standard error, and the next one tries again.
-async fn save_every(saver: Arc<Saver>, every: Duration) {
-    let mut timer = tokio::time::interval(every);
-    timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    timer.tick().await;
-    loop {
-        timer.tick().await;
-        let saver = Arc::clone(&saver);
-        match tokio::task::spawn_blocking(move || saver.save(false)).await {
-            Ok(Err(error)) => eprintln!("floodgate proxy: {error}"),
-            Ok(Ok(_)) => {}
-            Err(_) => return,
-        }
+/// `n` clients, in words: `1 client`, `2 clients`.
+fn clients(n: usize) -> String {
+    if n == 1 {
+        "1 client".to_owned()
+    } else {
+        format!("{n} clients")
     }
 }
 
@@ -906,7 +886,7 @@ async fn serve(args: Args, rules: RuleSet, bounds: Bounds, extractor: Extract) -
             return ExitCode::FAILURE;
         }
     };
-    let metrics_server = match args.metrics_listen {
+    let metrics_listener = match args.metrics_listen {
         None => None,
         Some(address) => {
             let listener = match TcpListener::bind(address).await {
@@ -916,27 +896,38 @@ async fn serve(args: Args, rules: RuleSet, bounds: Bounds, extractor: Extract) -
                     return ExitCode::FAILURE;
                 }
             };
-            let local = match listener.local_addr() {
-                Ok(local) => local,
+            match listener.local_addr() {
+                Ok(local) => Some((listener, local)),
                 Err(error) => {
                     eprintln!("floodgate proxy: cannot read the metrics address: {error}");
                     return ExitCode::FAILURE;
                 }
-            };
-            let scraped = Scraped {
-                limiter: in_memory,
-                #[cfg(feature = "redis")]
-                redis,
-                name: args.policy_name.clone(),
-                stats: Arc::clone(&stats),
-                metrics: Arc::clone(&measured),
-            };
-            Some((
-                local,
-                tokio::spawn(metrics::serve(listener, Arc::new(scraped))),
-            ))
+            }
         }
     };
+    // Made once nothing can stop the start: a saver dropped saves.
+    let saver = match (&args.state, in_memory_limiter) {
+        (Some(path), Some(limiter)) => Some(Arc::new(match &args.state_every {
+            Some(every) => Saver::spawn(limiter, path, every.duration()),
+            None => Saver::new(limiter, path),
+        })),
+        _ => None,
+    };
+    let metrics_server = metrics_listener.map(|(listener, local)| {
+        let scraped = Scraped {
+            limiter: in_memory,
+            #[cfg(feature = "redis")]
+            redis,
+            name: args.policy_name.clone(),
+            stats: Arc::clone(&stats),
+            metrics: Arc::clone(&measured),
+            saver: saver.clone(),
+        };
+        (
+            local,
+            tokio::spawn(metrics::serve(listener, Arc::new(scraped))),
+        )
+    });
     // `println!` flushes at its newline only on a terminal: a test or a
     // supervisor reading a pipe waits for these lines; `listening on`
     // comes last, once both listeners are bound.
@@ -954,27 +945,13 @@ async fn serve(args: Args, rules: RuleSet, bounds: Bounds, extractor: Extract) -
     #[cfg(not(feature = "redis"))]
     let held = "memory";
     eprintln!(
-        "floodgate proxy: {rules} per client ({}) in {held}, to {}",
+        "floodgate proxy: {} per client ({}) in {held}, to {}",
+        describe_limits(&args, &rules),
         describe_key(&args),
         args.upstream
     );
 
     let printer = tokio::spawn(print_stats(Arc::clone(&stats), forward.clone()));
-    let saver = match (&args.state, &in_memory_limiter) {
-        (Some(path), Some(limiter)) => Some(Arc::new(Saver {
-            limiter: Arc::clone(limiter),
-            path: path.clone(),
-            last: Mutex::new(false),
-        })),
-        _ => None,
-    };
-    let saving = match (&saver, &args.state_every) {
-        (Some(saver), Some(every)) => Some(tokio::spawn(save_every(
-            Arc::clone(saver),
-            every.duration(),
-        ))),
-        _ => None,
-    };
     let graceful = GracefulShutdown::new();
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new());
@@ -1009,41 +986,76 @@ async fn serve(args: Args, rules: RuleSet, bounds: Bounds, extractor: Extract) -
     }
     drop(listener);
     eprintln!("floodgate proxy: stopping; finishing the requests in flight");
-    tokio::select! {
-        () = graceful.shutdown() => {}
+    // A second signal stops the wait for the requests in flight, not the
+    // save: what clients spent is kept either way.
+    let finished = tokio::select! {
+        () = graceful.shutdown() => true,
         () = signals.recv() => {
             eprintln!("floodgate proxy: second signal, stopping now");
-            eprintln!("{}", stats_line(stats.snapshot()));
-            return ExitCode::FAILURE;
+            false
         }
-    }
+    };
     printer.abort();
     if let Some((_, server)) = metrics_server {
         server.abort();
     }
-    if let Some(saving) = saving {
-        saving.abort();
-    }
     eprintln!("{}", stats_line(stats.snapshot()));
-    if let Some(saver) = saver {
-        match tokio::task::spawn_blocking(move || saver.save(true)).await {
-            Ok(Ok(Some(summary))) => eprintln!(
-                "floodgate proxy: saved {} clients to {}",
-                summary.clients,
-                saved_path(&args)
-            ),
-            Ok(Ok(None)) => {}
-            Ok(Err(error)) => {
-                eprintln!("floodgate proxy: {error}");
-                return ExitCode::FAILURE;
-            }
-            Err(error) => {
-                eprintln!("floodgate proxy: the save stopped: {error}");
-                return ExitCode::FAILURE;
-            }
+    let saved = match saver {
+        Some(saver) => save_at_stop(saver, &args).await,
+        None => true,
+    };
+    if finished && saved {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// The stop's save (`Saver::stop`: a few attempts, each failure logged),
+/// said on standard error; whether it was made.
+async fn save_at_stop(saver: Arc<Saver>, args: &Args) -> bool {
+    let path = saved_path(args);
+    match tokio::task::spawn_blocking(move || saver.stop()).await {
+        Ok(Ok(summary)) => {
+            eprintln!(
+                "floodgate proxy: saved {} to {path}",
+                clients(summary.clients)
+            );
+            true
+        }
+        Ok(Err(error)) => {
+            eprintln!("floodgate proxy: the state was not saved: {error}");
+            false
+        }
+        Err(error) => {
+            eprintln!("floodgate proxy: the state was not saved: the save stopped: {error}");
+            false
         }
     }
-    ExitCode::SUCCESS
+}
+
+/// The limits, as the banner says them: the rules, or every tier's and
+/// how a request's tier is chosen.
+fn describe_limits(args: &Args, rules: &RuleSet) -> String {
+    let Some(default) = args.tier.first() else {
+        return rules.to_string();
+    };
+    let tiers: Vec<String> = args
+        .tier
+        .iter()
+        .map(|tier| format!("{}={}", tier.name, tier.rules))
+        .collect();
+    let chosen = match &args.tier_header {
+        Some(header) => format!(
+            "each request's tier named by header {header}; {} when it names none or no tier",
+            default.name
+        ),
+        None => format!(
+            "no --tier-header: every request in the default tier, {}",
+            default.name
+        ),
+    };
+    format!("tiers {} ({chosen})", tiers.join(", "))
 }
 
 fn describe_key(args: &Args) -> String {

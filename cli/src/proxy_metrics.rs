@@ -15,6 +15,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use floodgate::export::Prometheus;
+use floodgate::state::Saver;
 use floodgate::RateLimiter;
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
@@ -155,7 +156,27 @@ fn scrape(scraped: &Scraped) -> String {
     scraped
         .metrics
         .render(scraped.stats.snapshot()[3], &mut out);
+    if let Some(saver) = &scraped.saver {
+        render_saves(saver.saves(), saver.failures(), &mut out);
+    }
     out
+}
+
+/// `--state`'s saves, in the text format: those made and those that
+/// failed (each logged, and tried again at the next `--state-every`).
+fn render_saves(saves: u64, failures: u64, out: &mut String) {
+    use std::fmt::Write as _;
+    // Writing to a `String` cannot fail.
+    let _ = writeln!(
+        out,
+        "# HELP floodgate_proxy_state_saves_total Saves of the state to --state that were made.\n\
+         # TYPE floodgate_proxy_state_saves_total counter\n\
+         floodgate_proxy_state_saves_total {saves}\n\
+         # HELP floodgate_proxy_state_save_failures_total Saves of the state to --state that \
+         failed, each logged on standard error and tried again at the next --state-every.\n\
+         # TYPE floodgate_proxy_state_save_failures_total counter\n\
+         floodgate_proxy_state_save_failures_total {failures}"
+    );
 }
 
 /// How many of the clients refused most `/offenders` lists.
@@ -208,6 +229,8 @@ pub struct Scraped {
     pub stats: Arc<Stats>,
     /// The proxy's own counts.
     pub metrics: Arc<Metrics>,
+    /// `--state`'s saver, whose saves and failures are counted.
+    pub saver: Option<Arc<Saver>>,
 }
 
 type MetricsBody = Full<Bytes>;
@@ -403,5 +426,19 @@ mod tests {
             assert!(out.contains(line), "{line:?} in\n{out}");
         }
         assert!(!out.contains("status=\"500\""));
+    }
+
+    #[test]
+    fn the_saves_in_the_text_format() {
+        let mut out = String::new();
+        render_saves(4, 2, &mut out);
+        for line in [
+            "# TYPE floodgate_proxy_state_saves_total counter\n",
+            "floodgate_proxy_state_saves_total 4\n",
+            "# TYPE floodgate_proxy_state_save_failures_total counter\n",
+            "floodgate_proxy_state_save_failures_total 2\n",
+        ] {
+            assert!(out.contains(line), "{line:?} in\n{out}");
+        }
     }
 }

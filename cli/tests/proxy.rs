@@ -859,6 +859,17 @@ async fn the_tier_header_chooses_each_requests_tier() {
         "--tier-header",
         "x-plan",
     ]);
+    // The banner names every tier's rules and the tier header.
+    let banner = proxy.stderr_line("per client");
+    assert_eq!(
+        banner,
+        format!(
+            "floodgate proxy: tiers free=gcra:2/1h, premium=gcra:5/1h (each request's tier \
+             named by header x-plan; free when it names none or no tier) per client (by header \
+             x-key) in memory, to {}",
+            upstream.url()
+        )
+    );
     let admitted = |key: &'static str, plan: &'static str, tries: usize| {
         let url = proxy.url("/");
         async move {
@@ -1056,6 +1067,8 @@ impl StateFile {
 impl Drop for StateFile {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
+        // A test's directory, with what it holds.
+        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -1103,6 +1116,20 @@ async fn a_client_refused_before_a_restart_is_refused_after_it() {
         args.extend(rules);
         // A first start: no file yet, which is fine.
         let proxy = Proxy::start(&args);
+        // The banner: every rule, every tier (here without --tier-header).
+        let banner = proxy.stderr_line("per client");
+        let limits = match name {
+            "rules" => "gcra:10/1s,fixed-window:3/1d",
+            _ => {
+                "tiers free=gcra:10/1s,fixed-window:3/1d, pro=gcra:5/1h (no --tier-header: \
+                 every request in the default tier, free)"
+            }
+        };
+        assert_eq!(
+            banner,
+            format!("floodgate proxy: {limits} per client (by header x-key) in memory, to {url}"),
+            "{name}"
+        );
         assert_eq!(
             statuses(&proxy, "a", 4).await,
             [200, 200, 200, 429],
@@ -1194,6 +1221,94 @@ fn a_bad_state_file_stops_the_start_with_status_2() {
     let output = run(&["--rule", "gcra:1/1s", "--state-every", "1s"]);
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("--state"));
+}
+
+/// A `--state` path that cannot be written is found at the start, not at
+/// the stop with the state lost: status 2, before anything is served, the
+/// path and the system's error named. A path that is a directory too.
+#[test]
+fn an_unwritable_state_path_stops_the_start_with_status_2() {
+    let run = |state: &str| {
+        Command::new(env!("CARGO_BIN_EXE_floodgate"))
+            .args([
+                "proxy",
+                "--listen",
+                "127.0.0.1:0",
+                "--upstream",
+                "http://127.0.0.1:9",
+                "--rule",
+                "gcra:1/1s",
+                "--state",
+                state,
+            ])
+            .output()
+            .unwrap()
+    };
+    let output = run("/nonexistent-dir/x.state");
+    assert_eq!(output.status.code(), Some(2));
+    assert!(output.stdout.is_empty(), "nothing served");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(
+        stderr,
+        "error: --state: cannot save to /nonexistent-dir/x.state: a file cannot be created in \
+         /nonexistent-dir: No such file or directory (os error 2)\n"
+    );
+    let dir = std::env::temp_dir();
+    let output = run(dir.to_str().unwrap());
+    assert_eq!(output.status.code(), Some(2));
+    assert!(output.stdout.is_empty(), "nothing served");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(
+        stderr,
+        format!(
+            "error: --state: cannot save to {}: it is a directory\n",
+            dir.display()
+        )
+    );
+}
+
+/// The stop's save fails when `--state`'s directory went away while the
+/// proxy ran: it is tried three times, each failure logged, then the
+/// proxy says the state was not saved and exits 1.
+#[tokio::test]
+async fn a_stop_whose_save_fails_says_so_and_exits_1() {
+    let upstream = Upstream::start().await;
+    let url = upstream.url();
+    let dir = StateFile::new("gone.dir");
+    std::fs::create_dir(&dir.0).unwrap();
+    let path = dir.0.join("x.state");
+    let path = path.to_str().unwrap();
+    let mut proxy = Proxy::start(&[
+        "--upstream",
+        &url,
+        "--key",
+        "header:x-key",
+        "--rule",
+        "fixed-window:3/1d",
+        "--state",
+        path,
+    ]);
+    assert_eq!(statuses(&proxy, "a", 1).await, [200]);
+    std::fs::remove_dir(&dir.0).unwrap();
+    proxy.terminate();
+    let status = wait(&mut proxy.child);
+    assert_eq!(status.code(), Some(1));
+    // Its standard error to the end (the reader stops at the pipe's end).
+    let stderr: Vec<String> = proxy.stderr.iter().collect();
+    let attempts = stderr
+        .iter()
+        .filter(|line| line.contains(&format!("cannot save to {path}: No such file")))
+        .count();
+    // Three attempts logged, and the proxy's own last line.
+    assert_eq!(attempts, 4, "{stderr:#?}");
+    let last = stderr.last().unwrap();
+    assert_eq!(
+        *last,
+        format!(
+            "floodgate proxy: the state was not saved: cannot save to {path}: No such file or \
+             directory (os error 2)"
+        )
+    );
 }
 
 /// A deploy that changed a tier's limit: the file saved under the old

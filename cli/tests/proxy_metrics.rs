@@ -148,7 +148,8 @@ impl Proxy {
             std::thread::sleep(Duration::from_millis(10));
         }
         let exited = exited.expect("the proxy exits on SIGTERM");
-        (exited.success(), self.stderr.try_iter().collect())
+        // To the pipe's end: the reader stops there, once the proxy exited.
+        (exited.success(), self.stderr.iter().collect())
     }
 }
 
@@ -470,4 +471,93 @@ async fn the_cap_reached_is_logged_once() {
         .collect();
     assert_eq!(cap.len(), 1, "{stderr:#?}");
     assert!(cap[0].contains("WARN"), "{cap:?}");
+}
+
+/// `--state-every` to a directory that went away while the proxy ran:
+/// each failed save is logged and counted in `/metrics`, and the saves
+/// start again once the directory is back; the stop's save then succeeds.
+#[tokio::test]
+async fn failed_periodic_saves_are_logged_counted_and_tried_again() {
+    let upstream = upstream().await;
+    let dir = std::env::temp_dir().join(format!("floodgate-proxy-saves-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir(&dir).unwrap();
+    let path = dir.join("x.state");
+    let path = path.to_str().unwrap();
+    let proxy = Proxy::start(&[
+        "--upstream",
+        &upstream,
+        "--rule",
+        "fixed-window:10/1d",
+        "--key",
+        "header:x-key",
+        "--state",
+        path,
+        "--state-every",
+        "20ms",
+    ]);
+    let (status, _, _) = send(Method::GET, &proxy.url("/"), &[("x-key", "a")]).await;
+    assert_eq!(status, StatusCode::OK);
+    // Moved away in one step, so no save under way can put a file back.
+    let gone = dir.with_extension("gone");
+    std::fs::rename(&dir, &gone).unwrap();
+    std::fs::remove_dir_all(&gone).unwrap();
+    let saves = |scrape: &Scrape| {
+        (
+            scrape.get("floodgate_proxy_state_saves_total", &[]),
+            scrape.get("floodgate_proxy_state_save_failures_total", &[]),
+        )
+    };
+    let patience = std::time::Instant::now();
+    // Ends once two saves failed, or fails the test past PATIENCE.
+    loop {
+        let scrape = Scrape::take(&proxy).await;
+        assert!(
+            scrape
+                .text
+                .contains("# TYPE floodgate_proxy_state_save_failures_total counter"),
+            "{}",
+            scrape.text
+        );
+        if saves(&scrape).1 >= 2.0 {
+            break;
+        }
+        assert!(patience.elapsed() < PATIENCE, "no failed save counted");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    std::fs::create_dir(&dir).unwrap();
+    let before = saves(&Scrape::take(&proxy).await).0;
+    // Ends once a save after the directory came back was made, or fails
+    // the test past PATIENCE.
+    loop {
+        if saves(&Scrape::take(&proxy).await).0 > before && std::fs::metadata(path).is_ok() {
+            break;
+        }
+        assert!(
+            patience.elapsed() < PATIENCE,
+            "no save once the directory is back"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (exited, stderr) = proxy.stop_with_stderr();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(exited, "{stderr:#?}");
+    let failed = stderr
+        .iter()
+        .find(|line| line.contains("cannot save to"))
+        .expect("a failed save logged");
+    assert!(failed.contains("WARN"), "{failed}");
+    assert!(
+        failed.contains(&format!(
+            "floodgate: cannot save to {path}: No such file or directory (os error 2); trying \
+             again in 20ms (1 failed so far)"
+        )),
+        "{failed}"
+    );
+    assert!(
+        stderr
+            .iter()
+            .any(|line| *line == format!("floodgate proxy: saved 1 client to {path}")),
+        "{stderr:#?}"
+    );
 }

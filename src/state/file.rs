@@ -140,7 +140,8 @@ where
     let path = path.as_ref();
     let (bytes, clients) =
         encode(limiter, attachment).map_err(|problem| SaveError::new(path, problem))?;
-    write_aside(path, &bytes).map_err(|error| SaveError::new(path, SaveProblem::Io(error)))?;
+    write_aside(path, &bytes)
+        .map_err(|error| SaveError::new(path, SaveProblem::Io(Arc::new(error))))?;
     Ok(Summary {
         clients,
         bytes: bytes.len() as u64,
@@ -232,11 +233,7 @@ pub fn resealed(bytes: &[u8]) -> Vec<u8> {
 /// Writes `bytes` to `path` by way of a file beside it, renamed over it
 /// once flushed; the file beside it is removed if anything failed.
 fn write_aside(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    // The process's own name beside it: two processes saving to one path
-    // never write into each other's file (the last rename wins, whole).
-    let mut aside = path.as_os_str().to_owned();
-    aside.push(format!(".{}.tmp", std::process::id()));
-    let aside = PathBuf::from(aside);
+    let aside = aside(path);
     let written = (|| {
         let mut file = fs::File::create(&aside)?;
         file.write_all(bytes)?;
@@ -255,6 +252,62 @@ fn write_aside(path: &Path, bytes: &[u8]) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The file a save writes beside `path` before renaming it over `path`:
+/// `path` with the process's id and `.tmp` added. The process's own name:
+/// two processes saving to one path never write into each other's file
+/// (the last rename wins, whole).
+fn aside(path: &Path) -> PathBuf {
+    aside_named(path, "")
+}
+
+/// `path` with the process's id, `tag` and `.tmp` added.
+fn aside_named(path: &Path, tag: &str) -> PathBuf {
+    let mut aside = path.as_os_str().to_owned();
+    aside.push(format!(".{}{tag}.tmp", std::process::id()));
+    PathBuf::from(aside)
+}
+
+/// Checks that a save to `path` can be written now: its directory exists
+/// and takes a file (a file beside `path`, `path` with `.PID.check.tmp`
+/// added, is created there and removed at once: a name of its own, so a
+/// save under way in this process is left alone), and `path` is not a
+/// directory. An existing `path` is left as it is.
+///
+/// A service that saves at its stop checks this at its start, so that a
+/// path that cannot be written is found before anything is served rather
+/// than at the stop, with the state lost.
+///
+/// ```
+/// use floodgate::state;
+///
+/// let missing = std::env::temp_dir().join("floodgate-no-such-directory").join("limits.state");
+/// let error = state::check_writable(&missing).unwrap_err();
+/// assert!(error.to_string().starts_with("cannot save to "));
+/// assert!(state::check_writable(std::env::temp_dir().join("limits.state")).is_ok());
+/// ```
+///
+/// # Errors
+///
+/// [`SaveError`], naming `path`: a directory that does not exist or does
+/// not take a file (permissions, a read-only file system), with the
+/// system's error; or `path` is a directory.
+pub fn check_writable(path: impl AsRef<Path>) -> Result<(), SaveError> {
+    let path = path.as_ref();
+    let fail = |problem| Err(SaveError::new(path, problem));
+    if path.is_dir() {
+        return fail(SaveProblem::IsADirectory);
+    }
+    let aside = aside_named(path, ".check");
+    match fs::File::create(&aside) {
+        Ok(file) => {
+            drop(file);
+            fs::remove_file(&aside)
+                .or_else(|error| fail(SaveProblem::Check(aside.clone(), Arc::new(error))))
+        }
+        Err(error) => fail(SaveProblem::Check(aside, Arc::new(error))),
+    }
 }
 
 fn wall_nanos(time: SystemTime) -> u64 {
@@ -715,19 +768,94 @@ where
     Ok(limiter)
 }
 
+/// Loads the state file at `path` into the limiter `build` makes, or,
+/// when there is no file yet (a first start), answers `build`'s limiter as
+/// it is: the start of a service that keeps its limits across restarts,
+/// with [`Saver`](crate::state::Saver) for the saves.
+///
+/// `build` is given the tick its limiter's clock starts at: where the
+/// save's clock goes on from ([`Saved::resume_at`]: the save's ticks plus
+/// the wall-clock time since), or 0 without a file. A real clock is
+/// [`QuantaClock::starting_at`] that tick; a [`ManualClock`](crate::ManualClock)
+/// is set to it. The limiter is built by the caller, so its rules,
+/// bounds, counting and clock are the caller's: a file saved under other
+/// rules is refused ([`LoadError::is_other_rules`]; [`Saved::load_carried_into`]
+/// carries its clients over instead).
+///
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use floodgate::{state, Builder, QuantaClock, RateLimiter};
+///
+/// let path = std::env::temp_dir().join(format!("floodgate-doc-lon-{}.state", std::process::id()));
+/// let rules = "gcra:5/1h".parse()?;
+/// let build = |start| Builder::from_rules(&rules).clock(QuantaClock::starting_at(start)).build::<str>();
+///
+/// let limiter = state::load_or_new(&path, build)?; // no file: a new limiter
+/// for _ in 0..5 {
+///     limiter.check("maya");
+/// }
+/// state::save(&*limiter, &path)?;
+///
+/// let restarted = state::load_or_new(&path, build)?; // the file: maya's spend kept
+/// assert!(!restarted.check("maya").allowed());
+/// # std::fs::remove_file(&path)?;
+/// # Ok(())
+/// # }
+/// ```
+///
+/// # Errors
+///
+/// [`LoadError`]: a file that exists but cannot be read whole (a corrupt
+/// file is never silently replaced by a new limiter: the error says what
+/// is wrong with it, and the caller decides), one that
+/// [`Saved::load_into`] refuses, or `build`'s error.
+pub fn load_or_new<Q, L>(
+    path: impl AsRef<Path>,
+    build: impl FnOnce(u64) -> Result<Arc<L>, crate::ConfigError>,
+) -> Result<Arc<L>, LoadError>
+where
+    Q: ?Sized + StateKey,
+    L: ?Sized + RateLimiter<Q>,
+{
+    let path = path.as_ref();
+    let saved = match Saved::read(path) {
+        Ok(saved) => saved,
+        Err(error) if error.is_missing() => {
+            return build(0).map_err(|error| LoadError::new(path, LoadProblem::Build(error)));
+        }
+        Err(error) => return Err(error),
+    };
+    let limiter = build(saved.resume_at(SystemTime::now()))
+        .map_err(|error| LoadError::new(path, LoadProblem::Build(error)))?;
+    let loaded = saved.load_into(&*limiter)?;
+    tracing::info!(
+        loaded,
+        "floodgate: loaded {} from {}",
+        super::clients(loaded),
+        path.display()
+    );
+    Ok(limiter)
+}
+
 /// Why a save failed: the file it was for, and what happened. The file
 /// is untouched.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct SaveError {
     path: PathBuf,
     problem: SaveProblem,
 }
 
-#[derive(Debug)]
+/// The system's errors shared, so that an error is kept as the last one
+/// ([`Saver::last_error`](crate::state::Saver::last_error)) and returned.
+#[derive(Clone, Debug)]
 enum SaveProblem {
     Unsupported,
     Encode(postcard::Error),
-    Io(io::Error),
+    Io(Arc<io::Error>),
+    /// [`check_writable`]: the file beside the target could not be
+    /// created or removed.
+    Check(PathBuf, Arc<io::Error>),
+    IsADirectory,
 }
 
 impl SaveError {
@@ -754,6 +882,18 @@ impl fmt::Display for SaveError {
             ),
             SaveProblem::Encode(error) => write!(f, "cannot save to {path}: {error}"),
             SaveProblem::Io(error) => write!(f, "cannot save to {path}: {error}"),
+            SaveProblem::Check(aside, error) => {
+                let dir = aside
+                    .parent()
+                    .filter(|dir| !dir.as_os_str().is_empty())
+                    .unwrap_or(Path::new("."));
+                write!(
+                    f,
+                    "cannot save to {path}: a file cannot be created in {}: {error}",
+                    dir.display()
+                )
+            }
+            SaveProblem::IsADirectory => write!(f, "cannot save to {path}: it is a directory"),
         }
     }
 }
@@ -761,9 +901,9 @@ impl fmt::Display for SaveError {
 impl std::error::Error for SaveError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match &self.problem {
-            SaveProblem::Io(error) => Some(error),
+            SaveProblem::Io(error) | SaveProblem::Check(_, error) => Some(&**error),
             SaveProblem::Encode(error) => Some(error),
-            SaveProblem::Unsupported => None,
+            SaveProblem::Unsupported | SaveProblem::IsADirectory => None,
         }
     }
 }
@@ -806,6 +946,8 @@ enum LoadProblem {
         given: Tick,
     },
     Rules(crate::ConfigError),
+    /// [`load_or_new`]'s `build` failed.
+    Build(crate::ConfigError),
     Unsupported,
     NotEmpty,
     BadKey {
@@ -898,6 +1040,9 @@ impl fmt::Display for LoadError {
                 "cannot load {path}: saved with a clock tick of {saved}, not {given}"
             ),
             LoadProblem::Rules(error) => write!(f, "cannot load {path}: {error}"),
+            LoadProblem::Build(error) => {
+                write!(f, "cannot build the limiter for {path}: {error}")
+            }
             LoadProblem::Unsupported => write!(
                 f,
                 "cannot load {path}: this limiter keeps no saves (the in-memory engines do)"
@@ -934,7 +1079,7 @@ impl std::error::Error for LoadError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match &self.problem {
             LoadProblem::Io(error) => Some(error),
-            LoadProblem::Rules(error) => Some(error),
+            LoadProblem::Rules(error) | LoadProblem::Build(error) => Some(error),
             _ => None,
         }
     }

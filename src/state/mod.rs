@@ -52,12 +52,18 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 #[cfg(feature = "state")]
 mod file;
+#[cfg(feature = "state")]
+mod saver;
 
 #[cfg(feature = "state")]
 #[cfg_attr(docsrs, doc(cfg(feature = "state")))]
 pub use file::{
-    load, resealed, save, save_with, to_bytes, LoadError, SaveError, Saved, Summary, FORMAT_VERSION,
+    check_writable, load, load_or_new, resealed, save, save_with, to_bytes, LoadError, SaveError,
+    Saved, Summary, FORMAT_VERSION,
 };
+#[cfg(feature = "state")]
+#[cfg_attr(docsrs, doc(cfg(feature = "state")))]
+pub use saver::Saver;
 
 /// Why a limiter refused saved clients
 /// ([`RateLimiter::load_clients`](crate::RateLimiter)).
@@ -128,6 +134,16 @@ pub(crate) fn keep_at_cap<T>(
         .zip(kept)
         .filter_map(|(client, kept)| kept.then_some(client))
         .collect()
+}
+
+/// `n` clients, in words: `1 client`, `2 clients`.
+#[cfg(feature = "state")]
+pub(crate) fn clients(n: usize) -> String {
+    if n == 1 {
+        "1 client".to_owned()
+    } else {
+        format!("{n} clients")
+    }
 }
 
 /// A registry of tiers' kind of store, as a save names it.
