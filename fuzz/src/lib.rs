@@ -1,6 +1,6 @@
 //! What the fuzz targets check, callable from anywhere: the targets in
 //! `fuzz_targets/` run these functions on libFuzzer's inputs, and the
-//! library's `tests/fuzz_regressions.rs` runs them (through a `#[path]`
+//! library's `tests/suite/fuzz_regressions.rs` runs them (through a `#[path]`
 //! module) on every input kept in `fuzz/regressions/`. This file therefore
 //! depends on nothing but `floodgate` and `std`.
 //!

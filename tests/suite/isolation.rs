@@ -3,7 +3,7 @@
 //! and every one of them is tracked. Both engines, `String` keys queried
 //! with `&str` and `u64` keys.
 
-mod support;
+use super::support;
 
 use std::borrow::Borrow;
 use std::collections::HashSet;

@@ -27,7 +27,7 @@
 //!
 //! ```sh
 //! FLOODGATE_REDIS_URL=redis://127.0.0.1:6379 \
-//!     cargo test -p floodgate --features redis --test redis -- --include-ignored
+//!     cargo test -p floodgate --test suite redis:: -- --include-ignored
 //! ```
 
 use std::io::{BufRead, BufReader};

@@ -6,7 +6,7 @@
 //! and `std`; it is compiled here as a module, so these tests need neither
 //! cargo-fuzz nor a nightly flag.
 
-#[path = "../fuzz/src/lib.rs"]
+#[path = "../../fuzz/src/lib.rs"]
 mod checks;
 
 use std::fs;

@@ -4,7 +4,7 @@
 //! never decrease, every answer is the contract's, computed from each rule
 //! alone; and racing threads spend every rule together or none.
 
-mod support;
+use super::support;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
@@ -104,7 +104,7 @@ proptest! {
 
     /// Both engines answer every call alike, which rule refused included,
     /// under every bound, on traces whose times never decrease per client
-    /// (the contract's exact setting, as `tests/differential.rs`).
+    /// (the contract's exact setting, as `tests/suite/differential.rs`).
     #[test]
     fn engines_agree_on_several_rules(
         rules in rules(),

@@ -12,7 +12,7 @@
 //! treats its `now` as a time every client has reached, which is so on a real
 //! clock and must be so in a trace for the answers to be the exact ones.
 
-mod support;
+use super::support;
 
 use floodgate::{
     build_bounded, Bounds, Config, Engine, ManualClock, Overflow, PolicyKind, RateLimiter,

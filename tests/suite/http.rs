@@ -4,9 +4,9 @@
 //! shaper's sleeps are measured on tokio's paused clock.
 //!
 //! ```sh
-//! cargo test -p floodgate --features axum --test http
+//! cargo test -p floodgate --test suite http::
 //! FLOODGATE_REDIS_URL=redis://127.0.0.1:6379 \
-//!     cargo test -p floodgate --features axum,redis --test http -- --include-ignored
+//!     cargo test -p floodgate --test suite http:: -- --include-ignored
 //! ```
 
 use std::convert::Infallible;

@@ -8,7 +8,7 @@
 //! carry costs (the contract's "Weighted requests"): 0, 1, anything up to
 //! `L`, `L` itself, `L + 1` and 2^64 − 1.
 
-mod support;
+use super::support;
 
 use floodgate::{Engine, PolicyKind, MAX_LIMIT};
 use proptest::prelude::*;
@@ -22,7 +22,7 @@ const HORIZON: u64 = 2_000_000_000_000;
 /// to the maximum, so that counts and packed fields are exercised near their
 /// widths. The sliding log keeps a slot per unit of limit in every client, so
 /// for it the largest is 2^16 (enough to be past any small-field width and
-/// cheap to allocate); `tests/policies.rs` covers it at the maximum.
+/// cheap to allocate); `tests/suite/policies.rs` covers it at the maximum.
 fn limit(policy: PolicyKind) -> impl Strategy<Value = u64> {
     let largest = match policy {
         PolicyKind::SlidingWindow => 1 << 16,

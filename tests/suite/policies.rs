@@ -3,7 +3,7 @@
 //! `retry_after` and `delay` figures, long gaps and times near the contract's
 //! 2 × 10^12-tick horizon.
 
-mod support;
+use super::support;
 
 use floodgate::{Decision, PolicyKind, MAX_LIMIT, MAX_LOG_LIMIT};
 use support::{admitted, delayed, on_both, rejected};

@@ -5,7 +5,7 @@
 //! depends on timing.
 //!
 //! ```sh
-//! cargo test -p floodgate --features http --test http_in_flight
+//! cargo test -p floodgate --test suite http_in_flight::
 //! ```
 
 use std::convert::Infallible;

@@ -6,7 +6,7 @@
 //!
 //! ```sh
 //! FLOODGATE_REDIS_URL=redis://127.0.0.1:6379 \
-//!     cargo test -p floodgate --features redis --test redis_in_flight -- --include-ignored
+//!     cargo test -p floodgate --test suite redis_in_flight:: -- --include-ignored
 //! ```
 
 use std::sync::Arc;

@@ -6,8 +6,7 @@
 //! the second part); a file that cannot be read whole is exit status 2 and
 //! a message, with nothing on standard output.
 
-#[path = "support/binary.rs"]
-mod binary;
+use super::binary;
 
 use std::path::PathBuf;
 

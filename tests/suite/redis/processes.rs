@@ -59,7 +59,7 @@ fn several_processes_share_one_limit() {
             Command::new(&exe)
                 .args([
                     "--exact",
-                    "processes::several_processes_share_one_limit",
+                    "redis::processes::several_processes_share_one_limit",
                     "--ignored",
                     "--nocapture",
                     "--test-threads=1",

@@ -6,7 +6,7 @@
 //! load counts as time passed; a file that cannot be read whole loads
 //! nothing and says what is wrong with it.
 
-mod support;
+use super::support;
 
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};

@@ -10,7 +10,7 @@
 //! swept) without pause, and bound the admissions by the clock's own
 //! readings before and after, never by a duration.
 
-mod support;
+use super::support;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};

@@ -7,7 +7,7 @@
 //! general design's ([`Compound`], which keeps every index whole) and, on
 //! times that never decrease, the mutex engine's.
 
-mod support;
+use super::support;
 
 use std::sync::Arc;
 

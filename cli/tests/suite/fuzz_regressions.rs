@@ -1,7 +1,7 @@
 //! Every input kept in `fuzz/regressions/replay/`, replayed in-process
 //! through the same check the `replay` fuzz target runs.
 
-#[path = "../../fuzz/src/replay.rs"]
+#[path = "../../../fuzz/src/replay.rs"]
 mod replay_check;
 
 use std::fs;

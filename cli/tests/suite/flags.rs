@@ -3,8 +3,7 @@
 //! same text whichever subcommand was given it, and `replay --window` and
 //! its millisecond alias `--window-ms` giving the same answers.
 
-#[path = "support/binary.rs"]
-mod binary;
+use super::binary;
 
 use binary::floodgate;
 

@@ -2,7 +2,7 @@
 //! model ("Weighted requests"): Go's `golang.org/x/time/rate` (`AllowN`
 //! with `Limit = 1/I`, `burst = L`) and `governor`'s `check_key_n`.
 
-mod support;
+use super::support;
 
 use std::num::NonZeroU32;
 use std::time::Duration;
