@@ -20,7 +20,8 @@
 //! ```
 //!
 //! (The README's example; the peer's address comes from axum's
-//! `ConnectInfo` with the feature `axum`.)
+//! `ConnectInfo`, which the feature `http` alone reads: it brings axum
+//! without its default features, and `axum` is an alias of it.)
 //!
 //! # What a request meets
 //!
