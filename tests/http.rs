@@ -850,10 +850,11 @@ async fn an_unknown_tier_refused_is_the_servers_500() {
     assert_eq!(misspelt.header("retry-after"), None);
     assert_eq!(misspelt.header("ratelimit"), None);
     assert_eq!(misspelt.header("ratelimit-policy"), None);
-    assert!(
-        misspelt.body.contains("add the tier (Tiers::with_tier)"),
-        "{}",
-        misspelt.body
+    assert_eq!(
+        misspelt.body,
+        "Internal Server Error: the rate limiter's resolver named a tier the registry lacks \
+         (the server's log names it): add the tier to the registry (Tiers::with_tier), or \
+         leave out Tiers::reject_unknown_tiers to answer unknown tiers by the default tier\n"
     );
     let free = get_with(address, "/", &[("x-api-key", "anon")]).await;
     assert_eq!(free.status, StatusCode::OK);
@@ -1243,4 +1244,275 @@ async fn the_redis_store_gives_units_back_behind_the_layer() {
     settles_at(7, "a request cancelled before its response").await;
     assert_eq!(limiter.faults(), 0, "every call reached Redis");
     let _ = limiter.try_forget("a").await;
+}
+
+// Tiers of several rules, keys of any type, and who named a tier ----------------
+
+/// A tier of several rules sends one member per rule, `TIER-1`, `TIER-2`,
+/// each from that rule's own answer, as a limiter's rules do; a tier of
+/// one rule keeps its plain name, as a limiter of one rule does. The same
+/// when the request names the tier (`tier_header`).
+#[tokio::test]
+async fn a_tier_of_several_rules_sends_one_member_per_rule() {
+    let clock = ManualClock::new(0);
+    // 2 a second and 3 a minute for free; 100 in 10 s for pro.
+    let tiers = Tiers::with_clock_rules(
+        "free",
+        "gcra:2/1s,fixed-window:3/1m".parse().unwrap(),
+        |key: &str| {
+            if key.starts_with("pro-") {
+                "pro"
+            } else {
+                "free"
+            }
+        },
+        clock.clone(),
+    )
+    .unwrap()
+    .with_tier("pro", "gcra:100/10s".parse().unwrap())
+    .unwrap();
+    let layer = RateLimitLayer::new(tiers, Header::new("x-api-key"))
+        .tier_header("x-plan")
+        .legacy_headers();
+    let address = serve(app(layer)).await;
+    let policy = r#""free-1";q=2;w=1, "free-2";q=3;w=60"#;
+
+    let first = get_with(address, "/", &[("x-api-key", "a")]).await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert_eq!(first.header("ratelimit-policy"), Some(policy));
+    assert_eq!(
+        first.header("ratelimit"),
+        Some(r#""free-1";r=1;t=0, "free-2";r=2;t=0"#)
+    );
+    // The legacy headers: the rule with the fewest left.
+    assert_eq!(first.header("x-ratelimit-limit"), Some("2"));
+    assert_eq!(first.header("x-ratelimit-remaining"), Some("1"));
+
+    // Named by the request: the same members.
+    let named = get_with(address, "/", &[("x-api-key", "a"), ("x-plan", "free")]).await;
+    assert_eq!(named.header("ratelimit-policy"), Some(policy));
+    assert_eq!(
+        named.header("ratelimit"),
+        Some(r#""free-1";r=0;t=1, "free-2";r=1;t=0"#)
+    );
+
+    // Refused by the burst, whose member says when; the minute's quota
+    // is not spent.
+    let burst = get_with(address, "/", &[("x-api-key", "a")]).await;
+    assert_eq!(burst.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(burst.header("retry-after"), Some("1"));
+    assert_eq!(
+        burst.header("ratelimit"),
+        Some(r#""free-1";r=0;t=1, "free-2";r=1;t=0"#)
+    );
+
+    // The minute's last, then its refusal 58 s before the window ends.
+    clock.advance(SECOND);
+    let last = get_with(address, "/", &[("x-api-key", "a")]).await;
+    assert_eq!(
+        last.header("ratelimit"),
+        Some(r#""free-1";r=1;t=0, "free-2";r=0;t=60"#)
+    );
+    clock.advance(SECOND);
+    let quota = get_with(address, "/", &[("x-api-key", "a")]).await;
+    assert_eq!(quota.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(quota.header("retry-after"), Some("58"));
+    assert_eq!(
+        quota.header("ratelimit"),
+        Some(r#""free-1";r=2;t=0, "free-2";r=0;t=58"#)
+    );
+    assert_eq!(quota.header("x-ratelimit-limit"), Some("3"));
+
+    // One rule: the tier's plain name, by resolver or by request.
+    for headers in [
+        &[("x-api-key", "pro-1")][..],
+        &[("x-api-key", "b"), ("x-plan", "pro")],
+    ] {
+        let pro = get_with(address, "/", headers).await;
+        assert_eq!(
+            pro.header("ratelimit-policy"),
+            Some(r#""pro";q=100;w=10"#),
+            "{headers:?}"
+        );
+        assert_eq!(
+            pro.header("ratelimit"),
+            Some(r#""pro";r=99;t=0"#),
+            "{headers:?}"
+        );
+    }
+}
+
+/// A registry of `IpAddr` clients built with `Tiers::new`, no key type or
+/// clock named, goes behind `PeerIp` (the key type comes from the
+/// layer's use of it).
+#[tokio::test]
+async fn tiers_new_keys_by_address_behind_peer_ip() {
+    let loopback: IpAddr = "127.0.0.1".parse().unwrap();
+    // 2 an hour: no drip while the test runs, so the counts are exact on
+    // the default clock.
+    let tiers = Tiers::new(
+        "anonymous",
+        "gcra:2/1h".parse().unwrap(),
+        move |ip: &IpAddr| {
+            if ip.is_loopback() {
+                "local"
+            } else {
+                "anonymous"
+            }
+        },
+    )
+    .with_tier("local", "gcra:3/1h".parse().unwrap())
+    .unwrap();
+    let tiers = Arc::new(tiers);
+    let address = serve(app(RateLimitLayer::new(Arc::clone(&tiers), PeerIp::new()))).await;
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        let answer = get(address, "/").await;
+        assert_eq!(
+            answer.header("ratelimit-policy"),
+            Some(r#""local";q=3;w=3600"#)
+        );
+        statuses.push(answer.status.as_u16());
+    }
+    assert_eq!(statuses, [200, 200, 200, 429]);
+    assert_eq!(tiers.peek_at(&loopback, tiers.now()), Some(0));
+    assert_eq!(tiers.tracked_clients(), 1);
+}
+
+/// What a subscriber printed, for the warnings' wording.
+#[derive(Clone, Default)]
+struct Printed(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Printed {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Printed {
+    /// A subscriber for this thread that prints here.
+    fn subscribe(&self) -> tracing::subscriber::DefaultGuard {
+        let printed = self.clone();
+        tracing::subscriber::set_default(
+            tracing_subscriber::fmt()
+                .with_writer(move || printed.clone())
+                .with_ansi(false)
+                .finish(),
+        )
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+    }
+}
+
+/// A tier name the registry lacks is said to come from where it came
+/// from: the header `tier_header` reads, in the warning and in the 500;
+/// the layer's `tier_from`; the registry's resolver.
+#[tokio::test]
+async fn an_unknown_tiers_warning_and_500_say_what_named_it() {
+    let printed = Printed::default();
+    let _subscribed = printed.subscribe();
+
+    let layer = RateLimitLayer::new(plans(), Header::new("x-key")).tier_header("x-plan");
+    let response = echo_of(layer, &[("x-key", "a"), ("x-plan", "premum")]).await;
+    assert_eq!(response.0, StatusCode::OK, "answered by the default tier");
+    assert!(
+        printed.text().contains(
+            r#"floodgate: the request's header x-plan named a tier the registry lacks, "premum": its calls are answered by the default tier "free""#
+        ),
+        "{}",
+        printed.text()
+    );
+
+    let layer =
+        RateLimitLayer::new(plans(), Header::new("x-key")).tier_from(|_| Some("gold".into()));
+    echo_of(layer, &[("x-key", "a")]).await;
+    assert!(
+        printed.text().contains(
+            r#"floodgate: the layer's tier_from named a tier the registry lacks, "gold""#
+        ),
+        "{}",
+        printed.text()
+    );
+
+    let resolved = Tiers::with_clock(
+        "free",
+        "gcra:2/1h".parse().unwrap(),
+        |_: &str| "silver",
+        ManualClock::new(0),
+    )
+    .unwrap();
+    echo_of(
+        RateLimitLayer::new(resolved, Header::new("x-key")),
+        &[("x-key", "a")],
+    )
+    .await;
+    assert!(
+        printed
+            .text()
+            .contains(r#"floodgate: the resolver named a tier the registry lacks, "silver""#),
+        "{}",
+        printed.text()
+    );
+
+    // Refused: the 500 says the header, and what to change.
+    let strict = RateLimitLayer::new(plans().reject_unknown_tiers(), Header::new("x-key"))
+        .tier_header("x-plan");
+    let (status, body) = echo_of(strict, &[("x-key", "a"), ("x-plan", "premum")]).await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(
+        body,
+        "Internal Server Error: the rate limiter has no tier \"premum\", which the request's \
+         header x-plan named for this request: add the tier to the registry \
+         (Tiers::with_tier), or leave out Tiers::reject_unknown_tiers to answer unknown \
+         tiers by the default tier\n"
+    );
+    let untiered = Builder::new(PolicyKind::Gcra, 10, Duration::from_secs(1))
+        .clock(ManualClock::new(0))
+        .build::<str>()
+        .unwrap();
+    let (status, body) = echo_of(
+        RateLimitLayer::new(untiered, Header::new("x-key")).tier_header("x-plan"),
+        &[("x-key", "a"), ("x-plan", "free")],
+    )
+    .await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(
+        body,
+        "Internal Server Error: the request's header x-plan named the tier \"free\" for this \
+         request, but the layer's limiter has no tiers: give the layer a Tiers registry\n"
+    );
+}
+
+/// The status and body `layer` answers a request with `headers`, over a
+/// service that answers "ok".
+async fn echo_of<L, E>(
+    layer: RateLimitLayer<L, E>,
+    headers: &[(&str, &str)],
+) -> (StatusCode, String)
+where
+    E: KeyExtractor,
+    L: floodgate::http::AsyncLimiter<<E::Key as floodgate::http::Key>::Query> + 'static,
+{
+    let ok = tower::service_fn(|_: Request<Empty<Bytes>>| async {
+        Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new()))
+    });
+    let mut request = Request::get("/");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = layer
+        .layer(ok)
+        .oneshot(request.body(Empty::new()).unwrap())
+        .await
+        .unwrap();
+    let status = response.status();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8(body.to_vec()).unwrap())
 }

@@ -86,7 +86,16 @@ impl Options {
 }
 
 /// The tier a request names, from its head.
-type TierOf = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
+type ReadTier = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
+
+/// The tier a request names, and what names it (for the messages about a
+/// name the limiter lacks).
+#[derive(Clone)]
+pub(crate) struct TierOf {
+    pub(crate) read: ReadTier,
+    /// "the request's header x-plan", "the layer's tier_from".
+    pub(crate) source: Arc<str>,
+}
 
 /// What a request costs, from its head.
 type Cost = Arc<dyn Fn(&Parts) -> u64 + Send + Sync>;
@@ -230,28 +239,42 @@ impl<L, E> RateLimitLayer<L, E> {
     /// # let _ = layer;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn tier_from<F>(mut self, tier: F) -> Self
+    pub fn tier_from<F>(self, tier: F) -> Self
     where
         F: Fn(&Parts) -> Option<String> + Send + Sync + 'static,
     {
-        self.options().tier = Some(Arc::new(tier));
-        self
+        self.tier_named_by(tier, "the layer's tier_from")
     }
 
     /// [`tier_from`](Self::tier_from) the value of the header `name` (a
     /// request without it, or with a value that is not text, is left to
-    /// the limiter's own choice).
+    /// the limiter's own choice). The warning and the `500` about a name
+    /// the limiter lacks say it came from this header.
     ///
     /// # Panics
     ///
     /// If `name` is not a valid header name.
     pub fn tier_header(self, name: &str) -> Self {
-        let name = http::HeaderName::from_bytes(name.as_bytes())
-            .unwrap_or_else(|_| panic!("{name:?} is not a header name"));
-        self.tier_from(move |request| {
-            let value = request.headers.get(&name)?.to_str().ok()?;
-            Some(value.to_owned())
-        })
+        let name = header_name(name);
+        let source = format!("the request's header {name}");
+        self.tier_named_by(
+            move |request| {
+                let value = request.headers.get(&name)?.to_str().ok()?;
+                Some(value.to_owned())
+            },
+            &source,
+        )
+    }
+
+    fn tier_named_by<F>(mut self, tier: F, source: &str) -> Self
+    where
+        F: Fn(&Parts) -> Option<String> + Send + Sync + 'static,
+    {
+        self.options().tier = Some(TierOf {
+            read: Arc::new(tier),
+            source: Arc::from(source),
+        });
+        self
     }
 
     /// Gives an admitted request's whole cost back when its response's
@@ -430,6 +453,16 @@ impl<L, E> RateLimitLayer<L, E> {
     pub fn limiter(&self) -> &L {
         &self.limiter
     }
+}
+
+/// The header `name`, for a builder method.
+///
+/// # Panics
+///
+/// If `name` is not a valid header name.
+fn header_name(name: &str) -> http::HeaderName {
+    http::HeaderName::from_bytes(name.as_bytes())
+        .unwrap_or_else(|_| panic!("{name:?} is not a header name"))
 }
 
 impl<S, L, E> Layer<S> for RateLimitLayer<L, E> {
