@@ -1379,6 +1379,156 @@ async fn tiers_new_keys_by_address_behind_peer_ip() {
     assert_eq!(tiers.tracked_clients(), 1);
 }
 
+/// A service that answers each request with a body, and `x-used-tokens`
+/// as the request's `x-used` asks (none when it has none).
+fn tokens_service(
+    layer: RateLimitLayer<Arc<dyn RateLimiter<str>>, Header>,
+) -> impl tower::Service<
+    Request<Empty<Bytes>>,
+    Response = Response<floodgate::http::ResponseBody<http_body_util::Full<Bytes>>>,
+    Error = Infallible,
+> {
+    layer.layer(tower::service_fn(
+        move |request: Request<Empty<Bytes>>| async move {
+            let mut response = Response::builder();
+            for used in request.headers().get_all("x-used") {
+                response = response.header("x-used-tokens", used.clone());
+            }
+            let body = http_body_util::Full::new(Bytes::from_static(b"streamed"));
+            Ok::<_, Infallible>(response.body(body).unwrap())
+        },
+    ))
+}
+
+/// A request of client `a` with the headers `headers`.
+fn tokens_request(headers: &[(&str, &str)]) -> Request<Empty<Bytes>> {
+    let mut request = Request::get("/").header("x-key", "a");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    request.body(Empty::new()).unwrap()
+}
+
+/// `cost_from_header`: the header's whole number is the cost; a request
+/// whose header is missing, repeated or not a whole number is a 400 that
+/// names the header and what was wrong, answered before the check: the
+/// limiter has no state of the client, and nothing is spent.
+#[tokio::test]
+async fn a_cost_header_missing_or_bad_is_a_400_before_anything_is_spent() {
+    let limiter = bucket_of_ten();
+    let layer = || {
+        RateLimitLayer::new(Arc::clone(&limiter), Header::new("x-key"))
+            .cost_from_header("x-max-tokens")
+    };
+    let cases: [(&[(&str, &str)], &str); 5] = [
+        (&[], "which it lacks"),
+        (
+            &[("x-max-tokens", "12.5")],
+            r#"whose value "12.5" is not a whole number"#,
+        ),
+        (
+            &[("x-max-tokens", "-3")],
+            r#"whose value "-3" is not a whole number"#,
+        ),
+        (
+            &[("x-max-tokens", "99999999999999999999")],
+            r#"whose value "99999999999999999999" is more than 18446744073709551615"#,
+        ),
+        (
+            &[("x-max-tokens", "2"), ("x-max-tokens", "3")],
+            "which it sends 2 times",
+        ),
+    ];
+    for (headers, why) in cases {
+        let response = tokens_service(layer())
+            .oneshot(tokens_request(headers))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{headers:?}");
+        assert_eq!(response.headers().get("ratelimit"), None);
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(
+            body,
+            format!("Bad Request: the request's cost is its header x-max-tokens, {why}\n"),
+            "{headers:?}"
+        );
+        assert_eq!(limiter.tracked_clients(), 0, "{headers:?}: no state made");
+        assert_eq!(limiter.peek_at("a", 0), None, "{headers:?}");
+    }
+
+    // As a problem document too.
+    let response = tokens_service(layer().problem_json())
+        .oneshot(tokens_request(&[("x-max-tokens", "lots")]))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(
+        body,
+        r#"{"type":"about:blank","title":"Bad Request","status":400,"detail":"the request's cost is its header x-max-tokens, whose value \"lots\" is not a whole number"}"#
+    );
+    assert_eq!(limiter.tracked_clients(), 0);
+
+    // A whole number is the cost, spent all at once.
+    let response = tokens_service(layer())
+        .oneshot(tokens_request(&[("x-max-tokens", "7")]))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.headers()["ratelimit"], r#""default";r=3;t=0"#);
+    assert_eq!(limiter.remaining_at("a", 0), 3);
+    // A cost above what is left is refused, and spends nothing.
+    let response = tokens_service(layer())
+        .oneshot(tokens_request(&[("x-max-tokens", "4")]))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(limiter.remaining_at("a", 0), 3);
+}
+
+/// `settle_from_header`: admitted at `x-max-tokens`, the request gets back
+/// what the response's `x-used-tokens` says it did not use, once the body
+/// has ended. A response without the header keeps the whole cost, as
+/// `settle_with`'s `None` does; so does one whose header is bad (the
+/// service's fault, logged); a figure above the cost gives nothing back.
+#[tokio::test]
+async fn the_units_used_header_settles_a_reservation_at_the_end_of_the_body() {
+    let limiter = bucket_of_ten();
+    let layer = || {
+        RateLimitLayer::new(Arc::clone(&limiter), Header::new("x-key"))
+            .cost_from_header("x-max-tokens")
+            .settle_from_header("x-used-tokens")
+    };
+    let reserve = |max: &'static str, used: Option<&'static str>| {
+        let mut headers = vec![("x-max-tokens", max)];
+        headers.extend(used.map(|used| ("x-used", used)));
+        tokens_service(layer()).oneshot(tokens_request(&headers))
+    };
+
+    let response = reserve("8", Some("3")).await.unwrap();
+    assert_eq!(
+        limiter.remaining_at("a", 0),
+        2,
+        "not yet: the body is unread"
+    );
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(body, Bytes::from_static(b"streamed"));
+    assert_eq!(limiter.remaining_at("a", 0), 7, "5 of 8 unused came back");
+
+    // Said nothing: the whole cost kept.
+    drop(reserve("2", None).await.unwrap());
+    assert_eq!(limiter.remaining_at("a", 0), 5);
+    // A bad figure: the whole cost kept (and logged once).
+    drop(reserve("2", Some("one")).await.unwrap());
+    assert_eq!(limiter.remaining_at("a", 0), 3);
+    // Used more than reserved: nothing back.
+    drop(reserve("1", Some("9")).await.unwrap());
+    assert_eq!(limiter.remaining_at("a", 0), 2);
+    // Used none: all back, when dropped unread (the client gone).
+    drop(reserve("2", Some("0")).await.unwrap());
+    assert_eq!(limiter.remaining_at("a", 0), 2);
+}
+
 /// What a subscriber printed, for the warnings' wording.
 #[derive(Clone, Default)]
 struct Printed(Arc<std::sync::Mutex<Vec<u8>>>);

@@ -127,6 +127,7 @@ mod limit;
 mod refund;
 mod release;
 mod service;
+mod units;
 
 pub use body::ResponseBody;
 pub use extract::{
@@ -139,5 +140,8 @@ pub use service::{insert_headers, too_many_requests, RateLimitService, ResponseF
 
 /// The head of a request, which extractors and predicates read.
 pub use ::http::request::Parts;
+/// The head of a response, which [`settle_with`](RateLimitLayer::settle_with)
+/// reads.
+pub use ::http::response::Parts as ResponseParts;
 /// CIDR blocks, for [`ForwardedIp::new`].
 pub use ipnet::IpNet;

@@ -130,9 +130,18 @@ where
             }
         };
 
+        // A cost the head cannot give (`cost_from_header`) is the client's
+        // bad request, answered before the check: nothing spent, no state.
+        let cost = match options.cost.as_ref().map_or(Ok(1), |cost| cost(&parts)) {
+            Ok(cost) => cost,
+            Err(detail) => {
+                let response = answer(options.format, StatusCode::BAD_REQUEST, &detail, None);
+                return Box::pin(async move { Ok(response.map(ResponseBody::full)) });
+            }
+        };
+
         let limiter = Arc::clone(&self.limiter);
         Box::pin(async move {
-            let cost = options.cost.as_ref().map_or(1, |cost| cost(&parts));
             let tier = options
                 .tier
                 .as_ref()
