@@ -14,6 +14,7 @@ use super::extract::{Key, KeyExtractor, MissingKey};
 use super::limit::AsyncLimiter;
 use super::refund::{RefundOn, Used};
 use super::service::RateLimitService;
+use super::units;
 use crate::Decision;
 
 /// A handler for one of the layer's own answers.
@@ -86,10 +87,20 @@ impl Options {
 }
 
 /// The tier a request names, from its head.
-type TierOf = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
+type ReadTier = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
 
-/// What a request costs, from its head.
-type Cost = Arc<dyn Fn(&Parts) -> u64 + Send + Sync>;
+/// The tier a request names, and what names it (for the messages about a
+/// name the limiter lacks).
+#[derive(Clone)]
+pub(crate) struct TierOf {
+    pub(crate) read: ReadTier,
+    /// "the request's header x-plan", "the layer's tier_from".
+    pub(crate) source: Arc<str>,
+}
+
+/// What a request costs, from its head, or why its head says no cost
+/// (`cost_from_header`: the layer answers `400`, having spent nothing).
+type Cost = Arc<dyn Fn(&Parts) -> Result<u64, String> + Send + Sync>;
 
 /// A tower [`Layer`] that limits each client of the service it wraps.
 ///
@@ -173,7 +184,56 @@ impl<L, E> RateLimitLayer<L, E> {
     where
         F: Fn(&Parts) -> u64 + Send + Sync + 'static,
     {
-        self.options().cost = Some(Arc::new(cost));
+        self.options().cost = Some(Arc::new(move |parts: &Parts| Ok(cost(parts))));
+        self
+    }
+
+    /// Each request costs the whole number its header `name` says (an LLM
+    /// call's `x-max-tokens`, a batch's `x-rows`): [`cost`](Self::cost)
+    /// without a parser to write. With
+    /// [`settle_from_header`](Self::settle_from_header) it is the most the
+    /// request may use, and what the response did not use comes back.
+    ///
+    /// A request whose header is missing, sent more than once, or not a
+    /// whole number (digits only, at most `u64::MAX`) is answered `400 Bad
+    /// Request` before the check: nothing is spent and no client state is
+    /// made. Its body names the header and what was wrong:
+    ///
+    /// ```text
+    /// Bad Request: the request's cost is its header x-max-tokens, which it lacks
+    /// Bad Request: the request's cost is its header x-max-tokens, whose value "12.5" is not a whole number
+    /// ```
+    ///
+    /// The value is the client's word: a client that sends `0` spends
+    /// nothing. Take the cost from a header only where the units are the
+    /// client's to declare and the service holds it to them (a reservation
+    /// settled by what the response reports), or from a gateway in front
+    /// that sets it.
+    ///
+    /// ```
+    /// use floodgate::http::{Header, RateLimitLayer};
+    /// use floodgate::{Builder, PolicyKind};
+    /// use std::time::Duration;
+    ///
+    /// // 100,000 tokens a minute per API key; a request reserves its
+    /// // `x-max-tokens`, and the service says in `x-used-tokens` what it used.
+    /// let tokens = Builder::new(PolicyKind::TokenBucket, 100_000, Duration::from_secs(60))
+    ///     .build::<str>()?;
+    /// let layer = RateLimitLayer::new(tokens, Header::new("x-api-key"))
+    ///     .cost_from_header("x-max-tokens")
+    ///     .settle_from_header("x-used-tokens");
+    /// # let _ = layer;
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// If `name` is not a valid header name.
+    pub fn cost_from_header(mut self, name: &str) -> Self {
+        let name = header_name(name);
+        self.options().cost = Some(Arc::new(move |parts: &Parts| {
+            units::request_cost(&name, &parts.headers)
+        }));
         self
     }
 
@@ -230,28 +290,42 @@ impl<L, E> RateLimitLayer<L, E> {
     /// # let _ = layer;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn tier_from<F>(mut self, tier: F) -> Self
+    pub fn tier_from<F>(self, tier: F) -> Self
     where
         F: Fn(&Parts) -> Option<String> + Send + Sync + 'static,
     {
-        self.options().tier = Some(Arc::new(tier));
-        self
+        self.tier_named_by(tier, "the layer's tier_from")
     }
 
     /// [`tier_from`](Self::tier_from) the value of the header `name` (a
     /// request without it, or with a value that is not text, is left to
-    /// the limiter's own choice).
+    /// the limiter's own choice). The warning and the `500` about a name
+    /// the limiter lacks say it came from this header.
     ///
     /// # Panics
     ///
     /// If `name` is not a valid header name.
     pub fn tier_header(self, name: &str) -> Self {
-        let name = http::HeaderName::from_bytes(name.as_bytes())
-            .unwrap_or_else(|_| panic!("{name:?} is not a header name"));
-        self.tier_from(move |request| {
-            let value = request.headers.get(&name)?.to_str().ok()?;
-            Some(value.to_owned())
-        })
+        let name = header_name(name);
+        let source = format!("the request's header {name}");
+        self.tier_named_by(
+            move |request| {
+                let value = request.headers.get(&name)?.to_str().ok()?;
+                Some(value.to_owned())
+            },
+            &source,
+        )
+    }
+
+    fn tier_named_by<F>(mut self, tier: F, source: &str) -> Self
+    where
+        F: Fn(&Parts) -> Option<String> + Send + Sync + 'static,
+    {
+        self.options().tier = Some(TierOf {
+            read: Arc::new(tier),
+            source: Arc::from(source),
+        });
+        self
     }
 
     /// Gives an admitted request's whole cost back when its response's
@@ -333,21 +407,30 @@ impl<L, E> RateLimitLayer<L, E> {
     /// so a streamed body is charged what it streamed). `None` keeps the
     /// whole cost; a figure above it gives nothing back.
     ///
+    /// Its units used in a header: [`settle_from_header`](Self::settle_from_header).
+    /// Here, what a streamed response counts while it streams, in an
+    /// extension it shares with its body (`Arc<AtomicU64>`), read when the
+    /// body ends:
+    ///
     /// ```
     /// use floodgate::http::{Header, RateLimitLayer};
     /// use floodgate::{Builder, PolicyKind};
+    /// use std::sync::atomic::{AtomicU64, Ordering};
+    /// use std::sync::Arc;
     /// use std::time::Duration;
     ///
-    /// // 100,000 tokens a minute; a request reserves its `x-max-tokens`,
-    /// // and the service says in `x-used-tokens` what it used.
-    /// let limiter = Builder::new(PolicyKind::TokenBucket, 100_000, Duration::from_secs(60))
+    /// /// The tokens a response streamed, counted by its body as it goes.
+    /// #[derive(Clone, Default)]
+    /// struct Streamed(Arc<AtomicU64>);
+    ///
+    /// let tokens = Builder::new(PolicyKind::TokenBucket, 100_000, Duration::from_secs(60))
     ///     .build::<str>()?;
-    /// let number = |value: Option<&http::HeaderValue>| -> Option<u64> {
-    ///     value?.to_str().ok()?.parse().ok()
-    /// };
-    /// let layer = RateLimitLayer::new(limiter, Header::new("x-api-key"))
-    ///     .cost(move |request| number(request.headers.get("x-max-tokens")).unwrap_or(1))
-    ///     .settle_with(move |response| number(response.headers.get("x-used-tokens")));
+    /// let layer = RateLimitLayer::new(tokens, Header::new("x-api-key"))
+    ///     .cost_from_header("x-max-tokens")
+    ///     .settle_with(|response| {
+    ///         let streamed = response.extensions.get::<Streamed>()?;
+    ///         Some(streamed.0.load(Ordering::Relaxed))
+    ///     });
     /// # let _ = layer;
     /// # Ok::<(), floodgate::ConfigError>(())
     /// ```
@@ -357,6 +440,31 @@ impl<L, E> RateLimitLayer<L, E> {
     {
         self.options().used = Some(Arc::new(used));
         self
+    }
+
+    /// [`settle_with`](Self::settle_with) the whole number in the
+    /// response's header `name` (`x-used-tokens`): each request is admitted
+    /// at its cost ([`cost_from_header`](Self::cost_from_header) has an
+    /// example) as the most it may use, and what the header says it did
+    /// not use comes back when the body ends, or is dropped with the
+    /// client gone. The header is read from the response's head, as the
+    /// service sent it.
+    ///
+    /// A response without the header keeps the whole cost (the service
+    /// did not say: an error path, a handler that does not count), as
+    /// `settle_with`'s `None` does; so does one whose header is sent more
+    /// than once or is not a whole number, which the service wrote and the
+    /// layer cannot trust, logged once (a `tracing` warning) so that the
+    /// fault is seen. A figure above the cost gives nothing back. Nothing
+    /// is ever given back that was not admitted.
+    ///
+    /// # Panics
+    ///
+    /// If `name` is not a valid header name.
+    pub fn settle_from_header(self, name: &str) -> Self {
+        let name = header_name(name);
+        let logged = std::sync::atomic::AtomicBool::new(false);
+        self.settle_with(move |response| units::units_used(&name, &response.headers, &logged))
     }
 
     /// The policy's name in `RateLimit-Policy` and `RateLimit` (`"default"`
@@ -430,6 +538,16 @@ impl<L, E> RateLimitLayer<L, E> {
     pub fn limiter(&self) -> &L {
         &self.limiter
     }
+}
+
+/// The header `name`, for a builder method.
+///
+/// # Panics
+///
+/// If `name` is not a valid header name.
+fn header_name(name: &str) -> http::HeaderName {
+    http::HeaderName::from_bytes(name.as_bytes())
+        .unwrap_or_else(|_| panic!("{name:?} is not a header name"))
 }
 
 impl<S, L, E> Layer<S> for RateLimitLayer<L, E> {

@@ -20,7 +20,8 @@
 //! ```
 //!
 //! (The README's example; the peer's address comes from axum's
-//! `ConnectInfo` with the feature `axum`.)
+//! `ConnectInfo`, which the feature `http` alone reads: it brings axum
+//! without its default features, and `axum` is an alias of it.)
 //!
 //! # What a request meets
 //!
@@ -77,7 +78,7 @@
 //! - The policy is named `"default"`, or as
 //!   [`policy_name`](RateLimitLayer::policy_name) says; a decision of
 //!   [`Tiers`](crate::tiers::Tiers) is named by its tier, with that tier's
-//!   limit and window.
+//!   limit and window (a tier of several rules: one member per rule, below).
 //! - `X-RateLimit-Limit`, `-Remaining` and `-Reset` (as `q`, `r`, `t`) are
 //!   opt-in: [`legacy_headers`](RateLimitLayer::legacy_headers).
 //!
@@ -92,6 +93,10 @@
 //! RateLimit: "default-1";r=0;t=1, "default-2";r=9990;t=0
 //! Retry-After: 1                      (the longest wait of the refusing rules)
 //! ```
+//!
+//! A tier of several rules (`"pro"`: `gcra:5/1h,fixed-window:3/1d`) sends
+//! `"pro-1";q=5;w=3600, "pro-2";q=3;w=86400`; a tier of one rule, as a
+//! limiter of one rule, its plain name.
 //!
 //! The legacy headers hold one number each, so they describe one rule: the
 //! one that refused the request ([`Decision::refused_by`](crate::Decision::refused_by),
@@ -122,6 +127,7 @@ mod limit;
 mod refund;
 mod release;
 mod service;
+mod units;
 
 pub use body::ResponseBody;
 pub use extract::{
@@ -134,5 +140,8 @@ pub use service::{insert_headers, too_many_requests, RateLimitService, ResponseF
 
 /// The head of a request, which extractors and predicates read.
 pub use ::http::request::Parts;
+/// The head of a response, which [`settle_with`](RateLimitLayer::settle_with)
+/// reads.
+pub use ::http::response::Parts as ResponseParts;
 /// CIDR blocks, for [`ForwardedIp::new`].
 pub use ipnet::IpNet;

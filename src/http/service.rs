@@ -130,12 +130,29 @@ where
             }
         };
 
+        // A cost the head cannot give (`cost_from_header`) is the client's
+        // bad request, answered before the check: nothing spent, no state.
+        let cost = match options.cost.as_ref().map_or(Ok(1), |cost| cost(&parts)) {
+            Ok(cost) => cost,
+            Err(detail) => {
+                let response = answer(options.format, StatusCode::BAD_REQUEST, &detail, None);
+                return Box::pin(async move { Ok(response.map(ResponseBody::full)) });
+            }
+        };
+
         let limiter = Arc::clone(&self.limiter);
         Box::pin(async move {
-            let cost = options.cost.as_ref().map_or(1, |cost| cost(&parts));
-            let tier = options.tier.as_ref().and_then(|tier| tier(&parts));
+            let tier = options
+                .tier
+                .as_ref()
+                .and_then(|tier| Some(((tier.read)(&parts)?, Arc::clone(&tier.source))));
             let ruled = match &tier {
-                Some(tier) => limiter.check_ruled_in_n(tier, key.query(), cost).await,
+                Some((tier, source)) => {
+                    // A registry that lacks the tier says in its warning
+                    // where the name came from.
+                    let check = || limiter.check_ruled_in_n(tier, key.query(), cost);
+                    crate::tiers::named_by(source, check).await
+                }
                 None => limiter.check_ruled_n(key.query(), cost).await,
             };
             let headers =
@@ -150,14 +167,11 @@ where
                     }
                     None => {
                         let busy = limiter.refused_in_flight(&ruled);
-                        refusal(
-                            &options,
-                            &ruled,
-                            busy,
-                            &headers,
-                            Some(cost),
-                            tier.as_deref(),
-                        )
+                        let named = match &tier {
+                            Some((tier, source)) => Named::By(tier, source),
+                            None => Named::Resolver,
+                        };
+                        refusal(&options, &ruled, busy, &headers, Some(cost), named)
                     }
                 };
                 return Ok(response.map(ResponseBody::full));
@@ -165,6 +179,7 @@ where
             // Made before the wait, so that a request dropped while it
             // waits for its delay is cancelled too (and releases what it
             // holds: the holding drops with the future).
+            let tier = tier.map(|(tier, _)| tier);
             let (holds, refunds) = (limiter.holds(&ruled), options.refunds());
             let key = (holds || refunds).then(|| Shared(Arc::new(key)));
             let holding = key
@@ -249,6 +264,18 @@ fn log_once(flag: &AtomicBool, log: impl FnOnce()) {
     }
 }
 
+/// Who named the tier a refused request was checked in.
+#[derive(Clone, Copy)]
+enum Named<'a> {
+    /// The limiter's resolver: the layer named none.
+    Resolver,
+    /// The layer: the tier, and what named it ("the request's header
+    /// x-plan").
+    By(&'a str, &'a str),
+    /// Not known (`too_many_requests`: the handler checked).
+    Unknown,
+}
+
 /// The layer's own answer to a refused request, by what the refusal means
 /// for the client:
 ///
@@ -275,23 +302,29 @@ fn refusal(
     in_flight: Option<crate::Rule>,
     headers: &RateLimitHeaders,
     cost: Option<u64>,
-    tier: Option<&str>,
+    named: Named<'_>,
 ) -> Response<Bytes> {
     if ruled.refused_unknown_tier {
-        let detail = match tier {
-            Some(tier) if ruled.tier.is_none() => format!(
-                "the layer's tier_from named the tier {tier:?} for this request, but its \
-                 limiter has no tiers: give the layer a Tiers registry"
+        const FIX: &str = "add the tier to the registry (Tiers::with_tier), or leave out \
+                           Tiers::reject_unknown_tiers to answer unknown tiers by the default \
+                           tier";
+        let detail = match named {
+            Named::By(tier, source) if ruled.tier.is_none() => format!(
+                "{source} named the tier {tier:?} for this request, but the layer's limiter \
+                 has no tiers: give the layer a Tiers registry"
             ),
-            Some(tier) => format!(
-                "the rate limiter has no tier {tier:?}, which the layer's tier_from named for \
-                 this request: add the tier to the registry (Tiers::with_tier), or leave out \
-                 Tiers::reject_unknown_tiers to answer unknown tiers by the default tier"
+            Named::By(tier, source) => format!(
+                "the rate limiter has no tier {tier:?}, which {source} named for this \
+                 request: {FIX}"
             ),
-            None => "the rate limiter's resolver named a tier the registry lacks (the \
-                     server's log names it): add the tier (Tiers::with_tier), or leave out \
-                     Tiers::reject_unknown_tiers to answer unknown tiers by the default tier"
-                .to_owned(),
+            Named::Resolver => format!(
+                "the rate limiter's resolver named a tier the registry lacks (the server's \
+                 log names it): {FIX}"
+            ),
+            Named::Unknown => format!(
+                "the rate limiter was asked for a tier the registry lacks (the server's log \
+                 names it and what named it): {FIX}"
+            ),
         };
         return answer(
             options.format,
@@ -409,7 +442,7 @@ pub fn too_many_requests(ruled: &RuledDecision<'_>, policy_name: &str) -> Respon
         ruled.refused_in_flight(),
         &headers,
         None,
-        None,
+        Named::Unknown,
     )
 }
 

@@ -178,6 +178,18 @@ impl AnyPolicy {
         with_pair!(self, state, |p, s| p.release(s, now, cost))
     }
 
+    /// Each rule's own answer to a request of cost `cost` at `now` that
+    /// was `decided` (`Policy::each`: empty for one rule).
+    pub(crate) fn each(
+        &self,
+        state: &AnyState,
+        now: u64,
+        cost: u64,
+        decided: &Decision,
+    ) -> Result<crate::RuleAnswers, Retired> {
+        with_pair!(self, state, |p, s| p.each(s, now, cost, decided))
+    }
+
     pub(crate) fn retire_if_idle(&self, state: &AnyState, now: u64) -> bool {
         with_pair!(self, state, |p, s| p.retire_if_idle(s, now))
     }

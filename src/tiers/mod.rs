@@ -81,8 +81,11 @@ use crate::{
     Rule, RuleSet, RuledDecision, Tick,
 };
 
+mod named;
 mod tier;
 
+#[cfg(feature = "http")]
+pub(crate) use self::named::named_by;
 use self::tier::{Generation, Tier};
 
 /// One tier's rule: a policy and its limits (the same as a [`Rule`]). A
@@ -335,6 +338,15 @@ pub struct Tiers<K, R, C = QuantaClock> {
 /// logs once that it stopped.
 const LOGGED_NAMES: usize = 64;
 
+/// What named a tier for a call: the registry's resolver, or the caller
+/// (`check_ruled_in_n_at`, which the HTTP layer calls with the tier a
+/// request names).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum By {
+    Resolver,
+    Caller,
+}
+
 impl<K, T, C> Tiers<K, ByTable<T>, C>
 where
     K: Hash + Eq + Clone + 'static,
@@ -346,7 +358,8 @@ where
     /// use floodgate::tiers::{ByTable, Tiers};
     ///
     /// let plans = ByTable::new([("acme".to_owned(), "premuim")], "free");
-    /// let tiers = Tiers::new("free", "gcra:10/1s".parse()?, plans)
+    /// // Never asked about a client here: the key type is named.
+    /// let tiers: Tiers<String, _> = Tiers::new("free", "gcra:10/1s".parse()?, plans)
     ///     .with_tier("premium", "gcra:100/1s".parse()?)?;
     /// let refused = tiers.checked().unwrap_err();
     /// assert_eq!(refused.name, "premuim");
@@ -362,16 +375,30 @@ where
     }
 }
 
-impl<R> Tiers<String, R, QuantaClock> {
-    /// A registry of clients keyed by `String` (API keys, user ids: looked
-    /// up by `&str`), whose tier `default_tier` applies `spec`, on the
-    /// default clock (nanoseconds). Add tiers with
-    /// [`with_tier`](Self::with_tier).
+impl<K, R> Tiers<K, R, QuantaClock>
+where
+    K: Hash + Eq + Clone + 'static,
+{
+    /// A registry whose tier `default_tier` applies `spec`, on the default
+    /// clock (nanoseconds). Add tiers with [`with_tier`](Self::with_tier).
     ///
-    /// The key type is fixed here so that nothing else has to name it;
-    /// for other keys (`u64`, `IpAddr`) name it with
-    /// [`with_clock`](Tiers::with_clock):
-    /// `Tiers::<u64, _>::with_clock("free", spec, resolver, QuantaClock::new())`.
+    /// The key type `K` is the owned form of the keys the registry is
+    /// asked about, inferred from its use: checked by `&str`, its clients
+    /// are `String`s; by `&IpAddr` (the HTTP layer's `PeerIp` key), `IpAddr`s;
+    /// by `&u64`, `u64`s. A registry that is never asked about a key
+    /// names it: `let tiers: Tiers<String, _> = Tiers::new(..)`.
+    ///
+    /// ```
+    /// use floodgate::tiers::Tiers;
+    /// use floodgate::RateLimiter;
+    /// use std::net::IpAddr;
+    ///
+    /// let by_ip = Tiers::new("anonymous", "gcra:2/1m".parse()?, |_: &IpAddr| "anonymous");
+    /// let client: IpAddr = "203.0.113.7".parse()?;
+    /// assert!(by_ip.allow(&client));
+    /// assert_eq!(by_ip.remaining(&client), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn new(default_tier: &str, spec: TierSpec, resolver: R) -> Self {
         Self::empty(default_tier, resolver, QuantaClock::new()).with_default(spec.into())
     }
@@ -679,8 +706,9 @@ where
     }
 
     /// Logs an unknown tier's name the first time it is seen (a `tracing`
-    /// warning), for the first [`LOGGED_NAMES`] names.
-    fn log_unknown(&self, name: &str) {
+    /// warning), for the first [`LOGGED_NAMES`] names, saying what named
+    /// it: the resolver, or the caller that named the tier (`by`).
+    fn log_unknown(&self, name: &str, by: By) {
         use crate::sync::counter::Ordering::Relaxed;
         if self.logged_names.load(Relaxed) > LOGGED_NAMES || self.logged.contains_sync(name) {
             return;
@@ -704,9 +732,13 @@ where
             } else {
                 format!("answered by the default tier {:?}", self.default_tier)
             };
+            let by = match by {
+                By::Resolver => "the resolver".to_owned(),
+                By::Caller => named::caller(),
+            };
             tracing::warn!(
                 tier = name,
-                "floodgate: the resolver named a tier the registry lacks, {:?}: \
+                "floodgate: {by} named a tier the registry lacks, {:?}: \
                  its calls are {answer} (tiers: {:?})",
                 name,
                 self.names()
@@ -733,25 +765,33 @@ where
         R: Resolver<Q>,
     {
         let name = self.resolver.tier(key);
-        self.tier_named(name)
+        self.tier_named(name, By::Resolver)
     }
 
-    /// The tier named `name` and its name, as `tier_of` answers a
-    /// resolver's name: an unknown one counted, logged once, and answered
-    /// by the default tier or refused.
+    /// The tier named `name` (by `by`) and its name, as `tier_of` answers
+    /// a resolver's name: an unknown one counted, logged once, and
+    /// answered by the default tier or refused.
     #[inline]
-    fn tier_named(&self, name: TierName<'_>) -> Result<(&str, &Tier<K>, Option<String>), String> {
+    fn tier_named(
+        &self,
+        name: TierName<'_>,
+        by: By,
+    ) -> Result<(&str, &Tier<K>, Option<String>), String> {
         match self.tiers.get_key_value(&*name) {
             Some((name, tier)) => Ok((name, tier, None)),
-            None => self.unknown_tier_of(name.into_owned()),
+            None => self.unknown_tier_of(name.into_owned(), by),
         }
     }
 
     #[cold]
     #[inline(never)]
-    fn unknown_tier_of(&self, name: String) -> Result<(&str, &Tier<K>, Option<String>), String> {
+    fn unknown_tier_of(
+        &self,
+        name: String,
+        by: By,
+    ) -> Result<(&str, &Tier<K>, Option<String>), String> {
         self.unknown_calls.fetch_add(1, Ordering::Relaxed);
-        self.log_unknown(&name);
+        self.log_unknown(&name, by);
         if self.reject_unknown {
             return Err(name);
         }
@@ -917,6 +957,31 @@ where
             refused_unknown_tier: tiered.unknown.is_some() && self.reject_unknown,
             each: crate::RuleAnswers::default(),
         }
+    }
+
+    /// The decision in the tier `found` (`tier_of`'s answer, or
+    /// `tier_named`'s) as the headers describe it: with each rule's own
+    /// answer when the tier has several, so that each has its member
+    /// (`TIER-1`, `TIER-2`, ...), as a limiter's rules have theirs.
+    fn ruled_on<'a, Q>(
+        &'a self,
+        found: Result<(&'a str, &'a Tier<K>, Option<String>), String>,
+        key: &Q,
+        now: u64,
+        cost: u64,
+    ) -> RuledDecision<'a>
+    where
+        Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
+        K: Borrow<Q>,
+    {
+        let tier = found.as_ref().ok().map(|(_, tier, _)| *tier);
+        let mut ruled = self.ruled(self.tiered_on(found, key, now, cost));
+        if let Some(tier) = tier {
+            ruled.each = tier
+                .each(key, now, cost, &ruled.decision)
+                .in_ticks(self.tick);
+        }
+        ruled
     }
 
     /// The decision in the tier `found` (`tier_of`'s answer, or
@@ -1165,8 +1230,12 @@ where
     /// [`unknown_tier_calls`](Tiers::unknown_tier_calls) and logged once,
     /// as a resolver's is.
     fn check_ruled_in_n_at(&self, tier: &str, key: &Q, now: u64, cost: u64) -> RuledDecision<'_> {
-        let tiered = self.tiered_on(self.tier_named(TierName::Borrowed(tier)), key, now, cost);
-        self.ruled(tiered)
+        self.ruled_on(
+            self.tier_named(TierName::Borrowed(tier), By::Caller),
+            key,
+            now,
+            cost,
+        )
     }
 
     /// Where `check_ruled_in_n_at` spent: the named tier, or the default
@@ -1193,8 +1262,7 @@ where
     }
 
     fn check_ruled_n_at(&self, key: &Q, now: u64, cost: u64) -> RuledDecision<'_> {
-        let tiered = self.check_tiered_n_at(key, now, cost);
-        self.ruled(tiered)
+        self.ruled_on(self.tier_of(key), key, now, cost)
     }
 }
 

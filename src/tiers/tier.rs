@@ -10,7 +10,7 @@ use crate::policy::{Retired, Spent};
 use crate::stats::{Counters, Stats};
 use crate::store::{Arrival, Client, KeyedStore};
 use crate::sync::{AtomicU64, Ordering, SwapCell};
-use crate::{Bounds, Decision, Overflow, Rule, RuleSet, Tick};
+use crate::{Bounds, Decision, Overflow, Rule, RuleAnswers, RuleSet, Tick};
 
 /// One tier: its current rule, and its clients' states (each made by the
 /// rule that was current when it was made or last carried over).
@@ -377,6 +377,39 @@ where
                 _ => self.carry_over(key, now),
             }
         }
+    }
+
+    /// Each rule's own answer to `key`'s request of cost `cost` at `now`
+    /// that was `decided`, read from its state right after the decision,
+    /// by the rules that made that state (the ones that decided, unless a
+    /// reload carried the client over since): what a response's headers
+    /// say of each rule. Empty for one rule, for a client without state
+    /// of its own (the overflow rule answered it), and for a state retired
+    /// meanwhile: the headers then describe the strictest rule alone.
+    pub(super) fn each<Q>(&self, key: &Q, now: u64, cost: u64, decided: &Decision) -> RuleAnswers
+    where
+        Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
+        K: Borrow<Q>,
+    {
+        // One rule answers for itself: no second look-up.
+        if self.current.load().spec.len() < 2 {
+            return RuleAnswers::default();
+        }
+        self.clients
+            .peek(key, |client| {
+                // Judged as the check was: no earlier than the client's
+                // latest time (which the check raised to at least `now`).
+                let latest = client.state.latest.load(Ordering::Relaxed);
+                let judged = now.max(latest).max(client.origin);
+                client
+                    .state
+                    .generation
+                    .policy
+                    .each(&client.state.state, judged - client.origin, cost, decided)
+                    .ok()
+            })
+            .flatten()
+            .unwrap_or_default()
     }
 
     /// Gives back to `key`'s state in this tier, if it has one (a refund

@@ -850,10 +850,11 @@ async fn an_unknown_tier_refused_is_the_servers_500() {
     assert_eq!(misspelt.header("retry-after"), None);
     assert_eq!(misspelt.header("ratelimit"), None);
     assert_eq!(misspelt.header("ratelimit-policy"), None);
-    assert!(
-        misspelt.body.contains("add the tier (Tiers::with_tier)"),
-        "{}",
-        misspelt.body
+    assert_eq!(
+        misspelt.body,
+        "Internal Server Error: the rate limiter's resolver named a tier the registry lacks \
+         (the server's log names it): add the tier to the registry (Tiers::with_tier), or \
+         leave out Tiers::reject_unknown_tiers to answer unknown tiers by the default tier\n"
     );
     let free = get_with(address, "/", &[("x-api-key", "anon")]).await;
     assert_eq!(free.status, StatusCode::OK);
@@ -1243,4 +1244,467 @@ async fn the_redis_store_gives_units_back_behind_the_layer() {
     settles_at(7, "a request cancelled before its response").await;
     assert_eq!(limiter.faults(), 0, "every call reached Redis");
     let _ = limiter.try_forget("a").await;
+}
+
+// Tiers of several rules, keys of any type, and who named a tier ----------------
+
+/// A tier of several rules sends one member per rule, `TIER-1`, `TIER-2`,
+/// each from that rule's own answer, as a limiter's rules do; a tier of
+/// one rule keeps its plain name, as a limiter of one rule does. The same
+/// when the request names the tier (`tier_header`).
+#[tokio::test]
+async fn a_tier_of_several_rules_sends_one_member_per_rule() {
+    let clock = ManualClock::new(0);
+    // 2 a second and 3 a minute for free; 100 in 10 s for pro.
+    let tiers = Tiers::with_clock_rules(
+        "free",
+        "gcra:2/1s,fixed-window:3/1m".parse().unwrap(),
+        |key: &str| {
+            if key.starts_with("pro-") {
+                "pro"
+            } else {
+                "free"
+            }
+        },
+        clock.clone(),
+    )
+    .unwrap()
+    .with_tier("pro", "gcra:100/10s".parse().unwrap())
+    .unwrap();
+    let layer = RateLimitLayer::new(tiers, Header::new("x-api-key"))
+        .tier_header("x-plan")
+        .legacy_headers();
+    let address = serve(app(layer)).await;
+    let policy = r#""free-1";q=2;w=1, "free-2";q=3;w=60"#;
+
+    let first = get_with(address, "/", &[("x-api-key", "a")]).await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert_eq!(first.header("ratelimit-policy"), Some(policy));
+    assert_eq!(
+        first.header("ratelimit"),
+        Some(r#""free-1";r=1;t=0, "free-2";r=2;t=0"#)
+    );
+    // The legacy headers: the rule with the fewest left.
+    assert_eq!(first.header("x-ratelimit-limit"), Some("2"));
+    assert_eq!(first.header("x-ratelimit-remaining"), Some("1"));
+
+    // Named by the request: the same members.
+    let named = get_with(address, "/", &[("x-api-key", "a"), ("x-plan", "free")]).await;
+    assert_eq!(named.header("ratelimit-policy"), Some(policy));
+    assert_eq!(
+        named.header("ratelimit"),
+        Some(r#""free-1";r=0;t=1, "free-2";r=1;t=0"#)
+    );
+
+    // Refused by the burst, whose member says when; the minute's quota
+    // is not spent.
+    let burst = get_with(address, "/", &[("x-api-key", "a")]).await;
+    assert_eq!(burst.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(burst.header("retry-after"), Some("1"));
+    assert_eq!(
+        burst.header("ratelimit"),
+        Some(r#""free-1";r=0;t=1, "free-2";r=1;t=0"#)
+    );
+
+    // The minute's last, then its refusal 58 s before the window ends.
+    clock.advance(SECOND);
+    let last = get_with(address, "/", &[("x-api-key", "a")]).await;
+    assert_eq!(
+        last.header("ratelimit"),
+        Some(r#""free-1";r=1;t=0, "free-2";r=0;t=60"#)
+    );
+    clock.advance(SECOND);
+    let quota = get_with(address, "/", &[("x-api-key", "a")]).await;
+    assert_eq!(quota.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(quota.header("retry-after"), Some("58"));
+    assert_eq!(
+        quota.header("ratelimit"),
+        Some(r#""free-1";r=2;t=0, "free-2";r=0;t=58"#)
+    );
+    assert_eq!(quota.header("x-ratelimit-limit"), Some("3"));
+
+    // One rule: the tier's plain name, by resolver or by request.
+    for headers in [
+        &[("x-api-key", "pro-1")][..],
+        &[("x-api-key", "b"), ("x-plan", "pro")],
+    ] {
+        let pro = get_with(address, "/", headers).await;
+        assert_eq!(
+            pro.header("ratelimit-policy"),
+            Some(r#""pro";q=100;w=10"#),
+            "{headers:?}"
+        );
+        assert_eq!(
+            pro.header("ratelimit"),
+            Some(r#""pro";r=99;t=0"#),
+            "{headers:?}"
+        );
+    }
+}
+
+/// A registry of `IpAddr` clients built with `Tiers::new`, no key type or
+/// clock named, goes behind `PeerIp` (the key type comes from the
+/// layer's use of it).
+#[tokio::test]
+async fn tiers_new_keys_by_address_behind_peer_ip() {
+    let loopback: IpAddr = "127.0.0.1".parse().unwrap();
+    // 2 an hour: no drip while the test runs, so the counts are exact on
+    // the default clock.
+    let tiers = Tiers::new(
+        "anonymous",
+        "gcra:2/1h".parse().unwrap(),
+        move |ip: &IpAddr| {
+            if ip.is_loopback() {
+                "local"
+            } else {
+                "anonymous"
+            }
+        },
+    )
+    .with_tier("local", "gcra:3/1h".parse().unwrap())
+    .unwrap();
+    let tiers = Arc::new(tiers);
+    let address = serve(app(RateLimitLayer::new(Arc::clone(&tiers), PeerIp::new()))).await;
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        let answer = get(address, "/").await;
+        assert_eq!(
+            answer.header("ratelimit-policy"),
+            Some(r#""local";q=3;w=3600"#)
+        );
+        statuses.push(answer.status.as_u16());
+    }
+    assert_eq!(statuses, [200, 200, 200, 429]);
+    assert_eq!(tiers.peek_at(&loopback, tiers.now()), Some(0));
+    assert_eq!(tiers.tracked_clients(), 1);
+}
+
+/// A service that answers each request with a body, and `x-used-tokens`
+/// as the request's `x-used` asks (none when it has none).
+fn tokens_service(
+    layer: RateLimitLayer<Arc<dyn RateLimiter<str>>, Header>,
+) -> impl tower::Service<
+    Request<Empty<Bytes>>,
+    Response = Response<floodgate::http::ResponseBody<http_body_util::Full<Bytes>>>,
+    Error = Infallible,
+> {
+    layer.layer(tower::service_fn(
+        move |request: Request<Empty<Bytes>>| async move {
+            let mut response = Response::builder();
+            for used in request.headers().get_all("x-used") {
+                response = response.header("x-used-tokens", used.clone());
+            }
+            let body = http_body_util::Full::new(Bytes::from_static(b"streamed"));
+            Ok::<_, Infallible>(response.body(body).unwrap())
+        },
+    ))
+}
+
+/// A request of client `a` with the headers `headers`.
+fn tokens_request(headers: &[(&str, &str)]) -> Request<Empty<Bytes>> {
+    let mut request = Request::get("/").header("x-key", "a");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    request.body(Empty::new()).unwrap()
+}
+
+/// `cost_from_header`: the header's whole number is the cost; a request
+/// whose header is missing, repeated or not a whole number is a 400 that
+/// names the header and what was wrong, answered before the check: the
+/// limiter has no state of the client, and nothing is spent.
+#[tokio::test]
+async fn a_cost_header_missing_or_bad_is_a_400_before_anything_is_spent() {
+    let limiter = bucket_of_ten();
+    let layer = || {
+        RateLimitLayer::new(Arc::clone(&limiter), Header::new("x-key"))
+            .cost_from_header("x-max-tokens")
+    };
+    let cases: [(&[(&str, &str)], &str); 5] = [
+        (&[], "which it lacks"),
+        (
+            &[("x-max-tokens", "12.5")],
+            r#"whose value "12.5" is not a whole number"#,
+        ),
+        (
+            &[("x-max-tokens", "-3")],
+            r#"whose value "-3" is not a whole number"#,
+        ),
+        (
+            &[("x-max-tokens", "99999999999999999999")],
+            r#"whose value "99999999999999999999" is more than 18446744073709551615"#,
+        ),
+        (
+            &[("x-max-tokens", "2"), ("x-max-tokens", "3")],
+            "which it sends 2 times",
+        ),
+    ];
+    for (headers, why) in cases {
+        let response = tokens_service(layer())
+            .oneshot(tokens_request(headers))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{headers:?}");
+        assert_eq!(response.headers().get("ratelimit"), None);
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(
+            body,
+            format!("Bad Request: the request's cost is its header x-max-tokens, {why}\n"),
+            "{headers:?}"
+        );
+        assert_eq!(limiter.tracked_clients(), 0, "{headers:?}: no state made");
+        assert_eq!(limiter.peek_at("a", 0), None, "{headers:?}");
+    }
+
+    // As a problem document too.
+    let response = tokens_service(layer().problem_json())
+        .oneshot(tokens_request(&[("x-max-tokens", "lots")]))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(
+        body,
+        r#"{"type":"about:blank","title":"Bad Request","status":400,"detail":"the request's cost is its header x-max-tokens, whose value \"lots\" is not a whole number"}"#
+    );
+    assert_eq!(limiter.tracked_clients(), 0);
+
+    // A whole number is the cost, spent all at once.
+    let response = tokens_service(layer())
+        .oneshot(tokens_request(&[("x-max-tokens", "7")]))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.headers()["ratelimit"], r#""default";r=3;t=0"#);
+    assert_eq!(limiter.remaining_at("a", 0), 3);
+    // A cost above what is left is refused, and spends nothing.
+    let response = tokens_service(layer())
+        .oneshot(tokens_request(&[("x-max-tokens", "4")]))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(limiter.remaining_at("a", 0), 3);
+}
+
+/// `settle_from_header`: admitted at `x-max-tokens`, the request gets back
+/// what the response's `x-used-tokens` says it did not use, once the body
+/// has ended. A response without the header keeps the whole cost, as
+/// `settle_with`'s `None` does; so does one whose header is bad (the
+/// service's fault, logged); a figure above the cost gives nothing back.
+#[tokio::test]
+async fn the_units_used_header_settles_a_reservation_at_the_end_of_the_body() {
+    let limiter = bucket_of_ten();
+    let layer = || {
+        RateLimitLayer::new(Arc::clone(&limiter), Header::new("x-key"))
+            .cost_from_header("x-max-tokens")
+            .settle_from_header("x-used-tokens")
+    };
+    let reserve = |max: &'static str, used: Option<&'static str>| {
+        let mut headers = vec![("x-max-tokens", max)];
+        headers.extend(used.map(|used| ("x-used", used)));
+        tokens_service(layer()).oneshot(tokens_request(&headers))
+    };
+
+    let response = reserve("8", Some("3")).await.unwrap();
+    assert_eq!(
+        limiter.remaining_at("a", 0),
+        2,
+        "not yet: the body is unread"
+    );
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(body, Bytes::from_static(b"streamed"));
+    assert_eq!(limiter.remaining_at("a", 0), 7, "5 of 8 unused came back");
+
+    // Said nothing: the whole cost kept.
+    drop(reserve("2", None).await.unwrap());
+    assert_eq!(limiter.remaining_at("a", 0), 5);
+    // A bad figure: the whole cost kept (and logged once).
+    drop(reserve("2", Some("one")).await.unwrap());
+    assert_eq!(limiter.remaining_at("a", 0), 3);
+    // Used more than reserved: nothing back.
+    drop(reserve("1", Some("9")).await.unwrap());
+    assert_eq!(limiter.remaining_at("a", 0), 2);
+    // Used none: all back, when dropped unread (the client gone).
+    drop(reserve("2", Some("0")).await.unwrap());
+    assert_eq!(limiter.remaining_at("a", 0), 2);
+}
+
+/// What a subscriber printed, for the warnings' wording.
+#[derive(Clone, Default)]
+struct Printed(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Printed {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Printed {
+    /// A subscriber for this thread that prints here.
+    fn subscribe(&self) -> tracing::subscriber::DefaultGuard {
+        let printed = self.clone();
+        tracing::subscriber::set_default(
+            tracing_subscriber::fmt()
+                .with_writer(move || printed.clone())
+                .with_ansi(false)
+                .finish(),
+        )
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+    }
+}
+
+/// A tier name the registry lacks is said to come from where it came
+/// from: the header `tier_header` reads, in the warning and in the 500;
+/// the layer's `tier_from`; the registry's resolver.
+#[tokio::test]
+async fn an_unknown_tiers_warning_and_500_say_what_named_it() {
+    let printed = Printed::default();
+    let _subscribed = printed.subscribe();
+
+    let layer = RateLimitLayer::new(plans(), Header::new("x-key")).tier_header("x-plan");
+    let response = echo_of(layer, &[("x-key", "a"), ("x-plan", "premum")]).await;
+    assert_eq!(response.0, StatusCode::OK, "answered by the default tier");
+    assert!(
+        printed.text().contains(
+            r#"floodgate: the request's header x-plan named a tier the registry lacks, "premum": its calls are answered by the default tier "free""#
+        ),
+        "{}",
+        printed.text()
+    );
+
+    let layer =
+        RateLimitLayer::new(plans(), Header::new("x-key")).tier_from(|_| Some("gold".into()));
+    echo_of(layer, &[("x-key", "a")]).await;
+    assert!(
+        printed.text().contains(
+            r#"floodgate: the layer's tier_from named a tier the registry lacks, "gold""#
+        ),
+        "{}",
+        printed.text()
+    );
+
+    let resolved = Tiers::with_clock(
+        "free",
+        "gcra:2/1h".parse().unwrap(),
+        |_: &str| "silver",
+        ManualClock::new(0),
+    )
+    .unwrap();
+    echo_of(
+        RateLimitLayer::new(resolved, Header::new("x-key")),
+        &[("x-key", "a")],
+    )
+    .await;
+    assert!(
+        printed
+            .text()
+            .contains(r#"floodgate: the resolver named a tier the registry lacks, "silver""#),
+        "{}",
+        printed.text()
+    );
+
+    // Refused: the 500 says the header, and what to change.
+    let strict = RateLimitLayer::new(plans().reject_unknown_tiers(), Header::new("x-key"))
+        .tier_header("x-plan");
+    let (status, body) = echo_of(strict, &[("x-key", "a"), ("x-plan", "premum")]).await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(
+        body,
+        "Internal Server Error: the rate limiter has no tier \"premum\", which the request's \
+         header x-plan named for this request: add the tier to the registry \
+         (Tiers::with_tier), or leave out Tiers::reject_unknown_tiers to answer unknown \
+         tiers by the default tier\n"
+    );
+    let untiered = Builder::new(PolicyKind::Gcra, 10, Duration::from_secs(1))
+        .clock(ManualClock::new(0))
+        .build::<str>()
+        .unwrap();
+    let (status, body) = echo_of(
+        RateLimitLayer::new(untiered, Header::new("x-key")).tier_header("x-plan"),
+        &[("x-key", "a"), ("x-plan", "free")],
+    )
+    .await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(
+        body,
+        "Internal Server Error: the request's header x-plan named the tier \"free\" for this \
+         request, but the layer's limiter has no tiers: give the layer a Tiers registry\n"
+    );
+}
+
+/// The status and body `layer` answers a request with `headers`, over a
+/// service that answers "ok".
+async fn echo_of<L, E>(
+    layer: RateLimitLayer<L, E>,
+    headers: &[(&str, &str)],
+) -> (StatusCode, String)
+where
+    E: KeyExtractor,
+    L: floodgate::http::AsyncLimiter<<E::Key as floodgate::http::Key>::Query> + 'static,
+{
+    let ok = tower::service_fn(|_: Request<Empty<Bytes>>| async {
+        Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new()))
+    });
+    let mut request = Request::get("/");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = layer
+        .layer(ok)
+        .oneshot(request.body(Empty::new()).unwrap())
+        .await
+        .unwrap();
+    let status = response.status();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8(body.to_vec()).unwrap())
+}
+
+/// One admission, one refund at most its cost, whatever the layer is asked:
+/// with a refund on 5xx, on cancellation and a settle all on, a 503 that
+/// says it used nothing gives its 4 back once (not again when its body
+/// ends), and a settled response never more than it was admitted for,
+/// while another request's units stay spent.
+#[tokio::test]
+async fn an_admission_gives_back_at_most_its_cost_once_through_the_layer() {
+    let limiter = bucket_of_ten();
+    let used = |response: &http::response::Parts| -> Option<u64> {
+        response.headers.get("x-used")?.to_str().ok()?.parse().ok()
+    };
+    let everything = || {
+        RateLimitLayer::new(Arc::clone(&limiter), Header::new("x-key"))
+            .refund_on(|status| status.is_server_error())
+            .refund_cancelled()
+            .settle_with(used)
+    };
+    // Another request's 5 units, kept (it used them all).
+    let kept = echo_service(everything())
+        .oneshot(request(5, 200, 5))
+        .await
+        .unwrap();
+    drop(kept.into_body().collect().await.unwrap());
+    assert_eq!(limiter.remaining_at("a", 0), 5);
+    // A failed one: its 4 come back once, its body's end gives no more.
+    let failed = echo_service(everything())
+        .oneshot(request(4, 503, 0))
+        .await
+        .unwrap();
+    assert_eq!(limiter.remaining_at("a", 0), 5, "its own 4, at once");
+    drop(failed.into_body().collect().await.unwrap());
+    assert_eq!(limiter.remaining_at("a", 0), 5, "not twice");
+    // A settled one that says it used none: its own 3, not the others'.
+    let settled = echo_service(everything())
+        .oneshot(request(3, 200, 0))
+        .await
+        .unwrap();
+    assert_eq!(limiter.remaining_at("a", 0), 2);
+    drop(settled);
+    assert_eq!(limiter.remaining_at("a", 0), 5, "its own 3, once");
 }

@@ -328,6 +328,51 @@ async fn a_named_tier_releases_where_it_held() {
     assert_eq!(fourth.status(), StatusCode::OK, "released in the pro tier");
 }
 
+/// A tier whose `in-flight` rule is not its strictest (`gcra:1/1s` has the
+/// smaller limit) still holds and releases: the layer sees the rule in
+/// the tier's answer for each rule, not in the strictest rule alone.
+#[tokio::test]
+async fn a_tiers_in_flight_rule_beside_a_stricter_rule_is_released() {
+    let clock = ManualClock::new(0);
+    let tiers = Tiers::<String, _, _>::with_clock_rules(
+        "free",
+        "gcra:1/1s,in-flight:2".parse().unwrap(),
+        |_: &str| "free",
+        clock.clone(),
+    )
+    .unwrap();
+    let tiers = Arc::new(tiers);
+    let streams = Arc::new(Streams::default());
+    let service = streaming(
+        RateLimitLayer::new(Arc::clone(&tiers), Header::new("x-key")),
+        &streams,
+    );
+    let first = service.clone().oneshot(request(0)).await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    clock.advance(1_000_000_000);
+    let second = service.clone().oneshot(request(0)).await.unwrap();
+    assert_eq!(second.status(), StatusCode::OK);
+    clock.advance(1_000_000_000);
+    // The rate rule would admit; both slots are held.
+    let third = service.clone().oneshot(request(0)).await.unwrap();
+    assert_eq!(third.status(), StatusCode::TOO_MANY_REQUESTS);
+    drop(first);
+    let fourth = service.clone().oneshot(request(0)).await.unwrap();
+    assert_eq!(fourth.status(), StatusCode::OK, "the first's slot released");
+    drop((second, fourth));
+    clock.advance(1_000_000_000);
+    assert_eq!(
+        tiers
+            .check_ruled_at("c0", tiers.now())
+            .each
+            .iter()
+            .nth(1)
+            .map(|answer| answer.decision.remaining()),
+        Some(1),
+        "both released; this check holds one"
+    );
+}
+
 /// Over real HTTP: a streamed (chunked) response holds its slot while the
 /// client reads it, and the client has its last byte only once the slot is
 /// free, so the next request is admitted at once.

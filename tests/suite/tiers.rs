@@ -428,3 +428,108 @@ fn a_refund_goes_to_the_tier_that_admitted_and_survives_a_reload() {
     );
     assert_eq!(tiers.remaining("carol"), 200);
 }
+
+/// `Tiers::new` takes its key type from the registry's use, with no key
+/// type or clock named: addresses, numbers through a table, text.
+#[test]
+fn tiers_new_takes_its_key_type_from_its_use() {
+    use std::net::IpAddr;
+
+    // An hour's quota: no drip while the test runs, on the default clock.
+    let by_address = Tiers::new("anonymous", "gcra:2/1h".parse().unwrap(), |ip: &IpAddr| {
+        if ip.is_loopback() {
+            "local"
+        } else {
+            "anonymous"
+        }
+    })
+    .with_tier("local", "gcra:3/1h".parse().unwrap())
+    .unwrap();
+    let outside: IpAddr = "203.0.113.7".parse().unwrap();
+    let local: IpAddr = "127.0.0.1".parse().unwrap();
+    assert_eq!(
+        (0..4).filter(|_| by_address.allow(&outside)).count(),
+        2,
+        "anonymous: 2"
+    );
+    assert_eq!((0..4).filter(|_| by_address.allow(&local)).count(), 3);
+    assert_eq!(by_address.check_tiered_at(&local, 0).tier, "local");
+
+    let by_account = Tiers::new(
+        "free",
+        "gcra:1/1h".parse().unwrap(),
+        tiers::ByTable::new([(7u64, "premium")], "free"),
+    )
+    .with_tier("premium", "gcra:5/1h".parse().unwrap())
+    .unwrap()
+    .checked()
+    .unwrap();
+    assert_eq!(by_account.remaining(&7u64), 5);
+    assert_eq!(by_account.remaining(&8u64), 1);
+
+    let by_name = Tiers::new("free", "gcra:1/1h".parse().unwrap(), by_prefix);
+    assert!(by_name.allow("alice"));
+    assert!(!by_name.allow("alice"));
+}
+
+/// A tier of several rules answers for each rule (the HTTP layer's member
+/// per rule), in the tier's order, by resolver and by name; a tier of one
+/// rule answers by its decision alone, as a limiter of one rule does.
+#[test]
+fn a_tier_of_several_rules_answers_for_each_rule() {
+    let tiers = Tiers::with_clock_rules(
+        "free",
+        "gcra:2/1s,fixed-window:3/1m".parse().unwrap(),
+        by_prefix,
+        ManualClock::new(0),
+    )
+    .unwrap()
+    .with_tier("premium", spec(PolicyKind::Gcra, 100, W))
+    .unwrap();
+    let each = |ruled: &floodgate::RuledDecision<'_>| -> Vec<(String, bool, u64)> {
+        ruled
+            .each
+            .iter()
+            .map(|answer| {
+                let decision = answer.decision;
+                (
+                    answer.rule.to_string(),
+                    decision.allowed(),
+                    decision.remaining(),
+                )
+            })
+            .collect()
+    };
+    let first = tiers.check_ruled_at("alice", 0);
+    assert_eq!(first.tier, Some("free"));
+    assert_eq!(
+        each(&first),
+        [
+            ("gcra:2/1s".to_owned(), true, 1),
+            ("fixed-window:3/1m".to_owned(), true, 2)
+        ]
+    );
+    let named = tiers.check_ruled_in_n_at("free", "alice", 0, 1);
+    assert_eq!(
+        each(&named),
+        [
+            ("gcra:2/1s".to_owned(), true, 0),
+            ("fixed-window:3/1m".to_owned(), true, 1)
+        ]
+    );
+    // Refused by the burst: its answer refuses, the minute's would admit.
+    let burst = tiers.check_ruled_at("alice", 0);
+    assert_eq!(burst.decision.refused_by(), Some(0));
+    assert_eq!(
+        each(&burst),
+        [
+            ("gcra:2/1s".to_owned(), false, 0),
+            ("fixed-window:3/1m".to_owned(), true, 1)
+        ]
+    );
+    assert!(tiers.check_ruled_at("pro-kim", 0).each.is_empty());
+    assert!(tiers
+        .check_ruled_in_n_at("premium", "alice", 0, 1)
+        .each
+        .is_empty());
+}

@@ -891,12 +891,67 @@ async fn the_tier_header_chooses_each_requests_tier() {
     assert_eq!(misspelt, (2, r#""free";q=2;w=3600"#.to_owned()));
     let line = proxy.stderr_line("premum");
     assert!(line.contains("default tier"), "{line}");
+    assert!(
+        line.contains(r#"the request's header x-plan named a tier the registry lacks, "premum""#),
+        "{line}"
+    );
     let (status, counts) = proxy.stop();
     assert!(status.success(), "{status}");
     assert!(
         counts.ends_with("admitted 9, shaped 0, rejected 6, units given back 0, units released 0, upstream errors 0"),
         "{counts}"
     );
+}
+
+/// A tier of several rules sends one member per rule, `pro-1` and
+/// `pro-2`, so the daily quota is as visible as the hourly rate; a tier
+/// of one rule keeps its plain name.
+#[tokio::test]
+async fn a_tier_of_several_rules_sends_one_member_per_rule() {
+    let upstream = Upstream::start().await;
+    let proxy = Proxy::start(&[
+        "--upstream",
+        &upstream.url(),
+        "--key",
+        "header:x-key",
+        "--tier",
+        "free=gcra:2/1h",
+        "--tier",
+        "pro=gcra:5/1h,fixed-window:3/1d",
+        "--tier-header",
+        "x-plan",
+    ]);
+    let url = proxy.url("/");
+    let pro = [("x-key", "a"), ("x-plan", "pro")];
+    let policy = r#""pro-1";q=5;w=3600, "pro-2";q=3;w=86400"#;
+    let (first, _) = get(&url, &pro).await;
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(header(&first, "ratelimit-policy"), policy);
+    assert_eq!(
+        header(&first, "ratelimit"),
+        r#""pro-1";r=4;t=0, "pro-2";r=2;t=0"#
+    );
+    get(&url, &pro).await;
+    let (third, _) = get(&url, &pro).await;
+    assert_eq!(third.status(), StatusCode::OK);
+    // The day's last: its member says when the next comes at most.
+    assert_eq!(
+        header(&third, "ratelimit"),
+        r#""pro-1";r=2;t=0, "pro-2";r=0;t=86400"#
+    );
+    // Refused by the daily quota while the hourly rate has 2 left.
+    let (fourth, _) = get(&url, &pro).await;
+    assert_eq!(fourth.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&fourth, "ratelimit-policy"), policy);
+    assert!(
+        header(&fourth, "ratelimit").starts_with(r#""pro-1";r=2;t=0, "pro-2";r=0;t="#),
+        "{}",
+        header(&fourth, "ratelimit")
+    );
+    let (free, _) = get(&url, &[("x-key", "a")]).await;
+    assert_eq!(header(&free, "ratelimit-policy"), r#""free";q=2;w=3600"#);
+    let (status, _) = proxy.stop();
+    assert!(status.success(), "{status}");
 }
 
 /// `--refund-on 5xx`: a request the upstream failed does not count, so
