@@ -165,13 +165,15 @@ pub struct Args {
     /// Start from the state a --save wrote (the same rules are given
     /// again): the trace goes on from there, its clients' latest times
     /// included. A file that is missing, damaged, of a newer format or
-    /// saved under other rules is an error (exit status 2).
+    /// saved under other rules is an error (exit status 2). Needs the
+    /// CLI's `state` feature.
     #[arg(long, value_name = "FILE")]
     load: Option<PathBuf>,
 
     /// Write the state after the last line of the trace to FILE (written
     /// beside it, then renamed over it): a later --load goes on from
-    /// there. Nothing is written when the replay stops early.
+    /// there. Nothing is written when the replay stops early. Needs the
+    /// CLI's `state` feature.
     #[arg(long, value_name = "FILE")]
     save: Option<PathBuf>,
 
@@ -292,6 +294,10 @@ fn limiter(args: &Args) -> Result<Arc<dyn RateLimiter<str>>, String> {
             "`floodgate replay --backend`",
             "redis",
         ));
+    }
+    #[cfg(not(feature = "state"))]
+    if let Some(flag) = state_flag(args) {
+        return Err(state_left_out(flag));
     }
     if !args.rules.is_empty() {
         return rules_limiter(args);
@@ -765,9 +771,39 @@ fn replay<R: Read, W: Write>(
     output.flush().map_err(Stop::Write)
 }
 
+/// The first of `--load` and `--save` given, if any.
+#[cfg(not(feature = "state"))]
+fn state_flag(args: &Args) -> Option<&'static str> {
+    [("--load", &args.load), ("--save", &args.save)]
+        .into_iter()
+        .find_map(|(flag, path)| path.is_some().then_some(flag))
+}
+
+/// The refusal of `--load` or `--save` in a build without the `state`
+/// feature (the default build, the demo's: no serde, no postcard).
+#[cfg(not(feature = "state"))]
+fn state_left_out(flag: &str) -> String {
+    crate::args::left_out(&format!("`floodgate replay {flag}`"), "state")
+}
+
+/// Without the `state` feature, `--load` is refused before the trace
+/// ([`limiter`]); this answers the same refusal.
+#[cfg(not(feature = "state"))]
+fn load(_: &dyn RateLimiter<str>, _: &Path) -> Result<HashMap<String, u64>, String> {
+    Err(state_left_out("--load"))
+}
+
+/// Without the `state` feature, `--save` is refused before the trace
+/// ([`limiter`]); this answers the same refusal.
+#[cfg(not(feature = "state"))]
+fn save(_: &dyn RateLimiter<str>, _: &Latest, _: &Path) -> Result<(), String> {
+    Err(state_left_out("--save"))
+}
+
 /// Loads the state file at `path` into the new `limiter` (the contract's
 /// "Keeping state across a restart"), and answers the clients' latest
 /// times it kept; or what is wrong with the file.
+#[cfg(feature = "state")]
 fn load(limiter: &dyn RateLimiter<str>, path: &Path) -> Result<HashMap<String, u64>, String> {
     let saved = floodgate::state::Saved::read(path).map_err(|e| e.to_string())?;
     let times: Vec<(String, u64)> = postcard::from_bytes(saved.attachment()).map_err(|_| {
@@ -785,6 +821,7 @@ fn load(limiter: &dyn RateLimiter<str>, path: &Path) -> Result<HashMap<String, u
 }
 
 /// Saves `limiter`'s state to `path`, with the clients' latest times.
+#[cfg(feature = "state")]
 fn save(limiter: &dyn RateLimiter<str>, latest: &Latest, path: &Path) -> Result<(), String> {
     let mut times: Vec<(&str, u64)> = latest
         .times
