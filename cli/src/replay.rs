@@ -22,13 +22,13 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use floodgate::{
-    build_bounded, build_rules, Bounds, Config, ConfigError, Engine, ManualClock, Overflow,
-    PolicyKind, RateLimiter, Rule, RuleSet, Tick,
+    build_bounded, build_rules, Bounds, Config, Engine, ManualClock, Overflow, PolicyKind,
+    RateLimiter, Rule, RuleSet, Tick,
 };
 
 use crate::args::{
-    explain, limit_range, parse_count, parse_digits, parse_duration, parse_engine, parse_limit,
-    parse_overflow, parse_policy, refuse, shown, Checked, Span, Written, USAGE,
+    explain, parse_count, parse_digits, parse_duration, parse_engine, parse_limit, parse_overflow,
+    parse_policy, refuse, shown, Checked, Span, Written, USAGE,
 };
 
 #[cfg(feature = "redis")]
@@ -125,12 +125,13 @@ pub struct Args {
     #[arg(long = "window-ms", value_name = "W", value_parser = Checked(parse_window_ms))]
     window_ms: Option<u64>,
 
-    /// A rule NAME:L/W, in place of --policy, --limit and --window-ms:
-    /// the policy NAME, at most L requests per window W, a whole number
-    /// with a unit (ms, s, m, h or d; 1ms to 1000000000ms), such as
-    /// gcra:10/1s. Repeat it for several rules on every client: a request
-    /// is admitted only if every rule admits it, and then counts in each.
-    #[arg(long = "rule", value_name = "NAME:L/W", value_parser = Checked(parse_rule))]
+    /// A rule POLICY:LIMIT/WINDOW, in place of --policy, --limit and
+    /// --window-ms, written as the library reads it (gcra:10/1s,
+    /// in-flight:5): the window a whole number with a unit (ns, us, ms, s,
+    /// m, h or d), whole milliseconds from 1ms to 1000000000ms. Repeat it
+    /// for several rules on every client: a request is admitted only if
+    /// every rule admits it, and then counts in each.
+    #[arg(long = "rule", value_name = "POLICY:LIMIT/WINDOW", value_parser = Checked(parse_rule))]
     rules: Vec<RuleArg>,
 
     /// Answer each call with a JSON object: every field of the decision for
@@ -164,13 +165,15 @@ pub struct Args {
     /// Start from the state a --save wrote (the same rules are given
     /// again): the trace goes on from there, its clients' latest times
     /// included. A file that is missing, damaged, of a newer format or
-    /// saved under other rules is an error (exit status 2).
+    /// saved under other rules is an error (exit status 2). Needs the
+    /// CLI's `state` feature.
     #[arg(long, value_name = "FILE")]
     load: Option<PathBuf>,
 
     /// Write the state after the last line of the trace to FILE (written
     /// beside it, then renamed over it): a later --load goes on from
-    /// there. Nothing is written when the replay stops early.
+    /// there. Nothing is written when the replay stops early. Needs the
+    /// CLI's `state` feature.
     #[arg(long, value_name = "FILE")]
     save: Option<PathBuf>,
 
@@ -292,6 +295,10 @@ fn limiter(args: &Args) -> Result<Arc<dyn RateLimiter<str>>, String> {
             "redis",
         ));
     }
+    #[cfg(not(feature = "state"))]
+    if let Some(flag) = state_flag(args) {
+        return Err(state_left_out(flag));
+    }
     if !args.rules.is_empty() {
         return rules_limiter(args);
     }
@@ -388,82 +395,40 @@ struct RuleArg {
     rule: Rule,
 }
 
-/// The units a `--rule`'s window takes, in milliseconds: a trace's times
-/// are milliseconds, so none is finer.
-const RULE_UNITS: [(&str, u64); 5] = [
-    ("ms", 1),
-    ("s", 1_000),
-    ("m", 60_000),
-    ("h", 3_600_000),
-    ("d", 86_400_000),
-];
-
-/// Parses `--rule NAME:L/W`: the policy and limit as `--policy` and
-/// `--limit` take them, W a whole number with a unit of [`RULE_UNITS`]
-/// within `--window-ms`'s bounds, and what the policy refuses of the pair.
+/// Parses `--rule POLICY:LIMIT/WINDOW` as the library reads a rule, with
+/// its messages (as `floodgate proxy --rule` does), then in the trace's
+/// milliseconds: a window of whole milliseconds, from 1ms to
+/// [`MAX_WINDOW_MS`]ms, and what the policy refuses in those ticks.
 fn parse_rule(text: &str) -> Result<RuleArg, String> {
-    const FORM: &str = "expected NAME:L/W, such as gcra:10/1s, or in-flight:L";
-    let (name, rest) = text.split_once(':').ok_or(FORM)?;
-    if name == PolicyKind::InFlight.name() {
-        // Units held at once: a limit and no window.
-        if rest.contains('/') {
-            return Err(
-                "in-flight takes no window: in-flight:L, such as in-flight:10 (units held \
-                 at once, each until it is released)"
-                    .to_owned(),
-            );
+    let rule = crate::args::parse_rule(text)?;
+    if let Some(span) = rule.config().span() {
+        let written = text
+            .split_once('/')
+            .map_or(text, |(_, window)| window.trim());
+        let nanos = span.as_nanos();
+        let millis = nanos / u128::from(MILLISECOND);
+        if nanos % u128::from(MILLISECOND) != 0 {
+            let whole = if millis == 0 {
+                "1ms".to_owned()
+            } else {
+                format!("{millis}ms or {}ms", millis + 1)
+            };
+            return Err(format!(
+                "the window {}: a trace's times are milliseconds, so the window is a whole \
+                 number of them, such as {whole}",
+                shown(written)
+            ));
         }
-        let limit = parse_limit(rest)?;
-        let rule = Config::in_flight(limit)
-            .and_then(|config| Rule::new(PolicyKind::InFlight, config))
-            .map_err(|_| limit_range())?;
-        return Ok(RuleArg {
-            text: text.to_owned(),
-            rule,
-        });
-    }
-    let (limit, window) = rest.split_once('/').ok_or(FORM)?;
-    let policy = parse_policy(name).map_err(|why| format!("the policy {}: {why}", shown(name)))?;
-    let limit = parse_limit(limit)?;
-    let digits = window.len()
-        - window
-            .trim_start_matches(|c: char| c.is_ascii_digit())
-            .len();
-    let (count, unit) = window.split_at(digits);
-    let per = RULE_UNITS
-        .iter()
-        .find(|&&(name, _)| name == unit)
-        .map(|&(_, per)| per);
-    let (Some(count), Some(per)) = (parse_digits(count), per) else {
-        return Err(format!(
-            "the window {} is not a whole number with a unit: ms, s, m, h or d, such as 1s \
-             or 500ms",
-            shown(window)
-        ));
-    };
-    let window_ms = count
-        .checked_mul(per)
-        .filter(|ms| (1..=MAX_WINDOW_MS).contains(ms))
-        .ok_or_else(|| {
-            format!(
+        if millis > u128::from(MAX_WINDOW_MS) {
+            return Err(format!(
                 "the window {} must be between 1ms and {MAX_WINDOW_MS}ms",
-                shown(window)
-            )
-        })?;
-    let rule = Config::per_ticks(limit, window_ms)
-        .and_then(|config| Rule::new(policy, config))
-        .map_err(|error| match error {
-            ConfigError::LimitOutOfRange { .. } => limit_range(),
-            ConfigError::LimitTooLargeFor { max, .. } => format!(
-                "{policy} keeps the time of every admitted request, so its limit must be \
-                 between 1 and {max}"
-            ),
-            ConfigError::WindowShorterThanLimit { .. } => format!(
-                "{policy} lets one request in every window/limit, and that must be at least \
-                 1ms: give a window of {limit}ms or longer, or a smaller limit"
-            ),
-            other => other.to_string(),
-        })?;
+                shown(written)
+            ));
+        }
+    }
+    let rule = rule
+        .in_ticks_of(Tick::MILLISECOND)
+        .map_err(|error| error.to_string())?;
     Ok(RuleArg {
         text: text.to_owned(),
         rule,
@@ -806,9 +771,39 @@ fn replay<R: Read, W: Write>(
     output.flush().map_err(Stop::Write)
 }
 
+/// The first of `--load` and `--save` given, if any.
+#[cfg(not(feature = "state"))]
+fn state_flag(args: &Args) -> Option<&'static str> {
+    [("--load", &args.load), ("--save", &args.save)]
+        .into_iter()
+        .find_map(|(flag, path)| path.is_some().then_some(flag))
+}
+
+/// The refusal of `--load` or `--save` in a build without the `state`
+/// feature (the default build, the demo's: no serde, no postcard).
+#[cfg(not(feature = "state"))]
+fn state_left_out(flag: &str) -> String {
+    crate::args::left_out(&format!("`floodgate replay {flag}`"), "state")
+}
+
+/// Without the `state` feature, `--load` is refused before the trace
+/// ([`limiter`]); this answers the same refusal.
+#[cfg(not(feature = "state"))]
+fn load(_: &dyn RateLimiter<str>, _: &Path) -> Result<HashMap<String, u64>, String> {
+    Err(state_left_out("--load"))
+}
+
+/// Without the `state` feature, `--save` is refused before the trace
+/// ([`limiter`]); this answers the same refusal.
+#[cfg(not(feature = "state"))]
+fn save(_: &dyn RateLimiter<str>, _: &Latest, _: &Path) -> Result<(), String> {
+    Err(state_left_out("--save"))
+}
+
 /// Loads the state file at `path` into the new `limiter` (the contract's
 /// "Keeping state across a restart"), and answers the clients' latest
 /// times it kept; or what is wrong with the file.
+#[cfg(feature = "state")]
 fn load(limiter: &dyn RateLimiter<str>, path: &Path) -> Result<HashMap<String, u64>, String> {
     let saved = floodgate::state::Saved::read(path).map_err(|e| e.to_string())?;
     let times: Vec<(String, u64)> = postcard::from_bytes(saved.attachment()).map_err(|_| {
@@ -826,6 +821,7 @@ fn load(limiter: &dyn RateLimiter<str>, path: &Path) -> Result<HashMap<String, u
 }
 
 /// Saves `limiter`'s state to `path`, with the clients' latest times.
+#[cfg(feature = "state")]
 fn save(limiter: &dyn RateLimiter<str>, latest: &Latest, path: &Path) -> Result<(), String> {
     let mut times: Vec<(&str, u64)> = latest
         .times

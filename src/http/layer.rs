@@ -156,7 +156,11 @@ where
     /// [`RateLimiter`](crate::RateLimiter) (a policy limiter, a boxed one,
     /// an `Arc` you keep to reload [`Tiers`](crate::tiers::Tiers)), or
     /// under the feature `redis` an
-    /// [`AsyncRedisLimiter`](crate::redis::AsyncRedisLimiter).
+    #[cfg_attr(
+        feature = "redis",
+        doc = "[`AsyncRedisLimiter`](crate::redis::AsyncRedisLimiter)."
+    )]
+    #[cfg_attr(not(feature = "redis"), doc = "`redis::AsyncRedisLimiter`.")]
     ///
     /// The defaults: rejections are `429` with a plain-text body, the
     /// policy is named `"default"` in the headers, no legacy headers, no

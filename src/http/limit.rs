@@ -10,7 +10,12 @@ use crate::{Decision, RateLimiter, RuledDecision};
 ///
 /// Every [`RateLimiter`] is one: its check is a few hundred nanoseconds of
 /// lock-free work, answered at once (a ready future). Under the cargo
-/// feature `redis`, [`AsyncRedisLimiter`](crate::redis::AsyncRedisLimiter)
+/// feature `redis`,
+#[cfg_attr(
+    feature = "redis",
+    doc = "[`AsyncRedisLimiter`](crate::redis::AsyncRedisLimiter)"
+)]
+#[cfg_attr(not(feature = "redis"), doc = "`redis::AsyncRedisLimiter`")]
 /// is one for `str` and `IpAddr` keys: its check is one script call on the
 /// shared connection, awaited, and its fault rule answers when Redis fails,
 /// so a request never waits longer than the store's timeout.

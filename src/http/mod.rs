@@ -34,7 +34,14 @@
 //!    panic, and counts against nobody.
 //! 3. The limiter decides, once: a [`RateLimiter`](crate::RateLimiter)
 //!    answers at once, the Redis store
-//!    ([`AsyncRedisLimiter`](crate::redis::AsyncRedisLimiter), feature
+#![cfg_attr(
+    feature = "redis",
+    doc = "   ([`AsyncRedisLimiter`](crate::redis::AsyncRedisLimiter), feature"
+)]
+#![cfg_attr(
+    not(feature = "redis"),
+    doc = "   (`redis::AsyncRedisLimiter`, feature"
+)]
 //!    `redis`) is awaited on its async connection, never blocking the
 //!    runtime ([`AsyncLimiter`]).
 //! 4. A rejection is answered `429 Too Many Requests` with `Retry-After`;

@@ -1106,54 +1106,83 @@ fn a_rule_that_clashes_or_does_not_parse_is_refused_by_name() {
         "{}",
         run.stderr
     );
+    // The library's parser and messages (as `proxy --rule`), then the
+    // trace's milliseconds.
     for (rule, why) in [
         (
             "gcra:10/1000",
-            "the window 1000 is not a whole number with a unit",
+            "at byte 12: the window \"1000\" needs a unit, such as 1s, 500ms or 2m (the units \
+             are ns, us, ms, s, m, h, d and ticks)",
         ),
         (
             "gcra:10/1us",
-            "the window 1us is not a whole number with a unit",
+            "the window 1us: a trace's times are milliseconds, so the window is a whole number \
+             of them, such as 1ms",
+        ),
+        (
+            "gcra:10/1500us",
+            "the window 1500us: a trace's times are milliseconds, so the window is a whole \
+             number of them, such as 1ms or 2ms",
         ),
         (
             "gcra:10/1.5s",
-            "the window 1.5s is not a whole number with a unit",
+            "at byte 8: the window \"1.5s\" has a fraction: windows are whole units, write \
+             1500ms",
         ),
         (
-            "gcra:10/s",
-            "the window s is not a whole number with a unit",
+            "gcra:10/-1s",
+            "at byte 8: the window \"-1s\" does not start with a whole number",
+        ),
+        (
+            "gcra:10/1fortnight",
+            "at byte 9: unknown unit \"fortnight\" (the units are ns, us, ms, s, m, h, d and \
+             ticks)",
+        ),
+        (
+            "gcra:10/1000ticks",
+            "a window in ticks depends on the clock: give it with a unit",
         ),
         (
             "gcra:10/0s",
-            "the window 0s must be between 1ms and 1000000000ms",
+            "at byte 5: the window is zero: a rate needs a window of at least one tick",
         ),
         (
             "gcra:10/12d",
             "the window 12d must be between 1ms and 1000000000ms",
         ),
-        ("gcra10/1s", "expected NAME:L/W"),
-        ("gcra:10", "expected NAME:L/W"),
+        (
+            "gcra10/1s",
+            "at byte 0: expected POLICY:LIMIT/WINDOW, e.g. gcra:100/1s (no `:`)",
+        ),
+        (
+            "gcra:10",
+            "at byte 5: expected POLICY:LIMIT/WINDOW, e.g. gcra:100/1s (no `/`)",
+        ),
         (
             "gcrb:10/1s",
-            "the policy gcrb: expected one of sliding-window",
+            "at byte 0: unknown policy \"gcrb\"; the policies are sliding-window",
         ),
         (
             "gcra:0/1s",
-            "the limit must be a whole number between 1 and 4294967295",
+            "at byte 5: limit 0 is out of range: it must be between 1 and 4294967295",
         ),
         (
             "gcra:ten/1s",
-            "the limit must be a whole number between 1 and 4294967295",
+            "at byte 5: the limit \"ten\" is not a whole number",
         ),
         (
             "sliding-window:1048576/1s",
-            "sliding-window keeps the time of every admitted request, so its limit must be \
-             between 1 and 1048575",
+            "at byte 15: limit 1048576 is out of range for sliding-window: it must be between \
+             1 and 1048575",
         ),
         (
             "token-bucket:10/9ms",
-            "token-bucket lets one request in every window/limit, and that must be at least \
-             1ms: give a window of 10ms or longer, or a smaller limit",
+            "window 9ms is too short for limit 10: token-bucket releases one request every \
+             window/limit, at least one tick of the clock, so the window must be at least 10ms",
+        ),
+        (
+            "in-flight:5/1s",
+            "at byte 11: in-flight takes no window: in-flight:LIMIT, e.g. in-flight:10",
         ),
     ] {
         // Alone, and as the second of two: the message names the bad one.
