@@ -74,20 +74,22 @@ where
 }
 
 /// The lock-free engine giving every admission back at once: each call is
-/// a check and, when it admits, a refund of its unit by its decision
-/// ([`RateLimiter::refund`], which reads the clock again, as a caller's
-/// refund does). The client then stays full and every call pays both, so
-/// a refund's own cost is this row's time less the plain row's.
+/// an admission ([`RateLimiter::admit`]) and, when it admits, the refund
+/// of its unit ([`RateLimiter::refund`], which reads the clock again, as a
+/// caller's refund does). The client then stays full and every call pays
+/// both, so a refund's own cost is this row's time less the plain row's.
 pub(super) struct CheckThenRefund(pub(super) Limiter<u64, Gcra, QuantaClock>);
 
 impl Subject for CheckThenRefund {
     #[inline]
     fn check(&self, key: u64, _now: u64) -> bool {
-        let decision = Limiter::check(&self.0, &key);
-        if decision.allowed() {
-            RateLimiter::refund(&self.0, &key, &decision, 1);
+        match RateLimiter::admit(&self.0, &key) {
+            Ok(admission) => {
+                RateLimiter::refund(&self.0, admission, 1);
+                true
+            }
+            Err(_) => false,
         }
-        decision.allowed()
     }
 }
 
