@@ -2,12 +2,14 @@
 //! more than it took: the contract's "Giving units back" made hard to get
 //! wrong.
 //!
-//! A refund by time ([`RateLimiter::refund_at`]) trusts its caller: the
-//! limiter cannot tell one admission's units from another's in the same
-//! window, so a refund of units never admitted, or of the same admission
-//! twice, takes another admission's units. An [`Admission`] carries its
-//! key, time, tier and cost, is not `Clone`, and is consumed by its refund
-//! ([`RateLimiter::refund`]): at most its cost, at most once.
+//! A refund by time
+//! ([`RateLimiter::refund_at`](crate::RateLimiter::refund_at)) trusts its
+//! caller: the limiter cannot tell one admission's units from another's in
+//! the same window, so a refund of units never admitted, or of the same
+//! admission twice, takes another admission's units. An [`Admission`]
+//! carries its key, time, tier and cost, is not `Clone`, and is consumed by
+//! its refund ([`RateLimiter::refund`](crate::RateLimiter::refund)): at
+//! most its cost, at most once.
 
 use std::fmt;
 
