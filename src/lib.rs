@@ -128,12 +128,16 @@ mod cell;
 mod clock;
 mod config;
 mod decision;
+// The local side of leases: used by the Redis store's leasing limiter, and
+// by its loom models (`__loom`) without it.
 pub mod export;
 mod factory;
 mod frame;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+mod lease;
 mod limiter;
 pub mod offenders;
 pub mod permit;
@@ -158,6 +162,7 @@ pub mod wait;
 #[cfg(floodgate_loom)]
 #[doc(hidden)]
 pub mod __loom {
+    pub use crate::lease::{Landing, LeaseSlots, Spent};
     pub use crate::store::epoch::{Collector, Pin, Record};
 }
 

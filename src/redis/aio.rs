@@ -236,10 +236,11 @@ impl AsyncRedisLimiter {
     ///
     /// As [`try_check_at`](Self::try_check_at).
     pub async fn try_remaining_at(&self, key: &str, now: u64) -> Result<u64, RedisError> {
-        Ok(self
+        let remaining = self
             .core
             .decision(self.call(key, Op::Remaining, Some(now)).await?)?
-            .remaining)
+            .remaining;
+        Ok(self.core.with_held(key, Some(now), remaining))
     }
 
     /// How many requests of `key` would be admitted now.
@@ -249,10 +250,11 @@ impl AsyncRedisLimiter {
     /// As [`try_check_at`](Self::try_check_at).
     pub async fn try_remaining(&self, key: &str) -> Result<u64, RedisError> {
         let now = self.core.implicit_now();
-        Ok(self
+        let remaining = self
             .core
             .decision(self.call(key, Op::Remaining, now).await?)?
-            .remaining)
+            .remaining;
+        Ok(self.core.with_held(key, now, remaining))
     }
 
     /// `key`'s `remaining` at `now` if it has state in Redis, `None` if it
@@ -413,6 +415,14 @@ impl AsyncRedisLimiter {
     ) -> Result<u64, RedisError> {
         if !admitted.allowed {
             return Ok(0);
+        }
+        if let (Some(leases), true) = (&self.core.leases, cost > 0) {
+            // Into the lease it came from while that lasts (the contract's
+            // "Faults"), to Redis after.
+            let local = self.core.local_now(self.core.implicit_now());
+            if leases.give_back(key, local, admitted.at, cost) {
+                return Ok(cost);
+            }
         }
         let now = self.core.implicit_now().map(|now| now.max(admitted.at));
         self.give_back(key, now, admitted.at, cost).await
@@ -579,6 +589,9 @@ impl AsyncRedisLimiter {
     /// source): from the rejection cache, or one script call whose
     /// rejection the cache remembers.
     async fn decide(&self, key: &str, cost: u64, now: Option<u64>) -> Result<Decision, RedisError> {
+        if self.core.leasing(cost).is_some() {
+            return self.decide_leased(key, cost, now).await;
+        }
         let ticket = match self.core.cached(key, cost, now) {
             Ok(decision) => return Ok(self.core.counted(decision, cost)),
             Err(ticket) => ticket,
@@ -592,6 +605,76 @@ impl AsyncRedisLimiter {
         self.core.held(key, holder, cost, &decision);
         self.core.remember(key, cost, ticket, &decision);
         Ok(self.core.counted(decision, cost))
+    }
+
+    /// [`decide`](Self::decide) of a leasing limiter: from a lease this
+    /// instance holds (no round trip), else from the rejection cache, else
+    /// by taking a lease. The lease taken ahead of need goes to a task of
+    /// its own, off the caller's path (inline only outside a runtime).
+    async fn decide_leased(
+        &self,
+        key: &str,
+        cost: u64,
+        now: Option<u64>,
+    ) -> Result<Decision, RedisError> {
+        let Some(leases) = self.core.leasing(cost) else {
+            unreachable!("asked only of a leasing limiter")
+        };
+        let asked = self.core.local_now(now);
+        if let Some((decision, ahead)) = leases.spend(key, asked, cost, self.core.tick()) {
+            if ahead {
+                let limiter = self.clone();
+                let key = key.to_owned();
+                let ahead = async move {
+                    let Some(leases) = limiter.core.leases.as_ref() else {
+                        return;
+                    };
+                    let ask = leases.ask(&key, 0);
+                    // A failed lease ahead is no answer's: the next one
+                    // that runs short asks again.
+                    let _ = limiter.take_lease(&key, now, 0, ask).await;
+                    leases.ahead_done(&key);
+                };
+                match tokio::runtime::Handle::try_current() {
+                    Ok(runtime) => drop(runtime.spawn(ahead)),
+                    Err(_) => ahead.await,
+                }
+            }
+            return Ok(self.core.counted(decision, cost));
+        }
+        let ticket = match self.core.cached(key, cost, now) {
+            Ok(decision) => return Ok(self.core.counted(decision, cost)),
+            Err(ticket) => ticket,
+        };
+        let decision = self
+            .take_lease(key, now, cost, leases.ask(key, cost))
+            .await?;
+        self.core.remember(key, cost, ticket, &decision);
+        Ok(self.core.counted(decision, cost))
+    }
+
+    /// One lease of up to `ask` units of `key`, `cost` of them this call's
+    /// own (0 for a lease ahead, which then asks at least 1): the call's
+    /// decision, the rest landed in the client's slots.
+    async fn take_lease(
+        &self,
+        key: &str,
+        now: Option<u64>,
+        cost: u64,
+        ask: u64,
+    ) -> Result<Decision, RedisError> {
+        let asked = self.core.local_now(now);
+        let reply = self
+            .call::<script::LeaseReply>(
+                key,
+                Op::Lease {
+                    cost: cost.max(1),
+                    ask: ask.max(cost).max(1),
+                },
+                now,
+            )
+            .await?;
+        self.core.leased(key, asked, cost, &reply)
     }
 
     /// One script call, sent at most once, within the timeout. A call cut

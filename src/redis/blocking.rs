@@ -249,10 +249,11 @@ impl RedisLimiter {
     ///
     /// As [`try_check_at`](Self::try_check_at).
     pub fn try_remaining_at(&self, key: &str, now: u64) -> Result<u64, RedisError> {
-        Ok(self
+        let remaining = self
             .core
             .decision(self.call(key, Op::Remaining, Some(now))?)?
-            .remaining)
+            .remaining;
+        Ok(self.core.with_held(key, Some(now), remaining))
     }
 
     /// How many requests of `key` would be admitted now.
@@ -364,6 +365,14 @@ impl RedisLimiter {
     ) -> Result<u64, RedisError> {
         if !admitted.allowed {
             return Ok(0);
+        }
+        if let (Some(leases), true) = (&self.core.leases, cost > 0) {
+            // Into the lease it came from while that lasts (the contract's
+            // "Faults"), to Redis after.
+            let local = self.core.local_now(self.core.implicit_now());
+            if leases.give_back(key, local, admitted.at, cost) {
+                return Ok(cost);
+            }
         }
         let now = self.core.implicit_now().map(|now| now.max(admitted.at));
         self.give_back(key, now, admitted.at, cost)
@@ -503,6 +512,9 @@ impl RedisLimiter {
     /// the local Unix time, as the time source says): from the rejection
     /// cache, or one script call whose rejection the cache remembers.
     fn decide(&self, key: &str, cost: u64, now: Option<u64>) -> Result<Decision, RedisError> {
+        if let Some(leases) = self.core.leasing(cost) {
+            return self.decide_leased(leases, key, cost, now);
+        }
         let ticket = match self.core.cached(key, cost, now) {
             Ok(decision) => return Ok(self.core.counted(decision, cost)),
             Err(ticket) => ticket,
@@ -514,6 +526,60 @@ impl RedisLimiter {
         self.core.held(key, holder, cost, &decision);
         self.core.remember(key, cost, ticket, &decision);
         Ok(self.core.counted(decision, cost))
+    }
+
+    /// [`decide`](Self::decide) of a leasing limiter: from a lease this
+    /// instance holds (no round trip), else from the rejection cache, else
+    /// by taking a lease. A lease taken ahead of need is taken here, by
+    /// the call that crossed the mark, after its own decision: the
+    /// blocking limiter has no task to hand it to.
+    fn decide_leased(
+        &self,
+        leases: &super::lease::Leases,
+        key: &str,
+        cost: u64,
+        now: Option<u64>,
+    ) -> Result<Decision, RedisError> {
+        let asked = self.core.local_now(now);
+        if let Some((decision, ahead)) = leases.spend(key, asked, cost, self.core.tick()) {
+            if ahead {
+                let ask = leases.ask(key, 0);
+                // A failed lease ahead is no answer's: the next one that
+                // runs short asks again.
+                let _ = self.take_lease(key, now, 0, ask);
+                leases.ahead_done(key);
+            }
+            return Ok(self.core.counted(decision, cost));
+        }
+        let ticket = match self.core.cached(key, cost, now) {
+            Ok(decision) => return Ok(self.core.counted(decision, cost)),
+            Err(ticket) => ticket,
+        };
+        let decision = self.take_lease(key, now, cost, leases.ask(key, cost))?;
+        self.core.remember(key, cost, ticket, &decision);
+        Ok(self.core.counted(decision, cost))
+    }
+
+    /// One lease of up to `ask` units of `key`, `cost` of them this call's
+    /// own (0 for a lease ahead, which then asks at least 1): the call's
+    /// decision, the rest landed in the client's slots.
+    fn take_lease(
+        &self,
+        key: &str,
+        now: Option<u64>,
+        cost: u64,
+        ask: u64,
+    ) -> Result<Decision, RedisError> {
+        let asked = self.core.local_now(now);
+        let reply = self.call::<script::LeaseReply>(
+            key,
+            Op::Lease {
+                cost: cost.max(1),
+                ask: ask.max(cost).max(1),
+            },
+            now,
+        )?;
+        self.core.leased(key, asked, cost, &reply)
     }
 
     /// Each rule's own answer to the request of cost `cost` of `key` at
@@ -698,7 +764,7 @@ impl RateLimiter<str> for RedisLimiter {
         let now = self.core.implicit_now();
         self.call(key, Op::Remaining, now)
             .and_then(|reply| self.core.decision(reply))
-            .map(|decision| decision.remaining)
+            .map(|decision| self.core.with_held(key, now, decision.remaining))
             .unwrap_or_else(|_| self.core.remaining_on_failure(key, now))
     }
 }

@@ -253,6 +253,7 @@ mod aio;
 mod batch;
 mod blocking;
 mod held;
+mod lease;
 mod options;
 mod rejections;
 mod script;
@@ -266,8 +267,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub use aio::AsyncRedisLimiter;
 pub use blocking::RedisLimiter;
 pub use options::{
-    OnFailure, RedisOptions, TimeSource, DEFAULT_LEASE, DEFAULT_LOCAL_BOUNDS,
-    DEFAULT_LOCAL_MAX_CLIENTS,
+    Leasing, OnFailure, RedisOptions, TimeSource, DEFAULT_LEASE, DEFAULT_LEASE_TERM,
+    DEFAULT_LEASE_UNITS, DEFAULT_LOCAL_BOUNDS, DEFAULT_LOCAL_MAX_CLIENTS,
 };
 pub use rejections::DEFAULT_REJECTION_CACHE;
 pub use script::{MAX_COUNTER_PRODUCT, MAX_NOW, MAX_WINDOW};
@@ -303,6 +304,10 @@ pub enum RedisConfigError {
     /// A lease of `in-flight` holders under 1 ms or longer than the
     /// scripts compute exactly ([`MAX_WINDOW`] ticks).
     Lease(Duration),
+    /// A leases' term ([`Leasing`]) under 1 ms or longer than the scripts
+    /// compute exactly ([`MAX_WINDOW`] ticks), or a most of units out of
+    /// 1 ..= 2^20 − 1.
+    Leasing(Leasing),
     /// A caller tick shorter than 1 µs, or neither a whole number of
     /// milliseconds nor a divisor of one.
     Tick(Duration),
@@ -331,6 +336,14 @@ impl fmt::Display for RedisConfigError {
                 f,
                 "lease {lease:?} is invalid: it must be at least 1 ms and at most {MAX_WINDOW} \
                  ticks"
+            ),
+            RedisConfigError::Leasing(leasing) => write!(
+                f,
+                "leases of term {:?} and at most {} units are invalid: the term must be at \
+                 least 1 ms and at most {MAX_WINDOW} ticks, the units 1 to {}",
+                leasing.term(),
+                leasing.get_max_units(),
+                crate::lease::MAX_UNITS
             ),
             RedisConfigError::Tick(tick) => write!(
                 f,
@@ -571,6 +584,9 @@ struct Core {
     /// With `in-flight` rules and a lease: how often the holders' leases
     /// are renewed (a third of the lease).
     renew_every: Option<Duration>,
+    /// A leasing limiter's leases ([`RedisOptions::leasing`], unless its
+    /// rules do not lease).
+    leases: Option<lease::Leases>,
 }
 
 /// What a call that reaches Redis needs to remember its rejection: when it
@@ -712,6 +728,39 @@ impl Core {
         let holds = resolved
             .iter()
             .any(|&(policy, _)| policy == PolicyKind::InFlight);
+        // The leases' term in ticks, checked whether or not the rules
+        // lease, so that a bad option is an error wherever it is given.
+        let term = match options.leasing {
+            None => 0,
+            Some(leasing) => u64::try_from(leasing.term().as_nanos() / tick_ns)
+                .ok()
+                .filter(|&ticks| {
+                    leasing.term() >= Duration::from_millis(1)
+                        && (1..=MAX_WINDOW).contains(&ticks)
+                        && (1..=crate::lease::MAX_UNITS).contains(&leasing.get_max_units())
+                })
+                .ok_or(RedisConfigError::Leasing(leasing))?,
+        };
+        // `in-flight` units are held per request, a shaper's delays are per
+        // request: such rule sets ask Redis for every decision.
+        let leases = options.leasing.filter(|_| {
+            !resolved.iter().any(|&(policy, _)| {
+                matches!(policy, PolicyKind::InFlight | PolicyKind::LeakyBucket)
+            })
+        });
+        let term = if leases.is_some() { term } else { 0 };
+        // A leasing limiter's `sliding-window` admissions enter the log
+        // `term` later: its keys are its own, so that a limiter that does
+        // not lease never reads those times as its own.
+        let lease_mark = if term > 0
+            && resolved
+                .iter()
+                .any(|&(policy, _)| policy == PolicyKind::SlidingWindow)
+        {
+            format!(":lease{term}")
+        } else {
+            String::new()
+        };
         let rule_names: Vec<String> = resolved
             .iter()
             .map(|(policy, config)| {
@@ -723,7 +772,7 @@ impl Core {
             config,
             rules: rule_set,
             key_head: format!(
-                "{}:{}:{clock_name}:{{",
+                "{}:{}:{clock_name}{lease_mark}:{{",
                 options.prefix,
                 rule_names.join("+")
             ),
@@ -732,7 +781,21 @@ impl Core {
                 u64::try_from(tick_ns).expect("checked above"),
                 min_ttl_ms,
                 lease,
+                term,
             ),
+            leases: leases.map(|leasing| {
+                let least_limit = resolved
+                    .iter()
+                    .map(|(_, config)| config.limit())
+                    .min()
+                    .unwrap_or(1);
+                lease::Leases::new(
+                    term,
+                    u64::try_from(tick_ns).expect("checked above"),
+                    leasing.get_max_units().min(least_limit),
+                    options.local_bounds,
+                )
+            }),
             holdings: holds.then(held::Holdings::new),
             renew_every: options.lease.filter(|_| holds).map(|lease| lease / 3),
             time: options.time,
@@ -816,8 +879,61 @@ impl Core {
 
     /// What the store did ([`RedisStats`]).
     fn redis_stats(&self) -> RedisStats {
-        self.round_trips
-            .snapshot(self.faults.load(Ordering::Relaxed), self.answered_locally())
+        let mut stats = self
+            .round_trips
+            .snapshot(self.faults.load(Ordering::Relaxed), self.answered_locally());
+        if let Some(leases) = &self.leases {
+            let counts = &leases.counts;
+            let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+            stats.leases = read(&counts.taken);
+            stats.leases_ahead = read(&counts.ahead);
+            stats.units_leased = read(&counts.units);
+            stats.answered_from_leases = read(&counts.local);
+            stats.units_given_back = read(&counts.given_back);
+            stats.units_lapsed = read(&counts.lapsed);
+        }
+        stats
+    }
+
+    /// The leases, for a request of cost `cost`: a cost of 0 or above the
+    /// limit is answered from `remaining`, never from a lease.
+    fn leasing(&self, cost: u64) -> Option<&lease::Leases> {
+        self.leases
+            .as_ref()
+            .filter(|_| cost >= 1 && cost <= self.config.limit())
+    }
+
+    /// The local time line a lease is measured on, at `now` (`None`: the
+    /// local Unix time in ticks, microseconds on Redis's clock).
+    fn local_now(&self, now: Option<u64>) -> u64 {
+        now.unwrap_or_else(|| self.clock.now())
+    }
+
+    /// Redis's `remaining` for `key` at `now` (`None`: the local clock's),
+    /// with the units this instance holds on lease added: both are
+    /// requests this instance would admit.
+    fn with_held(&self, key: &str, now: Option<u64>, remaining: u64) -> u64 {
+        match &self.leases {
+            Some(leases) => remaining.saturating_add(leases.held(key, self.local_now(now))),
+            None => remaining,
+        }
+    }
+
+    /// The decision a lease's `reply` carries for the request of cost
+    /// `taken` (0 for a lease taken ahead) asked at `asked` on the local
+    /// time line; what it granted beyond `taken` stays here.
+    fn leased(
+        &self,
+        key: &str,
+        asked: u64,
+        taken: u64,
+        reply: &script::LeaseReply,
+    ) -> Result<Decision, RedisError> {
+        let decision = self.decision(reply.reply)?;
+        Ok(match &self.leases {
+            Some(leases) => leases.landed(key, asked, taken, reply, decision),
+            None => decision,
+        })
     }
 
     /// How many decisions the rejection cache answered.
@@ -1040,10 +1156,14 @@ impl Core {
             .collect()
     }
 
-    /// Drops this process's holdings of `key`, whose state was deleted.
+    /// Drops this process's holdings of `key`, whose state was deleted:
+    /// its `in-flight` holders, and its leases (their units lapse).
     fn forget_holdings(&self, key: &str) {
         if let Some(holdings) = &self.holdings {
             holdings.forget(key);
+        }
+        if let Some(leases) = &self.leases {
+            leases.forget(key);
         }
     }
 

@@ -105,6 +105,73 @@ pub struct RedisOptions {
     pub(super) rejection_cache: usize,
     pub(super) batching: bool,
     pub(super) lease: Option<Duration>,
+    pub(super) leasing: Option<Leasing>,
+}
+
+/// Leases of a shared limit (the contract's "A limit shared by many
+/// instances", [`RedisOptions::leasing`]): the term δ, and the most units
+/// one lease takes.
+///
+/// ```
+/// use std::time::Duration;
+/// use floodgate::redis::{Leasing, RedisOptions};
+///
+/// let options = RedisOptions::new().leasing(Some(Leasing::new(Duration::from_millis(500))));
+/// assert_eq!(options.get_leasing().map(|leasing| leasing.term()), Some(Duration::from_millis(500)));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Leasing {
+    term: Duration,
+    max_units: u64,
+}
+
+/// The term of [`Leasing::default`]: one second.
+pub const DEFAULT_LEASE_TERM: Duration = Duration::from_secs(1);
+
+/// The most units one lease takes, by default: [`Leasing::max_units`].
+pub const DEFAULT_LEASE_UNITS: u64 = 1 << 16;
+
+impl Default for Leasing {
+    fn default() -> Self {
+        Self::new(DEFAULT_LEASE_TERM)
+    }
+}
+
+impl Leasing {
+    /// Leases of term `term` (δ, at least 1 ms), each of at most
+    /// [`DEFAULT_LEASE_UNITS`] units.
+    ///
+    /// `term` is how long a lease of a drip rule (`token-bucket`, `gcra`)
+    /// is spent, and how much later than its lease a `sliding-window`
+    /// rule's admissions enter the log: the drip rules may admit, over any
+    /// span D, what one limiter would admit over D + δ; the windows and
+    /// the log never more than one limiter would. A longer term lets a
+    /// client's leases grow larger (fewer round trips) and, for the drip
+    /// rules, costs that much more slack; a window rule's lease ends with
+    /// its window whatever the term.
+    pub const fn new(term: Duration) -> Self {
+        Self {
+            term,
+            max_units: DEFAULT_LEASE_UNITS,
+        }
+    }
+
+    /// The most units one lease takes (1 ..= 2^20 − 1; a rule's limit, and
+    /// what the store has left, cut it further).
+    pub const fn max_units(mut self, units: u64) -> Self {
+        self.max_units = units;
+        self
+    }
+
+    /// The term δ.
+    pub const fn term(&self) -> Duration {
+        self.term
+    }
+
+    /// The most units one lease takes.
+    pub const fn get_max_units(&self) -> u64 {
+        self.max_units
+    }
 }
 
 /// How long an `in-flight` rule's holder holds its units in Redis unless
@@ -135,7 +202,29 @@ impl RedisOptions {
             rejection_cache: DEFAULT_REJECTION_CACHE,
             batching: true,
             lease: Some(DEFAULT_LEASE),
+            leasing: None,
         }
+    }
+
+    /// Spends a shared limit locally, from leases (the contract's "A limit
+    /// shared by many instances"; `None`, the default, asks Redis for every
+    /// decision). A lease takes units of a client's rules out of Redis in
+    /// one script call, as one admission of that many would, and this
+    /// limiter admits that client's requests from them with no round trip
+    /// until the lease ends. See the module's "Leases".
+    ///
+    /// Not every rule set leases: one with an `in-flight` rule (whose
+    /// units are held per request) or a `leaky-bucket` (a shaper, whose
+    /// delays are per request) asks Redis for every decision, as without
+    /// leases.
+    pub fn leasing(mut self, leasing: Option<Leasing>) -> Self {
+        self.leasing = leasing;
+        self
+    }
+
+    /// The leases' options ([`leasing`](Self::leasing)).
+    pub fn get_leasing(&self) -> Option<Leasing> {
+        self.leasing
     }
 
     /// How long the units an `in-flight` rule holds for one admission stay

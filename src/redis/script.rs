@@ -91,11 +91,15 @@ pub(super) fn rule_key(client: &str, rule: usize) -> String {
 ///
 /// `lease` is how long, in ticks, an `in-flight` rule's holder holds its
 /// units without a renewal (0: until released; at most [`MAX_WINDOW`]).
+/// `term` is a leasing limiter's term δ in ticks (0: the limiter does not
+/// lease; at most [`MAX_WINDOW`]), which a `sliding-window` rule's
+/// admissions are written that much later by (`scripts/sliding_window.lua`).
 pub(super) fn script(
     rules: &[(PolicyKind, Config)],
     tick_ns: u64,
     min_ttl_ms: u64,
     lease: u64,
+    term: u64,
 ) -> RuleScript {
     use std::fmt::Write as _;
     const MS: u64 = 1_000_000;
@@ -109,7 +113,8 @@ pub(super) fn script(
     // capped at the longest), written in decimal: Lua reads it exactly.
     let mut text = format!(
         "local K = {}\nlocal ms_per_tick = {ms_per_tick}\nlocal ticks_per_ms = {ticks_per_ms}\n\
-         local min_ttl = {}\nlocal MAX_TTL = {MAX_TTL_MS}\nlocal LEASE = {lease}\n{PRELUDE}\n\
+         local min_ttl = {}\nlocal MAX_TTL = {MAX_TTL_MS}\nlocal LEASE = {lease}\n\
+         local TERM = {term}\nlocal SHARE = {LEASE_SHARE}\n{PRELUDE}\n\
          {HELD}\nlocal steps = {{}}\n",
         rules.len(),
         min_ttl_ms.min(MAX_TTL_MS),
@@ -159,6 +164,12 @@ pub(super) fn script(
     }
 }
 
+/// A lease takes at most the caller's cost plus this fraction's inverse of
+/// what is left over it: with the shared remainder falling, leases shrink
+/// to the cost alone, so near the limit few units are out on lease and
+/// none stranded at one instance (the contract's "Never far under it").
+pub(super) const LEASE_SHARE: u64 = 4;
+
 /// The longest TTL a script sets, in milliseconds: 2^46 (2,230 years), the
 /// scripts' `MAX_TTL`. A longer least TTL is that.
 const MAX_TTL_MS: u64 = 1 << 46;
@@ -182,6 +193,10 @@ pub(super) enum Op {
     /// [`CheckN`](Op::CheckN) of a limiter with `in-flight` rules: an
     /// admission holds its units as the holder `<cost>:<id>`.
     Hold { cost: u64, id: u64 },
+    /// A lease of a leasing limiter: an admission of up to `ask` units,
+    /// at least `cost` (`1 <= cost <= ask <= L` for every rule's `L`); the
+    /// reply is a [`LeaseReply`].
+    Lease { cost: u64, ask: u64 },
 }
 
 /// A wait a script answered, in ticks: [`NEVER`](crate::decision::NEVER)
@@ -233,6 +248,7 @@ fn call<'s>(script: &'s RuleScript, key: &str, op: Op, now: &str) -> ::redis::Sc
         Op::Peek => ("p", 1),
         Op::Refund { cost, .. } => ("f", cost),
         Op::Hold { cost, .. } => ("c", cost),
+        Op::Lease { cost, .. } => ("g", cost),
     };
     let mut call = script.script.prepare_invoke();
     script.add_keys(&mut call, key);
@@ -243,6 +259,9 @@ fn call<'s>(script: &'s RuleScript, key: &str, op: Op, now: &str) -> ::redis::Sc
         }
         Op::Hold { id, .. } => {
             call.arg(format!("{id:016x}"));
+        }
+        Op::Lease { ask, .. } => {
+            call.arg(ask);
         }
         _ => {}
     }
@@ -426,4 +445,33 @@ pub(super) fn decision(reply: Reply) -> Result<Decision, RedisError> {
         at: field(at)?,
     }
     .by_rule(refused_by))
+}
+
+/// A lease's reply: the check's [`Reply`] for an admission of the grant,
+/// the grant (0 when refused) and the lease's term in ticks from the time
+/// it was judged at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct LeaseReply {
+    pub(super) reply: Reply,
+    pub(super) granted: u64,
+    pub(super) term: u64,
+}
+
+impl ::redis::FromRedisValue for LeaseReply {
+    fn from_redis_value(value: ::redis::Value) -> Result<Self, ::redis::ParsingError> {
+        let ::redis::Value::Array(mut items) = value else {
+            return Err(format!("a lease reply that is not an array: {value:?}").into());
+        };
+        if items.len() != 8 {
+            return Err(format!("a lease reply of {} fields, not 8", items.len()).into());
+        }
+        let term = u64::from_redis_value(items.pop().expect("8 fields"))?;
+        let granted = u64::from_redis_value(items.pop().expect("7 fields"))?;
+        let reply = Reply::from_redis_value(::redis::Value::Array(items))?;
+        Ok(LeaseReply {
+            reply,
+            granted,
+            term,
+        })
+    }
 }

@@ -50,6 +50,20 @@ pub struct RedisStats {
     pub latency_count: u64,
     /// The round trips' total latency.
     pub latency_sum: Duration,
+    /// Leases taken ([`RedisOptions::leasing`](super::RedisOptions::leasing)):
+    /// a round trip each.
+    pub leases: u64,
+    /// Of `leases`, those taken ahead of need, before the units held ran
+    /// out.
+    pub leases_ahead: u64,
+    /// Units the leases took out of Redis.
+    pub units_leased: u64,
+    /// Decisions answered from a lease, with no round trip.
+    pub answered_from_leases: u64,
+    /// Units of refunds that went back into the lease they came from.
+    pub units_given_back: u64,
+    /// Units whose lease ended before they were spent.
+    pub units_lapsed: u64,
 }
 
 /// The counters behind [`RedisStats`]. Every field is Relaxed: a counter
@@ -125,6 +139,7 @@ impl RoundTrips {
             answered_locally,
             latency_buckets,
             latency_sum: Duration::from_nanos(self.sum_nanos.load(Ordering::Relaxed)),
+            ..RedisStats::default()
         }
     }
 }

@@ -256,7 +256,7 @@ where
 
     /// Removes `key`'s entry if its state is retired (a call found it so;
     /// the place was given back by whoever retired it).
-    #[cfg(test)]
+    #[cfg_attr(not(any(test, feature = "redis")), allow(dead_code))]
     pub(crate) fn remove_retired<Q>(&self, key: &Q, retired: impl Fn(&S) -> bool)
     where
         Q: ?Sized + Hash + Equivalent<K>,

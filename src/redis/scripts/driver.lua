@@ -97,6 +97,36 @@ if op == 'w' then
   end
   return kept or 0
 end
+-- A lease (the contract's "A limit shared by many instances"): the most
+-- asked for that leaves most of what is left to the others, all or
+-- nothing in every rule, as one admission of that cost; the cost alone if
+-- that is refused. The grant and the term follow the check's reply.
+if op == 'g' then
+  local now, cost, ask = at(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+  local grant = cost
+  if ask > cost then
+    -- What is left now, read with the writes a new client's state asks
+    -- for held and dropped (the admission below makes them).
+    held = {}
+    local left = decide(1, false, now, 1)[2]
+    held = nil
+    grant = max(cost, min(ask, floor((left - cost) / SHARE) + cost))
+  end
+  lease_end = TERM
+  local reply = decide(1, true, now, grant)
+  if reply[1] == 0 and grant > cost then
+    grant = cost
+    lease_end = TERM
+    reply = decide(1, true, now, grant)
+  end
+  reply = stamped(reply, now)
+  if reply[1] == 0 then
+    grant = 0
+  end
+  reply[7] = grant
+  reply[8] = lease_end
+  return reply
+end
 if op == 'c' and ARGV[4] then
   holder = ARGV[4]
 end

@@ -46,6 +46,10 @@ if current > index then
   window, used = current, 0
 end
 if used + cost <= L then
+  if lease_end then
+    -- A lease's units count in this window alone: it ends with it.
+    lease_end = min(lease_end, (window + 1) * W - r + lag)
+  end
   store(key, (window + 1) * W - (now - origin),
     'o', int(origin), 'i', int(window), 'c', int(used + cost))
   return {1, L - used - cost, 0, 0}

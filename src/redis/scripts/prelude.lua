@@ -13,7 +13,7 @@
 --          `p` peek: as `r` if any of the keys exists, nil if none does;
 --          `b` a batch: decide one request of each client, in order;
 --          `e` (several rules) each rule's own answer to a request that
---          was decided, writing nothing
+--          was decided, writing nothing; `g` take a lease (below)
 -- ARGV[2]  now in ticks, or empty: the script reads Redis TIME in
 --          microseconds (then one tick is one microsecond)
 -- ARGV[3]  the request's cost n for `c`, 1 <= n <= every rule's L (the
@@ -30,6 +30,13 @@
 --          over the `in-flight` rules, 0 without one)
 -- `w`      (`in-flight` rules) renew the leases of the holders named in
 --          ARGV[3..] at ARGV[2]: how many are still held
+-- `g`      a lease of a leasing limiter (TERM > 0): an admission of cost
+--          ARGV[4] (the grant) at ARGV[2], where ARGV[3] <= ARGV[4] is the
+--          caller's own cost; the grant is cut to the cost plus what is
+--          left over it divided by SHARE, and to the cost alone if the
+--          larger one is refused. Replies as `c`, with the grant (0 when
+--          refused) and the lease's term in ticks from the call's time as
+--          a seventh and eighth field
 -- ARGV[2i], ARGV[2i + 1]  `b` only: the now (or empty) and the cost of the
 --          decision for the i-th client, KEYS[(i - 1) * K + 1 .. i * K], as
 --          ARGV[2] and ARGV[3] for `c`
@@ -135,6 +142,12 @@ local function write(key, ticks, ...)
   redis.call('HSET', key, ...)
   redis.call('PEXPIRE', key, int(ms))
 end
+
+-- A lease's term, in ticks from `now` (nil unless the call takes a lease,
+-- ARGV[1] `g`): TERM to begin with, and each window rule's step that
+-- admits lowers it to the end of the window its units count in (the
+-- contract's "A limit shared by many instances").
+local lease_end
 
 -- A refund's admission time, in ticks (nil unless the call is a refund,
 -- ARGV[1] `f`): each rule's step then gives back up to `cost` units of the

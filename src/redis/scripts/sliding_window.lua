@@ -25,12 +25,23 @@ local at = r
 if n > 0 then
   at = max(r, kept(n - 1))
 end
--- The kept admissions that have left the window at `at` (t + W <= at) come
--- first: binary search for the first one still in it.
+-- `judge`: the time the window is judged at. A leasing limiter (TERM > 0,
+-- the contract's "A limit shared by many instances") writes its
+-- admissions at `r + TERM`, when the lease that spends them has ended, so
+-- the log may hold times later than `r`: they all count (they are units
+-- out), and the window is judged at `r` itself, never later, so that no
+-- entry leaves it early.
+local judge = at
+if TERM > 0 then
+  judge = r
+  at = max(r + TERM, at)
+end
+-- The kept admissions that have left the window at `judge` (t + W <=
+-- judge) come first: binary search for the first one still in it.
 local low, high = 0, n
 while low < high do
   local middle = floor((low + high) / 2)
-  if kept(middle) + W <= at then
+  if kept(middle) + W <= judge then
     low = middle + 1
   else
     high = middle
@@ -46,8 +57,9 @@ if refunding then
   -- first `low`, are dropped for free: they answer nothing). A refund of
   -- a recent admission, the usual one, touches O(g) fields; the most one
   -- can move is half the live entries.
-  local a = refunding - origin
-  if new or now - refunding >= W or a < 0 or a + W <= at then
+  -- A leasing limiter's admissions are in the log at their lease's end.
+  local a = refunding + TERM - origin
+  if new or now - refunding >= W + TERM or a < 0 or a + W <= judge then
     return {0}
   end
   -- `first`: the oldest entry at or after `a` (entries at `a` are in the

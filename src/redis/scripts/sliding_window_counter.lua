@@ -93,6 +93,10 @@ end
 -- The last of the `cost` single requests: c + m with m = cost - 1.
 local m = cost - 1
 if room(c + m) > 0 then
+  if lease_end then
+    -- A lease's units count in window `at_index` alone: it ends with it.
+    lease_end = min(lease_end, (at_index + 1) * W - (now - origin))
+  end
   store(key, ttl(at_index, p, c + cost),
     'o', int(origin), 'i', int(at_index), 'p', int(p), 'c', int(c + cost))
   return {1, remaining_with(c + cost), 0, 0}

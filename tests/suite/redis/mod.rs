@@ -120,6 +120,7 @@ mod cache;
 mod cluster;
 mod expiry;
 mod faults;
+mod leases;
 mod peek;
 mod processes;
 mod several_rules;
