@@ -250,7 +250,7 @@ fn redis_families(stores: &[(String, crate::redis::RedisStats)], out: &mut Strin
         return;
     }
     type Of = fn(&crate::redis::RedisStats) -> u64;
-    let counters: [(&str, &str, Of); 4] = [
+    let counters: [(&str, &str, Of); 9] = [
         (
             "floodgate_redis_round_trips_total",
             "Round trips to Redis: script calls, and batches of them.",
@@ -270,6 +270,31 @@ fn redis_families(stores: &[(String, crate::redis::RedisStats)], out: &mut Strin
             "floodgate_redis_cached_answers_total",
             "Decisions the local rejection cache answered without a round trip.",
             |s| s.answered_locally,
+        ),
+        (
+            "floodgate_redis_leases_total",
+            "Leases taken out of Redis, a round trip each (ahead of need or not).",
+            |s| s.leases,
+        ),
+        (
+            "floodgate_redis_leased_units_total",
+            "Units the leases took out of Redis.",
+            |s| s.units_leased,
+        ),
+        (
+            "floodgate_redis_lease_answers_total",
+            "Decisions answered from a lease held here, without a round trip.",
+            |s| s.answered_from_leases,
+        ),
+        (
+            "floodgate_redis_lease_units_given_back_total",
+            "Units of refunds that went back into the lease they came from.",
+            |s| s.units_given_back,
+        ),
+        (
+            "floodgate_redis_lease_units_lapsed_total",
+            "Units whose lease ended before they were spent.",
+            |s| s.units_lapsed,
         ),
     ];
     // Writing to a `String` cannot fail.

@@ -196,6 +196,9 @@ impl LeaseSlots {
     /// Puts a lease of `units` (>= 1) ending at `end_ms`, taken at
     /// `taken_at` on the store's clock with `rest` left there, in a slot
     /// that is empty or whose lease has ended at `now_ms` (its units lapse).
+    // The models' and the fuzz target's step; the store gives back what
+    // lapsed, through `land_replacing`.
+    #[allow(dead_code)]
     pub fn land(
         &self,
         now_ms: u64,
@@ -204,6 +207,20 @@ impl LeaseSlots {
         taken_at: u64,
         rest: u64,
     ) -> Landing {
+        self.land_replacing(now_ms, units_left, end_ms, taken_at, rest)
+            .0
+    }
+
+    /// [`land`](Self::land), with the time of the ended lease whose units
+    /// lapsed (when any did), so that they can be given back to the store.
+    pub fn land_replacing(
+        &self,
+        now_ms: u64,
+        units_left: u64,
+        end_ms: u64,
+        taken_at: u64,
+        rest: u64,
+    ) -> (Landing, u64) {
         for slot in 0..2 {
             let word_cell = &self.slots[slot];
             let mut word = word_cell.load(Ordering::Acquire);
@@ -225,18 +242,21 @@ impl LeaseSlots {
                         // The slot is this thread's alone until the store
                         // below: LANDING has no units, so no spend or
                         // refund touches it, and no other lander takes it.
+                        // The replaced lease's time first: the CAS read
+                        // its word with Acquire, so this is its own.
                         // Relaxed: published by the Release store.
+                        let replaced = self.taken_at[slot].load(Ordering::Relaxed);
                         self.taken_at[slot].store(taken_at, Ordering::Relaxed);
                         self.rest[slot].store(rest, Ordering::Relaxed);
                         word_cell.store(pack(units_left, end_ms), Ordering::Release);
                         let lapsed = if now_ms >= end(word) { units(word) } else { 0 };
-                        return Landing::Landed { lapsed };
+                        return (Landing::Landed { lapsed }, replaced);
                     }
                     Err(current) => word = current,
                 }
             }
         }
-        Landing::NoRoom
+        (Landing::NoRoom, 0)
     }
 
     /// Gives `units` of an admission spent from the lease taken at
@@ -286,11 +306,14 @@ impl LeaseSlots {
         plan_size(self.plan.load(Ordering::Relaxed))
     }
 
-    /// Whether nothing is held or coming at `now_ms`: a sweep may retire it.
-    pub fn idle(&self, now_ms: u64) -> bool {
+    /// Whether nothing is held or coming at `now_ms`, and the last lease
+    /// landed a term (`term_ms`) or more ago: a sweep may retire it. A
+    /// client whose lease was just spent keeps its size for the next.
+    pub fn idle(&self, now_ms: u64, term_ms: u64) -> bool {
         let plan = self.plan.load(Ordering::Acquire);
         plan != RETIRED
             && plan & IN_FLIGHT == 0
+            && now_ms >= plan_time(plan).saturating_add(term_ms)
             && self.slots.iter().all(|slot| {
                 let word = slot.load(Ordering::Acquire);
                 word != LANDING && (units(word) == 0 || now_ms >= end(word))
@@ -299,9 +322,9 @@ impl LeaseSlots {
 
     /// Retires the state if it is idle at `now_ms` (one CAS of the plan,
     /// which fails if a lease was asked for since); whether it did.
-    pub fn retire_if_idle(&self, now_ms: u64) -> bool {
+    pub fn retire_if_idle(&self, now_ms: u64, term_ms: u64) -> bool {
         let plan = self.plan.load(Ordering::Acquire);
-        self.idle(now_ms)
+        self.idle(now_ms, term_ms)
             && self
                 .plan
                 .compare_exchange(plan, RETIRED, Ordering::AcqRel, Ordering::Relaxed)
@@ -452,11 +475,13 @@ mod tests {
         let slots = LeaseSlots::new();
         assert!(slots.start_ahead());
         assert!(!slots.start_ahead());
-        assert!(!slots.retire_if_idle(0), "a lease is coming");
+        assert!(!slots.retire_if_idle(0, 0), "a lease is coming");
         slots.end_ahead();
         slots.land(0, 1, 10, 0, 0);
-        assert!(!slots.retire_if_idle(5), "units held");
-        assert!(slots.retire_if_idle(10));
+        slots.landed(0, 100, 64);
+        assert!(!slots.retire_if_idle(5, 100), "units held");
+        assert!(!slots.retire_if_idle(10, 100), "its size is kept a term");
+        assert!(slots.retire_if_idle(100, 100));
         assert!(slots.retired());
         assert!(!slots.start_ahead());
     }

@@ -245,6 +245,11 @@ pub struct MetricsDoctests;
 #[cfg(all(doctest, feature = "redis"))]
 pub struct RedisDoctests;
 
+/// `docs/leases.md`'s examples, compiled and run as doctests.
+#[doc = include_str!("../docs/leases.md")]
+#[cfg(all(doctest, feature = "redis"))]
+pub struct LeasesDoctests;
+
 /// `docs/state.md`'s examples, compiled and run as doctests.
 #[doc = include_str!("../docs/state.md")]
 #[cfg(all(doctest, feature = "state"))]

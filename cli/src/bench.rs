@@ -80,6 +80,10 @@ use crate::heap::Meter;
 #[path = "bench_redis.rs"]
 mod redis;
 
+#[cfg(feature = "redis")]
+#[path = "bench_lease.rs"]
+mod leases;
+
 #[path = "bench_tail.rs"]
 mod tail;
 
@@ -269,6 +273,20 @@ pub struct Args {
     #[arg(long, value_name = "N", value_delimiter = ',', default_values_t = [1, 4, 16],
           value_parser = Checked(parse_in::<usize>(1, MAX_THREADS as u64)))]
     connections: Vec<usize>,
+
+    /// With --backend: measure leases instead (one instance spending its
+    /// leases, with 1 and 4 threads, on a hot client, 10,000 uniform and
+    /// 100,000 Zipf clients, at a limit never reached and one reached),
+    /// beside the round trip per decision and, for the hot client, the
+    /// in-memory engine, in turn: decisions per second and Redis calls per
+    /// decision.
+    #[arg(long, requires = "backend")]
+    lease: bool,
+
+    /// The leases' term with --lease, such as 1s.
+    #[arg(long, value_name = "DURATION", requires = "lease",
+          value_parser = Checked(parse_duration))]
+    lease_term: Option<Span>,
 }
 
 /// Which clients the timed loop checks.
@@ -823,6 +841,14 @@ pub fn run(args: Args) -> ExitCode {
                 "`floodgate bench --backend`",
                 "bench,redis",
             ));
+        }
+        #[cfg(feature = "redis")]
+        if args.lease {
+            let term = args
+                .lease_term
+                .as_ref()
+                .map_or(floodgate::redis::DEFAULT_LEASE_TERM, Span::duration);
+            return leases::run(url, &policies, &[1, 4], term, args.quick, args.json);
         }
         #[cfg(feature = "redis")]
         return redis::run(

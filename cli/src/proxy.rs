@@ -170,6 +170,22 @@ pub struct Args {
           conflicts_with_all = ["evict_idle", "max_clients"])]
     backend: Option<String>,
 
+    /// With --backend: spend the shared limit from leases, taken out of
+    /// Redis a batch of units at a time, so that most requests are decided
+    /// here with no round trip, never over the limit summed over every
+    /// proxy (see docs/leases.md). Rules with in-flight or leaky-bucket
+    /// ask Redis for every request.
+    #[arg(long, requires = "backend")]
+    lease: bool,
+
+    /// The term of a lease of a drip rule (gcra, token-bucket) and how
+    /// much later a sliding-window lease's units enter the log, such as
+    /// 500ms: over any span D those rules admit at most what one limiter
+    /// would over D plus this. Windows' leases end with their window.
+    #[arg(long, value_name = "DURATION", requires = "lease",
+          value_parser = Checked(parse_duration))]
+    lease_term: Option<Span>,
+
     /// Forget idle clients, swept as new clients arrive (in memory; Redis
     /// forgets them by itself).
     #[arg(long)]
@@ -710,12 +726,18 @@ fn clock(saved: Option<&Saved>) -> QuantaClock {
 async fn store(args: &Args, rules: &RuleSet, bounds: Bounds) -> Result<Store, ExitCode> {
     #[cfg(feature = "redis")]
     if let Some(url) = &args.backend {
-        use floodgate::redis::{AsyncRedisLimiter, RedisOptions};
+        use floodgate::redis::{AsyncRedisLimiter, Leasing, RedisOptions};
+        let leasing = args.lease.then(|| {
+            Leasing::new(
+                args.lease_term
+                    .as_ref()
+                    .map_or(floodgate::redis::DEFAULT_LEASE_TERM, Span::duration),
+            )
+        });
+        let options = RedisOptions::new().leasing(leasing);
         let redis = match rules.rules() {
-            [rule] => {
-                AsyncRedisLimiter::new(url, rule.policy(), rule.config(), RedisOptions::new()).await
-            }
-            _ => AsyncRedisLimiter::with_rules(url, rules, RedisOptions::new()).await,
+            [rule] => AsyncRedisLimiter::new(url, rule.policy(), rule.config(), options).await,
+            _ => AsyncRedisLimiter::with_rules(url, rules, options).await,
         }
         .map_err(|e| usage(format!("--backend {url}: {e}")))?;
         // Redis need not be up yet: the limiter reconnects by itself, and
@@ -941,7 +963,12 @@ async fn serve(args: Args, rules: RuleSet, bounds: Bounds, extractor: Extract) -
         let _ = out.flush();
     }
     #[cfg(feature = "redis")]
-    let held = args.backend.as_deref().unwrap_or("memory");
+    let held = match (&args.backend, &args.lease_term) {
+        (None, _) => "memory".to_owned(),
+        (Some(url), _) if !args.lease => url.clone(),
+        (Some(url), Some(term)) => format!("{url}, spent from leases of term {}", term.text),
+        (Some(url), None) => format!("{url}, spent from leases of term 1s"),
+    };
     #[cfg(not(feature = "redis"))]
     let held = "memory";
     eprintln!(

@@ -640,7 +640,7 @@ impl AsyncRedisLimiter {
                     Err(_) => ahead.await,
                 }
             }
-            return Ok(self.core.counted(decision, cost));
+            return Ok(self.core.counted_from_lease(decision, cost));
         }
         let ticket = match self.core.cached(key, cost, now) {
             Ok(decision) => return Ok(self.core.counted(decision, cost)),
@@ -674,7 +674,19 @@ impl AsyncRedisLimiter {
                 now,
             )
             .await?;
-        self.core.leased(key, asked, cost, &reply)
+        let (decision, give_back) = self.core.leased(key, asked, cost, &reply)?;
+        if let (Some(give_back), Some(leases)) = (give_back, &self.core.leases) {
+            // One more round trip, rare: an ended lease's rest, whose
+            // failure loses nothing but those units until their window or
+            // drip frees them.
+            if let Ok(taken) = self
+                .give_back(key, now, give_back.taken_at, give_back.units)
+                .await
+            {
+                leases.returned(taken);
+            }
+        }
+        Ok(decision)
     }
 
     /// One script call, sent at most once, within the timeout. A call cut

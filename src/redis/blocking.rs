@@ -549,7 +549,7 @@ impl RedisLimiter {
                 let _ = self.take_lease(key, now, 0, ask);
                 leases.ahead_done(key);
             }
-            return Ok(self.core.counted(decision, cost));
+            return Ok(self.core.counted_from_lease(decision, cost));
         }
         let ticket = match self.core.cached(key, cost, now) {
             Ok(decision) => return Ok(self.core.counted(decision, cost)),
@@ -579,7 +579,19 @@ impl RedisLimiter {
             },
             now,
         )?;
-        self.core.leased(key, asked, cost, &reply)
+        let (decision, give_back) = self.core.leased(key, asked, cost, &reply)?;
+        if let (Some(give_back), Some(leases)) = (give_back, &self.core.leases) {
+            // One more round trip, rare: an ended lease's rest, whose
+            // failure loses nothing but those units until their window or
+            // drip frees them.
+            if let Ok(taken) = self
+                .give_back(key, now, give_back.taken_at, give_back.units)
+                
+            {
+                leases.returned(taken);
+            }
+        }
+        Ok(decision)
     }
 
     /// Each rule's own answer to the request of cost `cost` of `key` at

@@ -8,17 +8,30 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::lease::{Landing, LeaseSlots, Spent};
 use crate::store::{Arrival, KeyedStore};
-use crate::{Bounds, Decision, Tick};
+use crate::{Bounds, Clock, Decision, QuantaClock, Tick};
 
 use super::script::LeaseReply;
 
 /// The clients this instance holds leases of, and the leases' constants.
+///
+/// # The time line
+///
+/// A lease is measured on this instance's own time line, from the moment
+/// it asked: with [`TimeSource::Caller`](super::TimeSource::Caller), the
+/// caller's ticks (the `now` each call passes, or the local Unix time);
+/// with Redis's clock, the time-stamp counter (`clock`, nanoseconds), which
+/// never steps back when the wall clock is set and costs a few nanoseconds
+/// a read. The slots keep whole milliseconds of it, rounded down.
 pub(super) struct Leases {
     clients: KeyedStore<String, LeaseSlots>,
-    /// δ in ticks, and in whole milliseconds (at least 1).
+    /// δ in whole milliseconds (at least 1).
     term_ms: u64,
-    /// The length of a tick, in nanoseconds.
+    /// The length of a tick of the time line, and of the script's ticks
+    /// (a lease's term comes back in those), in nanoseconds.
     tick_ns: u64,
+    script_tick_ns: u64,
+    /// With Redis's clock: the time line.
+    clock: Option<QuantaClock>,
     /// The most units a lease takes: the option, cut to the strictest limit
     /// and to what a slot holds.
     most: u64,
@@ -34,33 +47,57 @@ pub(super) struct LeaseCounts {
     pub(super) ahead: AtomicU64,
     /// Units the leases took out of Redis.
     pub(super) units: AtomicU64,
-    /// Decisions answered from a lease, with no round trip.
-    pub(super) local: AtomicU64,
+    /// Decisions of a leasing limiter answered otherwise than from a lease
+    /// (Redis's, the rejection cache's, the fault rule's): those answered
+    /// from one are the rest of the limiter's decisions, counted on its
+    /// striped counters, so a spend adds to no line another thread adds to.
+    pub(super) elsewhere: AtomicU64,
     /// Units of refunds that went back into a lease.
     pub(super) given_back: AtomicU64,
     /// Units whose lease ended unspent.
     pub(super) lapsed: AtomicU64,
+    /// Of those, the units Redis took back (a refund of each ended lease's
+    /// rest, when a landing finds it).
+    pub(super) returned: AtomicU64,
 }
 
 impl Leases {
-    pub(super) fn new(term_ticks: u64, tick_ns: u64, most: u64, bounds: Bounds) -> Self {
-        let term_ms = u64::try_from(u128::from(term_ticks) * u128::from(tick_ns) / 1_000_000)
-            .unwrap_or(u64::MAX)
-            .max(1);
+    /// Leases of term `term`, at most `most` units each, on Redis's clock
+    /// (`caller_tick_ns` `None`) or the caller's ticks of that length;
+    /// `script_tick_ns` is the script's tick (a microsecond on Redis's
+    /// clock).
+    pub(super) fn new(
+        term: std::time::Duration,
+        caller_tick_ns: Option<u64>,
+        script_tick_ns: u64,
+        most: u64,
+        bounds: Bounds,
+    ) -> Self {
         Self {
             clients: KeyedStore::new(bounds),
-            term_ms,
-            tick_ns,
+            term_ms: u64::try_from(term.as_millis()).unwrap_or(u64::MAX).max(1),
+            tick_ns: caller_tick_ns.unwrap_or(1),
+            script_tick_ns,
+            clock: caller_tick_ns.is_none().then(QuantaClock::new),
             most: most.clamp(1, crate::lease::MAX_UNITS),
             counts: LeaseCounts::default(),
         }
     }
 
-    /// `ticks` of the limiter's time line in whole milliseconds, rounded
-    /// down (the slots' unit: a lease's end rounded down ends it early,
-    /// never late).
+    /// Now on the time line: the caller's `now` (or the local Unix time it
+    /// stands for, `implicit`), or the time-stamp counter's.
+    pub(super) fn now(&self, implicit: impl FnOnce() -> u64) -> u64 {
+        match &self.clock {
+            Some(clock) => clock.now(),
+            None => implicit(),
+        }
+    }
+
+    /// `ticks` of the time line in whole milliseconds, rounded down (the
+    /// slots' unit: a lease's end rounded down ends it early, never late).
+    #[inline]
     fn ms(&self, ticks: u64) -> u64 {
-        u64::try_from(u128::from(ticks) * u128::from(self.tick_ns) / 1_000_000).unwrap_or(u64::MAX)
+        ms(ticks, self.tick_ns)
     }
 
     /// A request of cost `cost` of `key` at `now` (ticks) answered from a
@@ -77,7 +114,6 @@ impl Leases {
         self.clients.peek(key, |client| {
             let slots = &client.state;
             let spent = slots.spend(now_ms, cost)?;
-            self.counts.local.fetch_add(1, Ordering::Relaxed);
             // Ahead of need: half of the last lease's size is left, and no
             // other lease is held beside it.
             let size = slots.size();
@@ -113,21 +149,29 @@ impl Leases {
         taken: u64,
         reply: &LeaseReply,
         decision: Decision,
-    ) -> Decision {
+    ) -> (Decision, Option<GiveBack>) {
         if !decision.allowed {
-            return decision;
+            return (decision, None);
         }
+        let mut give_back = None;
         self.counts.taken.fetch_add(1, Ordering::Relaxed);
         self.counts
             .units
             .fetch_add(reply.granted, Ordering::Relaxed);
         let now_ms = self.ms(asked);
-        let end_ms = self.ms(asked.saturating_add(reply.term));
+        // Each part rounded down: the end is no later than the term after
+        // the ask.
+        let end_ms = now_ms.saturating_add(ms(reply.term, self.script_tick_ns));
         // Units that end before they could be spent lapse at once.
         let left = if end_ms > now_ms {
             reply.granted.saturating_sub(taken)
         } else {
-            self.lapse(reply.granted.saturating_sub(taken));
+            let units = reply.granted.saturating_sub(taken);
+            self.lapse(units);
+            give_back = (units > 0).then_some(GiveBack {
+                taken_at: decision.at,
+                units,
+            });
             0
         };
         // The client's slots, made if need be even when nothing lands: the
@@ -140,24 +184,34 @@ impl Leases {
                 if slots.retired() {
                     return None;
                 }
-                let landing = if left > 0 {
-                    slots.land(now_ms, left, end_ms, decision.at, decision.remaining)
+                let (landing, replaced) = if left > 0 {
+                    slots.land_replacing(now_ms, left, end_ms, decision.at, decision.remaining)
                 } else {
-                    Landing::Landed { lapsed: 0 }
+                    (Landing::Landed { lapsed: 0 }, 0)
                 };
                 slots.landed(now_ms, self.term_ms, self.most);
                 if matches!(landing, Landing::Landed { lapsed } if lapsed > 0) {
                     slots.lapsed();
                 }
-                Some(landing)
+                Some((landing, replaced))
             });
             match landing {
-                Some(Some(Landing::Landed { lapsed })) => {
-                    self.lapse(lapsed);
+                Some(Some((Landing::Landed { lapsed }, replaced))) => {
+                    if lapsed > 0 {
+                        self.lapse(lapsed);
+                        give_back = Some(GiveBack {
+                            taken_at: replaced,
+                            units: lapsed,
+                        });
+                    }
                     break;
                 }
-                Some(Some(Landing::NoRoom)) => {
+                Some(Some((Landing::NoRoom, _))) => {
                     self.lapse(left);
+                    give_back = Some(GiveBack {
+                        taken_at: decision.at,
+                        units: left,
+                    });
                     break;
                 }
                 Some(None) => self
@@ -167,21 +221,31 @@ impl Leases {
                     key,
                     now_ms,
                     LeaseSlots::new,
-                    |client, now_ms| client.state.retire_if_idle(now_ms),
+                    |client, now_ms| client.state.retire_if_idle(now_ms, self.term_ms),
                     LeaseSlots::retired,
                 ) {
                     Arrival::Created(_) | Arrival::Raced => {}
                     Arrival::Full => {
                         self.lapse(left);
+                        give_back = (left > 0).then_some(GiveBack {
+                            taken_at: decision.at,
+                            units: left,
+                        });
                         break;
                     }
                 },
             }
         }
-        Decision {
+        let decision = Decision {
             remaining: decision.remaining.saturating_add(left),
             ..decision
-        }
+        };
+        (decision, give_back)
+    }
+
+    /// Counts what Redis took back of a [`GiveBack`].
+    pub(super) fn returned(&self, units: u64) {
+        self.counts.returned.fetch_add(units, Ordering::Relaxed);
     }
 
     /// A lease taken ahead came back, landed or not.
@@ -234,6 +298,17 @@ impl Leases {
     }
 }
 
+/// Unspent units of an ended lease (or of one that found no slot), to be
+/// given back to Redis as a refund of the admission that took them: the
+/// contract's "what is left unspent then is given back to the store".
+/// Nothing spends them any more, so giving them back is always safe; a
+/// window rule whose window has ended takes nothing back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct GiveBack {
+    pub(super) taken_at: u64,
+    pub(super) units: u64,
+}
+
 impl std::fmt::Debug for Leases {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Leases")
@@ -241,6 +316,21 @@ impl std::fmt::Debug for Leases {
             .field("most", &self.most)
             .field("clients", &self.clients.len())
             .finish_non_exhaustive()
+    }
+}
+
+/// `ticks` of `tick_ns` nanoseconds each, in whole milliseconds rounded
+/// down; a division by a constant (or a product) for the ticks that divide
+/// or are whole milliseconds, which a spend pays.
+#[inline]
+fn ms(ticks: u64, tick_ns: u64) -> u64 {
+    const MS: u64 = 1_000_000;
+    if MS.is_multiple_of(tick_ns) {
+        ticks / (MS / tick_ns)
+    } else if tick_ns.is_multiple_of(MS) {
+        ticks.saturating_mul(tick_ns / MS)
+    } else {
+        u64::try_from(u128::from(ticks) * u128::from(tick_ns) / u128::from(MS)).unwrap_or(u64::MAX)
     }
 }
 

@@ -130,6 +130,35 @@
 //!   deleted behind the limiter's back. Either makes Redis more lenient
 //!   than the cache until the deadline.
 //!
+//! # Leases
+//!
+//! With [`RedisOptions::leasing`], a limiter takes a client's units out of
+//! Redis a batch at a time (a *lease*: one script call, as one admission
+//! of that many) and admits that client's requests from them with no round
+//! trip until they are spent or the lease ends, never over the limit
+//! summed over every instance (the contract's "A limit shared by many
+//! instances"). Each instance keeps its clients' leases in the engine's
+//! keyed store, two lease slots per client, spent by one compare-and-swap;
+//! a client seen rarely leases one unit at a time, a hot one's leases grow
+//! while they are spent within the term and shrink as Redis's remainder
+//! falls. `docs/leases.md` gives each policy's bound and what the term
+//! costs and buys.
+//!
+//! ```no_run
+//! use floodgate::redis::{Leasing, RedisLimiter, RedisOptions};
+//! use floodgate::{Config, PolicyKind, RateLimiter};
+//! use std::time::Duration;
+//!
+//! let limiter = RedisLimiter::new(
+//!     "redis://127.0.0.1:6379",
+//!     PolicyKind::Gcra,
+//!     Config::per(100, Duration::from_secs(1))?,
+//!     RedisOptions::new().leasing(Some(Leasing::new(Duration::from_millis(500)))),
+//! )?;
+//! assert!(limiter.check("client-42").allowed());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! # Keys
 //!
 //! One hash per client:
@@ -789,9 +818,14 @@ impl Core {
                     .map(|(_, config)| config.limit())
                     .min()
                     .unwrap_or(1);
+                let script_tick_ns = u64::try_from(tick_ns).expect("checked above");
                 lease::Leases::new(
-                    term,
-                    u64::try_from(tick_ns).expect("checked above"),
+                    leasing.term(),
+                    match options.time {
+                        TimeSource::Server => None,
+                        TimeSource::Caller { .. } => Some(script_tick_ns),
+                    },
+                    script_tick_ns,
                     leasing.get_max_units().min(least_limit),
                     options.local_bounds,
                 )
@@ -865,6 +899,16 @@ impl Core {
 
     /// Counts `decision`, of a request of `cost`, and answers it.
     fn counted(&self, decision: Decision, cost: u64) -> Decision {
+        if let Some(leases) = &self.leases {
+            leases.counts.elsewhere.fetch_add(1, Ordering::Relaxed);
+        }
+        self.decisions.decided(&decision, cost, 0);
+        decision
+    }
+
+    /// [`counted`](Self::counted) for a decision answered from a lease:
+    /// on the striped counters alone (`lease::LeaseCounts::elsewhere`).
+    fn counted_from_lease(&self, decision: Decision, cost: u64) -> Decision {
         self.decisions.decided(&decision, cost, 0);
         decision
     }
@@ -888,9 +932,12 @@ impl Core {
             stats.leases = read(&counts.taken);
             stats.leases_ahead = read(&counts.ahead);
             stats.units_leased = read(&counts.units);
-            stats.answered_from_leases = read(&counts.local);
+            let mut decided = crate::Stats::default();
+            self.decisions.fill(&mut decided);
+            stats.answered_from_leases = decided.decided().saturating_sub(read(&counts.elsewhere));
             stats.units_given_back = read(&counts.given_back);
             stats.units_lapsed = read(&counts.lapsed);
+            stats.units_returned = read(&counts.returned);
         }
         stats
     }
@@ -903,10 +950,13 @@ impl Core {
             .filter(|_| cost >= 1 && cost <= self.config.limit())
     }
 
-    /// The local time line a lease is measured on, at `now` (`None`: the
-    /// local Unix time in ticks, microseconds on Redis's clock).
+    /// Now on the time line the leases are measured on, for a call at
+    /// `now` (`None`: the local Unix time in ticks); see `lease::Leases`.
     fn local_now(&self, now: Option<u64>) -> u64 {
-        now.unwrap_or_else(|| self.clock.now())
+        match &self.leases {
+            Some(leases) => leases.now(|| now.unwrap_or_else(|| self.clock.now())),
+            None => now.unwrap_or_else(|| self.clock.now()),
+        }
     }
 
     /// Redis's `remaining` for `key` at `now` (`None`: the local clock's),
@@ -928,11 +978,11 @@ impl Core {
         asked: u64,
         taken: u64,
         reply: &script::LeaseReply,
-    ) -> Result<Decision, RedisError> {
+    ) -> Result<(Decision, Option<lease::GiveBack>), RedisError> {
         let decision = self.decision(reply.reply)?;
         Ok(match &self.leases {
             Some(leases) => leases.landed(key, asked, taken, reply, decision),
-            None => decision,
+            None => (decision, None),
         })
     }
 

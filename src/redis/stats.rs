@@ -64,6 +64,10 @@ pub struct RedisStats {
     pub units_given_back: u64,
     /// Units whose lease ended before they were spent.
     pub units_lapsed: u64,
+    /// Of `units_lapsed`, those Redis took back: an ended lease's rest is
+    /// given back by the next lease of its client that lands here (a
+    /// window rule whose window ended takes nothing back).
+    pub units_returned: u64,
 }
 
 /// The counters behind [`RedisStats`]. Every field is Relaxed: a counter

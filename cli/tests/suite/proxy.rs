@@ -841,6 +841,62 @@ async fn the_redis_backend_limits_behind_the_layer() {
     ));
 }
 
+/// Four proxies share one key's limit on one Redis, each spending from
+/// leases (`--lease`): with demand far above the limit (200 requests in
+/// turn across the four for a limit of 50), the admitted total is within
+/// the limit and at least 90% of it.
+#[tokio::test]
+#[ignore = "needs a Redis server: FLOODGATE_REDIS_URL and --include-ignored"]
+async fn four_proxies_on_leases_admit_within_the_shared_limit_and_near_it() {
+    let url = std::env::var("FLOODGATE_REDIS_URL")
+        .ok()
+        .filter(|url| !url.is_empty())
+        .expect("FLOODGATE_REDIS_URL is not set (.ci/run starts a server and sets it)");
+    let upstream = Upstream::start().await;
+    let proxies: Vec<Proxy> = (0..4)
+        .map(|_| {
+            Proxy::start(&[
+                "--upstream",
+                &upstream.url(),
+                "--rule",
+                "fixed-window:50/1h",
+                "--key",
+                "header:x-api-key",
+                "--backend",
+                &url,
+                "--lease",
+                "--lease-term",
+                "2s",
+            ])
+        })
+        .collect();
+    let banner = proxies[0].stderr_line("per client");
+    assert!(
+        banner.contains(&format!("in {url}, spent from leases of term 2s")),
+        "{banner}"
+    );
+    // A client of this run's own: the keys of an earlier run live an hour.
+    let client = format!(
+        "proxy-lease-test-{}-{:?}",
+        std::process::id(),
+        std::time::SystemTime::now()
+    );
+    let mut admitted = 0;
+    for request in 0..200 {
+        let proxy = &proxies[request % 4];
+        let (response, _) = get(&proxy.url("/"), &[("x-api-key", &client)]).await;
+        admitted += usize::from(response.status() == StatusCode::OK);
+    }
+    assert!(
+        (45..=50).contains(&admitted),
+        "{admitted} admitted of a shared limit of 50"
+    );
+    for proxy in proxies {
+        let (status, _) = proxy.stop();
+        assert!(status.success(), "{status}");
+    }
+}
+
 /// The example: each request's tier from `x-plan`, 2 an hour for
 /// free, 5 for premium, and a misspelt plan the default tier's 2, named
 /// once on standard error.

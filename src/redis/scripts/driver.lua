@@ -112,11 +112,11 @@ if op == 'g' then
     held = nil
     grant = max(cost, min(ask, floor((left - cost) / SHARE) + cost))
   end
-  lease_end = TERM
+  lease_until = TERM
   local reply = decide(1, true, now, grant)
   if reply[1] == 0 and grant > cost then
     grant = cost
-    lease_end = TERM
+    lease_until = TERM
     reply = decide(1, true, now, grant)
   end
   reply = stamped(reply, now)
@@ -124,7 +124,7 @@ if op == 'g' then
     grant = 0
   end
   reply[7] = grant
-  reply[8] = lease_end
+  reply[8] = lease_until
   return reply
 end
 if op == 'c' and ARGV[4] then

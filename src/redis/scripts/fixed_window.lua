@@ -46,9 +46,9 @@ if current > index then
   window, used = current, 0
 end
 if used + cost <= L then
-  if lease_end then
+  if lease_until then
     -- A lease's units count in this window alone: it ends with it.
-    lease_end = min(lease_end, (window + 1) * W - r + lag)
+    lease_until = min(lease_until, (window + 1) * W - r + lag)
   end
   store(key, (window + 1) * W - (now - origin),
     'o', int(origin), 'i', int(window), 'c', int(used + cost))

@@ -147,7 +147,7 @@ end
 -- ARGV[1] `g`): TERM to begin with, and each window rule's step that
 -- admits lowers it to the end of the window its units count in (the
 -- contract's "A limit shared by many instances").
-local lease_end
+local lease_until
 
 -- A refund's admission time, in ticks (nil unless the call is a refund,
 -- ARGV[1] `f`): each rule's step then gives back up to `cost` units of the

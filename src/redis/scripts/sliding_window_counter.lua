@@ -93,9 +93,9 @@ end
 -- The last of the `cost` single requests: c + m with m = cost - 1.
 local m = cost - 1
 if room(c + m) > 0 then
-  if lease_end then
+  if lease_until then
     -- A lease's units count in window `at_index` alone: it ends with it.
-    lease_end = min(lease_end, (at_index + 1) * W - (now - origin))
+    lease_until = min(lease_until, (at_index + 1) * W - (now - origin))
   end
   store(key, ttl(at_index, p, c + cost),
     'o', int(origin), 'i', int(at_index), 'p', int(p), 'c', int(c + cost))

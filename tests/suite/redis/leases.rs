@@ -450,3 +450,149 @@ fn a_refund_goes_back_into_its_lease_while_it_lasts() {
     assert!(limiter.check("app").allowed());
     assert_eq!(limiter.redis_stats().answered_from_leases, local + 1);
 }
+
+/// The async limiter takes the next lease ahead of need on a task of its
+/// own: a hot client under its limit is decided from leases, the leases
+/// ahead counted, almost no decision a round trip.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a Redis server: FLOODGATE_REDIS_URL and --include-ignored"]
+async fn the_async_limiter_takes_leases_ahead_off_the_callers_path() {
+    let url = shared_url();
+    let prefix = prefix("leases-async");
+    let limiter = AsyncRedisLimiter::new(
+        &url,
+        PolicyKind::TokenBucket,
+        Config::per_ticks(1_000_000, 10_000_000).unwrap(),
+        RedisOptions::new()
+            .prefix(prefix.as_str())
+            .leasing(Some(Leasing::new(Duration::from_secs(1)))),
+    )
+    .await
+    .unwrap();
+    let checks = 20_000;
+    for _ in 0..checks {
+        assert!(limiter.check("hot").await.allowed());
+    }
+    let stats = limiter.redis_stats();
+    assert!(stats.leases_ahead > 0, "{stats:?}");
+    assert!(stats.calls * 100 <= checks, "{stats:?}");
+    // Every other decision took a lease of its own.
+    assert!(
+        stats.answered_from_leases <= checks && stats.answered_from_leases + stats.leases >= checks,
+        "{stats:?}"
+    );
+}
+
+/// Set in the child processes of `a_limiter_killed_holding_leases_...`:
+/// the URL, the prefix, the rules and the run's end (Unix µs).
+const LEASE_CHILD_VARIABLE: &str = "FLOODGATE_LEASE_TEST_CHILD";
+/// Starts a child's admission line.
+const ADMITTED: &str = "floodgate-lease-admitted";
+
+/// What a child process does: one leasing limiter hammering the hot
+/// client until the run's end, each admission printed (and flushed) as it
+/// is made, so that what a process killed mid-run admitted is known.
+fn child_hammers(spec: &str) {
+    use std::io::Write as _;
+    let mut fields = spec.split(' ');
+    let (url, prefix, rules, end) = (
+        fields.next().unwrap(),
+        fields.next().unwrap(),
+        fields.next().unwrap(),
+        fields.next().unwrap().parse::<u64>().unwrap(),
+    );
+    let rules: RuleSet = rules.parse().unwrap();
+    let limiter = RedisLimiter::with_rules(
+        url,
+        &rules,
+        RedisOptions::new()
+            .prefix(prefix)
+            .connections(1)
+            .min_ttl(Duration::from_secs(60))
+            .leasing(Some(Leasing::new(Duration::from_millis(5)))),
+    )
+    .unwrap();
+    let stdout = std::io::stdout();
+    loop {
+        let before = unix_us();
+        if before >= end {
+            break;
+        }
+        let decision = limiter.check("c0");
+        if decision.allowed() {
+            let mut out = stdout.lock();
+            writeln!(out, "\n{ADMITTED} {before} {} {}", unix_us(), decision.at_ticks()).unwrap();
+            out.flush().unwrap();
+        }
+    }
+}
+
+/// Four processes, each its own limiter and connection, on one hot client;
+/// one is killed (SIGKILL) at half time holding its leases. Every
+/// admission any of them made, the killed one's up to its death included,
+/// stays within each policy's bound.
+#[test]
+#[ignore = "needs a Redis server: FLOODGATE_REDIS_URL and --include-ignored"]
+fn a_limiter_killed_holding_leases_never_lifts_the_others_over_the_bound() {
+    if let Ok(spec) = std::env::var(LEASE_CHILD_VARIABLE) {
+        child_hammers(&spec);
+        return;
+    }
+    let url = shared_url();
+    let exe = std::env::current_exe().unwrap();
+    for rules in ["fixed-window:40/100ms", "gcra:40/100ms", "sliding-window:40/100ms"] {
+        let prefix = prefix(&format!("leases-killed:{rules}"));
+        let start = unix_us();
+        let end = start + 1_000_000;
+        let mut children: Vec<Child> = (0..4)
+            .map(|_| {
+                Command::new(&exe)
+                    .args([
+                        "--exact",
+                        "redis::leases::a_limiter_killed_holding_leases_never_lifts_the_others_over_the_bound",
+                        "--ignored",
+                        "--nocapture",
+                        "--test-threads=1",
+                    ])
+                    .env(LEASE_CHILD_VARIABLE, format!("{url} {prefix} {rules} {end}"))
+                    .stdout(Stdio::piped())
+                    .spawn()
+                    .expect("run this test binary again")
+            })
+            .collect();
+        // Each child's lines are read on a thread of its own, so that the
+        // killed one's are read up to its death.
+        let readers: Vec<_> = children
+            .iter_mut()
+            .map(|child| {
+                let stdout = child.stdout.take().unwrap();
+                std::thread::spawn(move || {
+                    BufReader::new(stdout)
+                        .lines()
+                        .map_while(Result::ok)
+                        .filter_map(|line| {
+                            let rest = line.strip_prefix(ADMITTED)?.trim_start().to_owned();
+                            let mut numbers = rest.split(' ').map(|n| n.parse::<u64>().unwrap());
+                            Some(Logged {
+                                client: 0,
+                                before: numbers.next()?,
+                                after: numbers.next()?,
+                                at: numbers.next()?,
+                            })
+                        })
+                        .collect::<Vec<Logged>>()
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(500));
+        children[0].kill().unwrap();
+        let mut logs = Vec::new();
+        for (child, reader) in children.iter_mut().zip(readers) {
+            let _ = child.wait();
+            logs.extend(reader.join().unwrap());
+        }
+        let (admitted, would) = check_bounds(&rules.parse().unwrap(), Duration::from_millis(5), &logs, end);
+        println!("{rules}: {admitted} admitted of the {would} one limiter would, one process killed");
+        assert!(admitted > 0);
+    }
+}
