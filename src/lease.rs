@@ -105,7 +105,11 @@ pub struct Spent {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Landing {
     /// In a slot; the units of an ended lease it replaced lapsed.
-    Landed { lapsed: u64 },
+    Landed {
+        /// The units the ended lease it replaced still held (0 if the
+        /// slot was empty or spent out).
+        lapsed: u64,
+    },
     /// Both slots hold live leases (two round trips raced): its units
     /// lapse, as the caller counts them.
     NoRoom,
