@@ -254,7 +254,9 @@ impl LeaseSlots {
             loop {
                 if word == LANDING
                     || now_ms >= end(word)
-                    || units(word) + units_back > MAX_UNITS
+                    // Saturating: `units_back` is the caller's, and a
+                    // count past any lease's room must fail here, not wrap.
+                    || units(word).saturating_add(units_back) > MAX_UNITS
                     // Relaxed: as in `spend_from`; another lease's time
                     // here means the word changed, and so does the CAS.
                     || self.taken_at[slot].load(Ordering::Relaxed) != taken_at

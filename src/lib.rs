@@ -135,7 +135,7 @@ mod frame;
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
 // The local side of leases: used by the Redis store's leasing limiter, and
-// by its loom models (`__loom`) without it.
+// by its loom models (`__loom`) and fuzz target (`__fuzz`) without it.
 #[cfg_attr(not(feature = "redis"), allow(dead_code))]
 mod lease;
 mod limiter;
@@ -165,6 +165,14 @@ pub mod wait;
 pub mod __loom {
     pub use crate::lease::{Landing, LeaseSlots, Spent};
     pub use crate::store::epoch::{Collector, Pin, Record};
+}
+
+/// The local side of leases, for the `leases` fuzz target and its kept
+/// inputs' replay (`fuzz/src/leases.rs`), which build without the loom
+/// cfg; not part of the API.
+#[doc(hidden)]
+pub mod __fuzz {
+    pub use crate::lease::{Landing, LeaseSlots, Spent};
 }
 
 /// The store's pin, for `benches/pin.rs` only (timed beside other
