@@ -22,7 +22,10 @@
 //! 0 is an empty slot; [`LANDING`] (an end of all ones, no units) a slot a
 //! lease is being written into. A unit is spent only while `now_ms < end`,
 //! both whole milliseconds rounded down, which implies `now < end` in any
-//! finer tick: a lease ends up to a millisecond early, never late. Beside
+//! finer tick: a lease ends up to a millisecond early, never late (two
+//! early when it would end in the millisecond of the lease it replaces in
+//! its slot, so that no slot's word ever comes back to a value a preempted
+//! step read from another lease). Beside
 //! each slot, `taken_at` (the lease's time on the store's clock, which a
 //! refund names it by) and `rest` (what the store had left after it),
 //! written by the lander before it publishes the slot's word with Release;
@@ -105,7 +108,11 @@ pub struct Spent {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Landing {
     /// In a slot; the units of an ended lease it replaced lapsed.
-    Landed { lapsed: u64 },
+    Landed {
+        /// The units the ended lease it replaced still held (0 if the
+        /// slot was empty or spent out).
+        lapsed: u64,
+    },
     /// Both slots hold live leases (two round trips raced): its units
     /// lapse, as the caller counts them.
     NoRoom,
@@ -248,6 +255,19 @@ impl LeaseSlots {
                         let replaced = self.taken_at[slot].load(Ordering::Relaxed);
                         self.taken_at[slot].store(taken_at, Ordering::Relaxed);
                         self.rest[slot].store(rest, Ordering::Relaxed);
+                        // A lease never ends in the millisecond of the one
+                        // it replaces, but one earlier: a spend or refund
+                        // preempted after reading the old lease's word
+                        // (units u, end e) must not find that very word
+                        // again in a new lease of u units ending at e, and
+                        // take from it in the old one's name (its
+                        // `taken_at`). Ending early is always safe.
+                        let end_ms = end_ms.min(MAX_END - 1);
+                        let end_ms = if end_ms == end(word) {
+                            end_ms.saturating_sub(1)
+                        } else {
+                            end_ms
+                        };
                         word_cell.store(pack(units_left, end_ms), Ordering::Release);
                         let lapsed = if now_ms >= end(word) { units(word) } else { 0 };
                         return (Landing::Landed { lapsed }, replaced);
@@ -270,7 +290,9 @@ impl LeaseSlots {
             loop {
                 if word == LANDING
                     || now_ms >= end(word)
-                    || units(word) + units_back > MAX_UNITS
+                    // Saturating: `units_back` is the caller's, and a
+                    // count past any lease's room must fail here, not wrap.
+                    || units(word).saturating_add(units_back) > MAX_UNITS
                     // Relaxed: as in `spend_from`; another lease's time
                     // here means the word changed, and so does the CAS.
                     || self.taken_at[slot].load(Ordering::Relaxed) != taken_at

@@ -128,14 +128,14 @@ mod cell;
 mod clock;
 mod config;
 mod decision;
-// The local side of leases: used by the Redis store's leasing limiter, and
-// by its loom models (`__loom`) without it.
 pub mod export;
 mod factory;
 mod frame;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
+// The local side of leases: used by the Redis store's leasing limiter, and
+// by its loom models (`__loom`) and fuzz target (`__fuzz`) without it.
 #[cfg_attr(not(feature = "redis"), allow(dead_code))]
 mod lease;
 mod limiter;
@@ -157,13 +157,22 @@ pub mod tiers;
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub mod wait;
 
-/// The epoch collector of the inline store's tables, for its loom models
-/// (`loom-tests/tests/epoch.rs`); not part of the API.
+/// The epoch collector of the inline store's tables and the local side of
+/// leases, for their loom models (`loom-tests/tests/epoch.rs`,
+/// `loom-tests/tests/leases.rs`); not part of the API.
 #[cfg(floodgate_loom)]
 #[doc(hidden)]
 pub mod __loom {
     pub use crate::lease::{Landing, LeaseSlots, Spent};
     pub use crate::store::epoch::{Collector, Pin, Record};
+}
+
+/// The local side of leases, for the `leases` fuzz target and its kept
+/// inputs' replay (`fuzz/src/leases.rs`), which build without the loom
+/// cfg; not part of the API.
+#[doc(hidden)]
+pub mod __fuzz {
+    pub use crate::lease::{Landing, LeaseSlots, Spent};
 }
 
 /// The store's pin, for `benches/pin.rs` only (timed beside other

@@ -9,6 +9,9 @@
 #[path = "../../fuzz/src/lib.rs"]
 mod checks;
 
+#[path = "../../fuzz/src/leases.rs"]
+mod lease_checks;
+
 use std::fs;
 use std::path::Path;
 
@@ -53,6 +56,12 @@ fn load_regressions_still_load_whole_or_not_at_all() {
     assert!(count > 0, "fuzz/regressions/load holds no input");
 }
 
+#[test]
+fn leases_regressions_still_agree_with_the_model() {
+    let count = replay("leases", lease_checks::check_leases);
+    assert!(count > 0, "fuzz/regressions/leases holds no input");
+}
+
 /// The decoder the targets share turns every byte string into a valid
 /// input, the empty one included, and stays within its bounds.
 #[test]
@@ -83,6 +92,12 @@ proptest! {
     #[test]
     fn load_holds_on_random_inputs(data in proptest::collection::vec(any::<u8>(), 0..300)) {
         checks::check_load(&data);
+    }
+
+    /// The lease slots against their model on random inputs.
+    #[test]
+    fn leases_hold_on_random_inputs(data in proptest::collection::vec(any::<u8>(), 0..400)) {
+        lease_checks::check_leases(&data);
     }
 
     #[test]
