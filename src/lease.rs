@@ -24,8 +24,8 @@
 //! both whole milliseconds rounded down, which implies `now < end` in any
 //! finer tick: a lease ends up to a millisecond early, never late (two
 //! early when it would end in the millisecond of the lease it replaces in
-//! its slot, so that no slot's word ever comes back to a value a preempted
-//! step read from another lease). Beside
+//! its slot, so that a step preempted across a landing does not find the
+//! word it read of the old lease again in the new one). Beside
 //! each slot, `taken_at` (the lease's time on the store's clock, which a
 //! refund names it by) and `rest` (what the store had left after it),
 //! written by the lander before it publishes the slot's word with Release;

@@ -51,7 +51,9 @@ struct Keys {
 
 impl Keys {
     fn new(mix: Mix) -> Self {
-        let names = (0..mix.clients()).map(|id| format!("client-{id}")).collect();
+        let names = (0..mix.clients())
+            .map(|id| format!("client-{id}"))
+            .collect();
         let mut total = 0.0;
         let cumulative = if mix == Mix::Zipf {
             (1..=mix.clients())

@@ -584,10 +584,7 @@ impl RedisLimiter {
             // One more round trip, rare: an ended lease's rest, whose
             // failure loses nothing but those units until their window or
             // drip frees them.
-            if let Ok(taken) = self
-                .give_back(key, now, give_back.taken_at, give_back.units)
-                
-            {
+            if let Ok(taken) = self.give_back(key, now, give_back.taken_at, give_back.units) {
                 leases.returned(taken);
             }
         }
