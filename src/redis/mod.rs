@@ -1371,6 +1371,50 @@ mod tests {
         Core::new(policy, Config::per_ticks(limit, window)?, options)
     }
 
+    /// Leases: a term under 1 ms, a most of 0 units or past a slot's are
+    /// refused, naming both bounds; rule sets with a shaper or an
+    /// `in-flight` rule do not lease; a leasing `sliding-window` has keys
+    /// of its own, the other policies share theirs with limiters that do
+    /// not lease.
+    #[test]
+    fn leases_are_checked_and_only_the_rules_that_lease_lease() {
+        let leasing = |term: Duration, units: u64| {
+            RedisOptions::new().leasing(Some(Leasing::new(term).max_units(units)))
+        };
+        for (term, units) in [
+            (Duration::from_micros(999), 10),
+            (Duration::from_secs(1), 0),
+            (Duration::from_secs(1), crate::lease::MAX_UNITS + 1),
+        ] {
+            let error = core(PolicyKind::Gcra, 10, 1_000_000, &leasing(term, units))
+                .err()
+                .expect("refused");
+            assert!(matches!(error, RedisConfigError::Leasing(_)), "{error}");
+            assert!(
+                error.to_string().contains("at least 1 ms")
+                    && error.to_string().contains("1048575"),
+                "{error}"
+            );
+        }
+        let options = leasing(Duration::from_millis(5), 100);
+        for policy in [PolicyKind::LeakyBucket, PolicyKind::InFlight] {
+            let window = if policy == PolicyKind::InFlight {
+                1
+            } else {
+                1_000_000
+            };
+            assert!(core(policy, 10, window, &options).unwrap().leases.is_none());
+        }
+        let gcra = core(PolicyKind::Gcra, 10, 1_000_000, &options).unwrap();
+        assert!(gcra.leases.is_some());
+        assert_eq!(gcra.key("a"), "floodgate:gcra:10:1000000:server:{a}");
+        let log = core(PolicyKind::SlidingWindow, 10, 1_000_000, &options).unwrap();
+        assert_eq!(
+            log.key("a"),
+            "floodgate:sliding-window:10:1000000:server:lease5000:{a}"
+        );
+    }
+
     #[test]
     fn keys_name_the_policy_configuration_clock_and_tag_the_client() {
         let options = RedisOptions::new().prefix("api").time(TimeSource::MILLIS);
