@@ -1386,9 +1386,8 @@ mod tests {
             (Duration::from_secs(1), 0),
             (Duration::from_secs(1), crate::lease::MAX_UNITS + 1),
         ] {
-            let error = core(PolicyKind::Gcra, 10, 1_000_000, &leasing(term, units))
-                .err()
-                .expect("refused");
+            let error =
+                core(PolicyKind::Gcra, 10, 1_000_000, &leasing(term, units)).expect_err("refused");
             assert!(matches!(error, RedisConfigError::Leasing(_)), "{error}");
             assert!(
                 error.to_string().contains("at least 1 ms")
