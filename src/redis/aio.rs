@@ -632,8 +632,8 @@ impl AsyncRedisLimiter {
                     let ask = leases.ask(&key, 0);
                     // A failed lease ahead is no answer's: the next one
                     // that runs short asks again.
-                    let _ = limiter.take_lease(&key, now, 0, ask).await;
-                    leases.ahead_done(&key);
+                    let taken = limiter.take_lease(&key, now, 0, ask).await;
+                    leases.ahead_done(&key, matches!(taken, Ok(decision) if decision.allowed()));
                 };
                 match tokio::runtime::Handle::try_current() {
                     Ok(runtime) => drop(runtime.spawn(ahead)),

@@ -546,8 +546,8 @@ impl RedisLimiter {
                 let ask = leases.ask(key, 0);
                 // A failed lease ahead is no answer's: the next one that
                 // runs short asks again.
-                let _ = self.take_lease(key, now, 0, ask);
-                leases.ahead_done(key);
+                let taken = self.take_lease(key, now, 0, ask);
+                leases.ahead_done(key, matches!(taken, Ok(decision) if decision.allowed()));
             }
             return Ok(self.core.counted_from_lease(decision, cost));
         }

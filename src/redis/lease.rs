@@ -248,9 +248,12 @@ impl Leases {
         self.counts.returned.fetch_add(units, Ordering::Relaxed);
     }
 
-    /// A lease taken ahead came back, landed or not.
-    pub(super) fn ahead_done(&self, key: &str) {
-        self.counts.ahead.fetch_add(1, Ordering::Relaxed);
+    /// A lease asked ahead of need came back, `taken` (counted among the
+    /// leases) or refused, failed, landed or not: the next may be asked.
+    pub(super) fn ahead_done(&self, key: &str, taken: bool) {
+        if taken {
+            self.counts.ahead.fetch_add(1, Ordering::Relaxed);
+        }
         self.clients.peek(key, |client| client.state.end_ahead());
     }
 
@@ -320,8 +323,8 @@ impl std::fmt::Debug for Leases {
 }
 
 /// `ticks` of `tick_ns` nanoseconds each, in whole milliseconds rounded
-/// down; a division by a constant (or a product) for the ticks that divide
-/// or are whole milliseconds, which a spend pays.
+/// down: a quotient or a product for the ticks that divide or are whole
+/// milliseconds, exact in 128 bits for the others.
 #[inline]
 fn ms(ticks: u64, tick_ns: u64) -> u64 {
     const MS: u64 = 1_000_000;
