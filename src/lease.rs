@@ -34,7 +34,8 @@
 //! # The plan word
 //!
 //! ```text
-//! bit 63       a lease taken ahead is in flight (one at a time)
+//! bit 63       a sized lease is in flight, taken ahead of need or for a
+//!              request that found nothing to spend (one at a time)
 //! bits 62..20  the time of the last landing, whole milliseconds (43 bits)
 //! bits 19..0   the size of the next lease asked for, 1 ..= MAX_UNITS
 //! ```
@@ -364,8 +365,10 @@ impl LeaseSlots {
         self.plan.load(Ordering::Acquire) == RETIRED
     }
 
-    /// Marks a lease taken ahead in flight, unless one is (or the state is
-    /// retired): whether this call is the one to take it.
+    /// Marks a sized lease in flight (ahead of need, or for a request that
+    /// found nothing to spend), unless one is (or the state is retired):
+    /// whether this call is the one to take it. The others ask only for
+    /// their own cost meanwhile.
     pub fn start_ahead(&self) -> bool {
         let mut plan = self.plan.load(Ordering::Relaxed);
         // Progress: the CAS fails only when another thread changed the
@@ -389,7 +392,7 @@ impl LeaseSlots {
         }
     }
 
-    /// A lease taken ahead came back (landed or not): the next may go.
+    /// The sized lease came back (landed or not): the next may go.
     pub fn end_ahead(&self) {
         self.update_plan(|plan| plan & !IN_FLIGHT);
     }

@@ -646,9 +646,10 @@ impl AsyncRedisLimiter {
             Ok(decision) => return Ok(self.core.counted(decision, cost)),
             Err(ticket) => ticket,
         };
-        let decision = self
-            .take_lease(key, now, cost, leases.ask(key, cost))
-            .await?;
+        let (ask, alone) = leases.ask_alone(key, cost);
+        let decision = self.take_lease(key, now, cost, ask).await;
+        drop(alone);
+        let decision = decision?;
         self.core.remember(key, cost, ticket, &decision);
         Ok(self.core.counted(decision, cost))
     }

@@ -555,7 +555,10 @@ impl RedisLimiter {
             Ok(decision) => return Ok(self.core.counted(decision, cost)),
             Err(ticket) => ticket,
         };
-        let decision = self.take_lease(key, now, cost, leases.ask(key, cost))?;
+        let (ask, alone) = leases.ask_alone(key, cost);
+        let decision = self.take_lease(key, now, cost, ask);
+        drop(alone);
+        let decision = decision?;
         self.core.remember(key, cost, ticket, &decision);
         Ok(self.core.counted(decision, cost))
     }

@@ -136,6 +136,23 @@ impl Leases {
         size.min(self.most).max(cost).max(1)
     }
 
+    /// How many units a request of cost `cost` of `key` that found no
+    /// lease to spend asks for: the client's next size when no other
+    /// sized lease of it is in flight (this call then holds the client's
+    /// one, until the guard drops), only its cost when one is. Without
+    /// it, every request in flight that runs out at once takes a lease of
+    /// the full size, and the third finds both slots live (its units
+    /// lapse, a round trip more to give them back).
+    pub(super) fn ask_alone<'a>(&'a self, key: &'a str, cost: u64) -> (u64, Option<Alone<'a>>) {
+        match self.clients.peek(key, |client| client.state.start_ahead()) {
+            Some(true) => (self.ask(key, cost), Some(Alone { leases: self, key })),
+            Some(false) => (cost.max(1), None),
+            // A client not seen yet: its first lease is one unit (or its
+            // cost), whoever asks.
+            None => (self.ask(key, cost), None),
+        }
+    }
+
     /// A lease that came back for a request of cost `taken` (0 for one
     /// taken ahead) asked at `asked` (ticks): what `reply` granted beyond
     /// `taken` is put in one of `key`'s slots, to end `reply.term` ticks
@@ -174,6 +191,8 @@ impl Leases {
             });
             0
         };
+        // The units this instance holds of this lease once it landed.
+        let mut kept = left;
         // The client's slots, made if need be even when nothing lands: the
         // lease's time sizes the next one. Progress: each pass follows a
         // finished step of another thread (a racing first call that
@@ -212,6 +231,7 @@ impl Leases {
                         taken_at: decision.at,
                         units: left,
                     });
+                    kept = 0;
                     break;
                 }
                 Some(None) => self
@@ -231,13 +251,18 @@ impl Leases {
                             taken_at: decision.at,
                             units: left,
                         });
+                        kept = 0;
                         break;
                     }
                 },
             }
         }
+        // Redis's remainder after this lease: what the units given back
+        // are weighed against.
+        let give_back = give_back
+            .filter(|back| back.units.saturating_mul(GIVE_BACK_SHARE) > decision.remaining);
         let decision = Decision {
-            remaining: decision.remaining.saturating_add(left),
+            remaining: decision.remaining.saturating_add(kept),
             ..decision
         };
         (decision, give_back)
@@ -300,6 +325,32 @@ impl Leases {
         }
     }
 }
+
+/// A client's one sized lease in flight ([`Leases::ask_alone`]): the mark
+/// is cleared when this drops, however the call that holds it ends (an
+/// answer, an error, a future dropped mid-call), so that the client's
+/// next miss asks its full size again.
+pub(super) struct Alone<'a> {
+    leases: &'a Leases,
+    key: &'a str,
+}
+
+impl Drop for Alone<'_> {
+    fn drop(&mut self) {
+        self.leases
+            .clients
+            .peek(self.key, |client| client.state.end_ahead());
+    }
+}
+
+/// Unspent units go back to Redis only when they are more than a
+/// sixteenth of what Redis had left after the lease that found them
+/// lapsed: near the limit, where the others may be refused for want of
+/// them. Far from it the contract lets them lapse (under-admitting, never
+/// over), and the window's end or the drip gives them back on its own; a
+/// round trip for each would cost a client seen a few times a term one
+/// more call per lease (the Zipf rows of `floodgate bench --lease`).
+const GIVE_BACK_SHARE: u64 = 16;
 
 /// Unspent units of an ended lease (or of one that found no slot), to be
 /// given back to Redis as a refund of the admission that took them: the
