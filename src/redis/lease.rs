@@ -133,6 +133,12 @@ impl Leases {
             .clients
             .peek(key, |client| client.state.size())
             .unwrap_or(1);
+        self.asked(size, cost)
+    }
+
+    /// A lease of the client's `size` for a request of cost `cost`: at
+    /// least the cost, at most the limiter's most.
+    fn asked(&self, size: u64, cost: u64) -> u64 {
         size.min(self.most).max(cost).max(1)
     }
 
@@ -144,12 +150,17 @@ impl Leases {
     /// the full size, and the third finds both slots live (its units
     /// lapse, a round trip more to give them back).
     pub(super) fn ask_alone<'a>(&'a self, key: &'a str, cost: u64) -> (u64, Option<Alone<'a>>) {
-        match self.clients.peek(key, |client| client.state.start_ahead()) {
-            Some(true) => (self.ask(key, cost), Some(Alone { leases: self, key })),
-            Some(false) => (cost.max(1), None),
+        // One look-up: the mark and the size read under it.
+        let started = self.clients.peek(key, |client| {
+            let slots = &client.state;
+            slots.start_ahead().then(|| slots.size())
+        });
+        match started {
+            Some(Some(size)) => (self.asked(size, cost), Some(Alone { leases: self, key })),
+            Some(None) => (cost.max(1), None),
             // A client not seen yet: its first lease is one unit (or its
             // cost), whoever asks.
-            None => (self.ask(key, cost), None),
+            None => (cost.max(1), None),
         }
     }
 
