@@ -244,7 +244,7 @@ impl Keys {
 /// Ranks `0..n` with `P(k) ∝ 1 / (k + 1)`: a Zipf law with s = 1, sampled
 /// by inverting its cumulative distribution.
 ///
-/// The same sampler as `floodgate bench`'s (`cli/src/bench.rs`), where a
+/// The same sampler as `floodgate bench`'s (`cli/src/bench/mod.rs`), where a
 /// unit test checks its first ranks' shares: a bench target cannot import
 /// the CLI's private code, so the two copies are kept in step by hand.
 struct Zipf {

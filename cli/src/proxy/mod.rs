@@ -14,7 +14,7 @@
 //! counts so far on standard error, and once more when it stops. With
 //! `--metrics-listen` a second listener serves `GET /metrics`: the
 //! limiter's stats and the proxy's own counts as Prometheus text
-//! (`proxy_metrics.rs`). SIGINT or
+//! (`metrics.rs`). SIGINT or
 //! SIGTERM stops it: it stops accepting, lets the requests in flight finish
 //! (a connection kept alive is closed after its current response) and exits
 //! 0. A second signal stops it at once, with status 1. With `--state` the
@@ -51,15 +51,11 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tower::{Layer, ServiceExt};
 
-#[path = "proxy_upstream.rs"]
+mod metrics;
 mod upstream;
 
-use upstream::{parse_upstream, Forward, Upstream};
-
-#[path = "proxy_metrics.rs"]
-mod metrics;
-
 use metrics::{Measured, Metrics, Scraped, Timed};
+use upstream::{parse_upstream, Forward, Upstream};
 
 /// How often the counts are printed (when they changed).
 const STATS_EVERY: Duration = Duration::from_secs(5);

@@ -32,7 +32,6 @@ use crate::args::{
 };
 
 #[cfg(feature = "redis")]
-#[path = "replay_redis.rs"]
 mod redis_backend;
 
 /// The longest window replay accepts, in milliseconds (the contract's bound).

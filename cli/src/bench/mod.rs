@@ -76,28 +76,15 @@ use floodgate_cli::args::{
 
 use crate::heap::Meter;
 
-#[cfg(feature = "redis")]
-#[path = "bench_redis.rs"]
-mod redis;
-
-#[cfg(feature = "redis")]
-#[path = "bench_lease.rs"]
-mod leases;
-
-#[path = "bench_tail.rs"]
-mod tail;
-
-#[path = "bench_rules.rs"]
-mod several;
-
-#[path = "bench_state.rs"]
 mod keeping;
-
-#[path = "bench_report.rs"]
+#[cfg(feature = "redis")]
+mod leases;
+#[cfg(feature = "redis")]
+mod redis;
 mod report;
-
-#[path = "bench_subjects.rs"]
+mod several;
 mod subjects;
+mod tail;
 
 use self::subjects::{
     AtCallersTime, CheckThenRefund, CheckThenRelease, Fibonacci, FloorTable, Runner, Seeded, Slice,
