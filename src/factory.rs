@@ -485,10 +485,10 @@ where
     // nothing left to convert.
     let rules = rules.in_ticks_of(clock.tick())?;
     let bounds = bounds.validate_for(&rules)?;
-    if let Some(capacity) = extras.offenders {
-        if !(1..=crate::offenders::MAX_CAPACITY).contains(&capacity) {
-            return Err(ConfigError::OffendersOutOfRange { capacity });
-        }
+    if let Some(capacity) = extras.offenders
+        && !(1..=crate::offenders::MAX_CAPACITY).contains(&capacity)
+    {
+        return Err(ConfigError::OffendersOutOfRange { capacity });
     }
     match (engine, rules.rules()) {
         (Engine::Mutex, _) => {

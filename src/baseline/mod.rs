@@ -426,10 +426,10 @@ impl<K: Hash + Eq, C> MutexLimiter<K, C> {
         }
         let bounds = self.schedule.bounds();
         if let Some(cap) = bounds.cap() {
-            if clients.len() >= cap {
-                if let Some(turn) = self.schedule.at_cap(cap) {
-                    self.sweep_locked(&mut clients, turn, now);
-                }
+            if clients.len() >= cap
+                && let Some(turn) = self.schedule.at_cap(cap)
+            {
+                self.sweep_locked(&mut clients, turn, now);
             }
             if clients.len() >= cap {
                 self.counts.cap_reached(cap, bounds.overflow());

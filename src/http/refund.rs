@@ -143,9 +143,9 @@ where
 pub(crate) fn run_detached(work: impl Future<Output = ()> + Send + 'static) {
     let mut work = Box::pin(work);
     let mut context = Context::from_waker(Waker::noop());
-    if work.as_mut().poll(&mut context).is_pending() {
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(work);
-        }
+    if work.as_mut().poll(&mut context).is_pending()
+        && let Ok(runtime) = tokio::runtime::Handle::try_current()
+    {
+        runtime.spawn(work);
     }
 }

@@ -205,11 +205,11 @@ where
             };
             // The response arrived: it is no longer cancelled.
             admission.arrived();
-            if let Some(refund) = &options.refund_on {
-                if refund(response.status()) {
-                    admission.give_back().await;
-                    return Ok(response.map(|body| ResponseBody::inner_then(body, release)));
-                }
+            if let Some(refund) = &options.refund_on
+                && refund(response.status())
+            {
+                admission.give_back().await;
+                return Ok(response.map(|body| ResponseBody::inner_then(body, release)));
             }
             match &options.used {
                 Some(used) => {

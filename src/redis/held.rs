@@ -150,10 +150,10 @@ impl Holdings {
         let held = clients.entry(client.to_owned()).or_default();
         // A holder taken in part was pushed back with its rest: the whole
         // goes back in its place.
-        if let (Some(rest), Some(last)) = (held.last().copied(), taken.last()) {
-            if same_admission(rest, *last) {
-                held.pop();
-            }
+        if let (Some(rest), Some(last)) = (held.last().copied(), taken.last())
+            && same_admission(rest, *last)
+        {
+            held.pop();
         }
         held.extend(taken.into_iter().rev());
     }

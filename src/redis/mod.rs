@@ -479,10 +479,10 @@ fn cluster_primaries(slots: &::redis::Value) -> Vec<(String, u16)> {
         let Some(Value::Int(port)) = node.get(1) else {
             continue;
         };
-        if let Ok(port) = u16::try_from(*port) {
-            if !primaries.contains(&(host.clone(), port)) {
-                primaries.push((host, port));
-            }
+        if let Ok(port) = u16::try_from(*port)
+            && !primaries.contains(&(host.clone(), port))
+        {
+            primaries.push((host, port));
         }
     }
     primaries

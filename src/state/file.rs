@@ -246,10 +246,10 @@ fn write_aside(path: &Path, bytes: &[u8]) -> io::Result<()> {
     }
     // The rename itself made durable, where the platform allows opening
     // a directory (best effort: the file is whole either way).
-    if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
-        if let Ok(dir) = fs::File::open(dir) {
-            let _ = dir.sync_all();
-        }
+    if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty())
+        && let Ok(dir) = fs::File::open(dir)
+    {
+        let _ = dir.sync_all();
     }
     Ok(())
 }

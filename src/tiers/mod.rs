@@ -611,10 +611,10 @@ where
 
     /// `self`, if every one of `names` is a tier here.
     fn with_names(self, names: Option<Vec<String>>) -> Result<Self, UnknownTier> {
-        if let Some(names) = names {
-            if let Some(missing) = names.iter().find(|name| !self.tiers.contains_key(*name)) {
-                return Err(self.unknown(missing));
-            }
+        if let Some(names) = names
+            && let Some(missing) = names.iter().find(|name| !self.tiers.contains_key(*name))
+        {
+            return Err(self.unknown(missing));
         }
         Ok(self)
     }

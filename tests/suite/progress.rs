@@ -287,10 +287,10 @@ impl Eq for PanicKey {}
 impl Drop for PanicKey {
     fn drop(&mut self) {
         self.alive.fetch_sub(1, SeqCst);
-        if let Some(armed) = &self.drop_panics {
-            if armed.swap(false, SeqCst) {
-                panic!("{}'s Drop panics, once", self.name);
-            }
+        if let Some(armed) = &self.drop_panics
+            && armed.swap(false, SeqCst)
+        {
+            panic!("{}'s Drop panics, once", self.name);
         }
     }
 }

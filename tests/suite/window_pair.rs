@@ -275,8 +275,8 @@ fn the_counter_tells_apart_gaps_across_two_index_bits() {
     let limit = (1u64 << 31) - 1;
     let counter = |limiter: &dyn RateLimiter<u64>, at: u64| {
         let each = limiter.check_ruled_n_at(&0, at, 0).each;
-        let remaining = each.iter().nth(1).unwrap().decision.remaining();
-        remaining
+
+        each.iter().nth(1).unwrap().decision.remaining()
     };
     for gap in 1..=5u64 {
         let word = wide(&rules);

@@ -42,10 +42,10 @@ impl Server {
         let deadline = Instant::now() + Duration::from_secs(10);
         let client = redis::Client::open(self.url()).unwrap();
         loop {
-            if let Ok(mut connection) = client.get_connection() {
-                if redis::cmd("PING").query::<String>(&mut connection).is_ok() {
-                    return Ok(());
-                }
+            if let Ok(mut connection) = client.get_connection()
+                && redis::cmd("PING").query::<String>(&mut connection).is_ok()
+            {
+                return Ok(());
             }
             assert!(Instant::now() < deadline, "redis-server did not start");
             std::thread::sleep(Duration::from_millis(10));
