@@ -4,8 +4,10 @@
 //!
 //! A test keeps a binary of its own (`tests/*.rs`) when it needs its
 //! process to itself: a counting global allocator (`alloc`, `cap`,
-//! `memory`). The modules behind a feature are the targets that once
-//! required it.
+//! `memory`), or when AddressSanitizer runs it and should build nothing
+//! else (`tests/engine/`, the engine's concurrency tests, with this
+//! suite's `support`). The modules behind a feature are the targets that
+//! once required it.
 //!
 //! proptest keeps a module's failing cases in
 //! `tests/proptest-regressions/MODULE.txt`: its rule for a source file in a
@@ -14,7 +16,6 @@
 
 mod support;
 
-mod bounds;
 mod compound;
 mod differential;
 mod export;
@@ -26,18 +27,14 @@ mod http;
 mod http_in_flight;
 mod in_flight;
 mod isolation;
-mod liveness;
 mod offenders;
 mod policies;
-mod progress;
-mod races;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(feature = "redis")]
 mod redis_in_flight;
 mod state;
 mod stats;
-mod stress;
 mod tiers;
 mod wide_cas;
 mod window_pair;
