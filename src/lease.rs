@@ -314,6 +314,47 @@ impl LeaseSlots {
         false
     }
 
+    /// Takes the units an ended lease left unspent at `now_ms` out of its
+    /// slot (the first such slot), so that they can be given back to the
+    /// store: `(units, taken_at, rest)`, or `None` if no ended lease holds
+    /// any. A landing gives such units back when it replaces the lease; a
+    /// client that Redis (or the rejection cache) refuses takes no lease,
+    /// so without this they would sit here until their window ended.
+    pub fn reclaim_ended(&self, now_ms: u64) -> Option<(u64, u64, u64)> {
+        for slot in 0..2 {
+            let word_cell = &self.slots[slot];
+            let mut word = word_cell.load(Ordering::Acquire);
+            // Progress: as `spend_from`'s loop; it leaves for the next slot
+            // as soon as this one holds no ended lease with units.
+            loop {
+                if word == LANDING || units(word) == 0 || now_ms < end(word) {
+                    break;
+                }
+                // Read before the CAS, as `spend_from` reads them: once the
+                // word is spent out a lander may take the slot, so after
+                // the CAS they could be the next lease's. Relaxed: the
+                // Acquire load of `word` made them visible, and a later
+                // lease's can only be here if the word changed, which
+                // fails the CAS.
+                let taken_at = self.taken_at[slot].load(Ordering::Relaxed);
+                let rest = self.rest[slot].load(Ordering::Relaxed);
+                // The end is kept: a spent-out word, which no spend or
+                // refund takes (it has ended) and a landing may replace,
+                // whose end still tells the next lease in it from this one.
+                match word_cell.compare_exchange(
+                    word,
+                    pack(0, end(word)),
+                    Ordering::Acquire,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => return Some((units(word), taken_at, rest)),
+                    Err(current) => word = current,
+                }
+            }
+        }
+        None
+    }
+
     /// The units held in live leases at `now_ms`.
     pub fn held(&self, now_ms: u64) -> u64 {
         self.slots

@@ -140,6 +140,48 @@ mod leases {
         });
     }
 
+    /// Lease 1 (2 units) ends at 10. A check at 9 (its time read before
+    /// the end) spends from it while a request at 10, finding nothing to
+    /// spend, reclaims what it left unspent (to give back to the store),
+    /// and lease 2 (3 units, ending at 30) lands at 10, replacing it and
+    /// lapsing what it still holds. Lease 1's units are spent, reclaimed or
+    /// lapsed, each once: the three counts sum to its 2. A reclaim that
+    /// wrote a spent-out word computed from a stale read would hand a unit
+    /// out twice (spent and reclaimed), or lose the new lease's units; one
+    /// that read the lease's time after its CAS could name lease 2.
+    #[test]
+    fn a_reclaim_races_a_spend_and_a_landing_at_the_lease_end() {
+        floodgate_loom_tests::model(|| {
+            let slots = Arc::new(LeaseSlots::new());
+            assert_eq!(slots.land(0, 2, 10, 1, 0), Landing::Landed { lapsed: 0 });
+            let spender = {
+                let slots = Arc::clone(&slots);
+                thread::spawn(move || slots.spend(9, 1))
+            };
+            let reclaimer = {
+                let slots = Arc::clone(&slots);
+                thread::spawn(move || slots.reclaim_ended(10))
+            };
+            let lapsed = lapsed(slots.land(10, 3, 30, 2, 0));
+            let mut spent: Vec<Spent> = spender.join().unwrap().into_iter().collect();
+            let reclaimed = match reclaimer.join().unwrap() {
+                Some((units, taken_at, _)) => {
+                    assert_eq!(taken_at, 1, "only lease 1 has ended");
+                    units
+                }
+                None => 0,
+            };
+            spent.extend(drain(&slots, 10));
+            let from_first = spent_from(&spent, 1, 2);
+            assert_eq!(
+                from_first + reclaimed + lapsed,
+                2,
+                "lease 1: {spent:?}, {reclaimed} reclaimed, {lapsed} lapsed"
+            );
+            assert_eq!(spent_from(&spent, 2, 3), 3, "lease 2: {spent:?}");
+        });
+    }
+
     /// Lease 1 (1 unit, ending at 10) is spent out; its admission's refund of
     /// that unit at 5 races a check at 5 and the landing at 5 of lease 2 (2
     /// units, ending at 20), which replaces the spent-out lease 1 unless the

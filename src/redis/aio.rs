@@ -642,6 +642,13 @@ impl AsyncRedisLimiter {
             }
             return Ok(self.core.counted_from_lease(decision, cost));
         }
+        if let Some(back) = leases.reclaim(key, asked) {
+            // As the blocking limiter's: an ended lease's rest, before the
+            // rejection cache.
+            if let Ok(taken) = self.give_back(key, now, back.taken_at, back.units).await {
+                leases.returned(taken);
+            }
+        }
         let ticket = match self.core.cached(key, cost, now) {
             Ok(decision) => return Ok(self.core.counted(decision, cost)),
             Err(ticket) => ticket,

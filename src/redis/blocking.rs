@@ -551,6 +551,14 @@ impl RedisLimiter {
             }
             return Ok(self.core.counted_from_lease(decision, cost));
         }
+        if let Some(back) = leases.reclaim(key, asked) {
+            // An ended lease's rest, before the rejection cache: its
+            // failure loses nothing but those units until their window or
+            // drip frees them. A refund that gives back clears the cache.
+            if let Ok(taken) = self.give_back(key, now, back.taken_at, back.units) {
+                leases.returned(taken);
+            }
+        }
         let ticket = match self.core.cached(key, cost, now) {
             Ok(decision) => return Ok(self.core.counted(decision, cost)),
             Err(ticket) => ticket,

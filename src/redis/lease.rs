@@ -279,6 +279,22 @@ impl Leases {
         (decision, give_back)
     }
 
+    /// The units an ended lease of `key` left unspent at `now` (ticks),
+    /// taken out of its slot: they lapse, and go back to Redis (the
+    /// [`GiveBack`]) when they weigh as a landing's do, more than a
+    /// sixteenth of what Redis had left after that lease. Asked by a
+    /// request that found nothing to spend, before the rejection cache: a
+    /// client refused until its window ends takes no lease, so no landing
+    /// would ever give them back.
+    pub(super) fn reclaim(&self, key: &str, now: u64) -> Option<GiveBack> {
+        let now_ms = self.ms(now);
+        let (units, taken_at, rest) = self
+            .clients
+            .peek(key, |client| client.state.reclaim_ended(now_ms))??;
+        self.lapse(units);
+        (units.saturating_mul(GIVE_BACK_SHARE) > rest).then_some(GiveBack { taken_at, units })
+    }
+
     /// Counts what Redis took back of a [`GiveBack`].
     pub(super) fn returned(&self, units: u64) {
         self.counts.returned.fetch_add(units, Ordering::Relaxed);

@@ -540,6 +540,63 @@ fn a_refund_goes_back_into_its_lease_while_it_lasts() {
     assert_eq!(limiter.redis_stats().answered_from_leases, local + 1);
 }
 
+/// Units an ended lease left unspent go back to Redis when its client next
+/// finds nothing to spend, even when no lease lands after it: under a
+/// window of an hour and leases of 100 ms, instance A leases more than it
+/// spends, B takes the rest of the limit, and once A's lease ended A's
+/// next request gives its rest back and is admitted from it. Before, an
+/// ended lease's rest went back only when a later lease replaced it, and
+/// with Redis refusing every lease, none did: A's rest sat unspent for
+/// the hour while both were refused (a proxy on leases admitted 71% of a
+/// shared limit so).
+#[test]
+#[ignore = "needs a Redis server: FLOODGATE_REDIS_URL and --include-ignored"]
+fn an_ended_leases_rest_goes_back_when_no_lease_lands_after_it() {
+    let url = shared_url();
+    let prefix = prefix("leases-reclaim");
+    let limiter = || {
+        RedisLimiter::new(
+            &url,
+            PolicyKind::FixedWindow,
+            Config::per_ticks(100, 3_600_000).unwrap(),
+            exact_options(&prefix)
+                .rejection_cache(floodgate::redis::DEFAULT_REJECTION_CACHE)
+                .leasing(Some(Leasing::new(Duration::from_millis(100)))),
+        )
+        .unwrap()
+    };
+    let (a, b) = (limiter(), limiter());
+    // A's leases double while it spends them within the term: after ten
+    // admissions at 0 it holds the rest of a lease of 8 or 16.
+    let mut admitted = 0;
+    for _ in 0..10 {
+        admitted += u64::from(a.check_at("app", 0).allowed());
+    }
+    let held = a.redis_stats().units_leased - admitted;
+    assert!(held > 0, "A holds units: {:?}", a.redis_stats());
+    // B takes what Redis has left, one lease after another, until refused.
+    let mut by_b = 0;
+    while b.check_at("app", 1).allowed() {
+        by_b += 1;
+    }
+    assert_eq!(
+        admitted + by_b + held,
+        100,
+        "every unit admitted or held by A"
+    );
+    // A's lease has ended at 100 ms: its next request gives the rest back
+    // and takes a lease of it, and A spends all of it.
+    let mut later = 0;
+    while a.check_at("app", 150).allowed() {
+        later += 1;
+    }
+    let stats = a.redis_stats();
+    assert_eq!(stats.units_lapsed, held, "{stats:?}");
+    assert_eq!(stats.units_returned, held, "{stats:?}");
+    assert_eq!(later, held, "A admits its rest again: {stats:?}");
+    assert_eq!(admitted + by_b + later, 100, "the whole limit admitted");
+}
+
 /// The async limiter takes the next lease ahead of need on a task of its
 /// own: a hot client under its limit is decided from leases, the leases
 /// ahead counted, almost no decision a round trip.
