@@ -16,6 +16,9 @@
 //!   and units left;
 //! - a refund goes into the first live lease of its `taken_at` that has
 //!   room for it, or into none;
+//! - a reclaim takes the units of the first ended lease that holds any
+//!   (they lapse, its end kept), answering them with its `taken_at` and
+//!   `rest`, or finds none;
 //! - `held` is the live leases' units, after every step;
 //! - the sizing steps (`landed`, `lapsed`) keep the next size from 1 to
 //!   2^20 − 1, doubling on a landing within a term, up to the most;
@@ -152,6 +155,17 @@ impl Model {
             .sum()
     }
 
+    fn reclaim_ended(&mut self, now: u64) -> Option<(u64, u64, u64)> {
+        let lease = self
+            .slots
+            .iter_mut()
+            .find(|lease| lease.units > 0 && !lease.live(now))?;
+        let units = lease.units;
+        lease.units = 0;
+        self.lapsed += units;
+        Some((units, lease.taken_at, lease.rest))
+    }
+
     fn landed_at(&mut self, now: u64, term: u64, most: u64) {
         let quick = now.saturating_sub(self.plan_time) < term;
         let size = if quick {
@@ -281,18 +295,29 @@ pub fn check_leases(data: &[u8]) {
                     model.slots
                 );
             }
-            _ => {
-                if bytes.byte() % 2 == 0 {
+            _ => match bytes.byte() % 3 {
+                0 => {
                     let term = u64::from(bytes.byte()) << (bytes.byte() % 48);
                     let most = units(&mut bytes, &model);
                     model.landed_at(now, term, most);
                     slots.landed(now, term, most);
-                } else {
+                    assert_eq!(slots.size(), model.size, "step {step}: the next size");
+                }
+                1 => {
                     model.lapsed_units();
                     slots.lapsed();
+                    assert_eq!(slots.size(), model.size, "step {step}: the next size");
                 }
-                assert_eq!(slots.size(), model.size, "step {step}: the next size");
-            }
+                _ => {
+                    let expected = model.reclaim_ended(now);
+                    let reclaimed = slots.reclaim_ended(now);
+                    assert_eq!(
+                        reclaimed, expected,
+                        "step {step}: reclaim at {now} from {:?}",
+                        model.slots
+                    );
+                }
+            },
         }
         assert_eq!(
             slots.held(now),
