@@ -280,7 +280,8 @@ impl Leases {
     }
 
     /// The units an ended lease of `key` left unspent at `now` (ticks),
-    /// taken out of its slot: they lapse, and go back to Redis (the
+    /// taken out of its slot: they lapse (halving the next size), and go
+    /// back to Redis (the
     /// [`GiveBack`]) when they weigh as a landing's do, more than a
     /// sixteenth of what Redis had left after that lease. Asked by a
     /// request that found nothing to spend, before the rejection cache: a
@@ -288,9 +289,16 @@ impl Leases {
     /// would ever give them back.
     pub(super) fn reclaim(&self, key: &str, now: u64) -> Option<GiveBack> {
         let now_ms = self.ms(now);
-        let (units, taken_at, rest) = self
-            .clients
-            .peek(key, |client| client.state.reclaim_ended(now_ms))??;
+        let (units, taken_at, rest) = self.clients.peek(key, |client| {
+            let reclaimed = client.state.reclaim_ended(now_ms);
+            // The lapse halves the next size, as a landing that found
+            // them would have: without it a client seen less than once a
+            // term keeps growing leases it never spends.
+            if reclaimed.is_some() {
+                client.state.lapsed();
+            }
+            reclaimed
+        })??;
         self.lapse(units);
         (units.saturating_mul(GIVE_BACK_SHARE) > rest).then_some(GiveBack { taken_at, units })
     }
