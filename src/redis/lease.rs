@@ -281,12 +281,11 @@ impl Leases {
 
     /// The units an ended lease of `key` left unspent at `now` (ticks),
     /// taken out of its slot: they lapse (halving the next size), and go
-    /// back to Redis (the
-    /// [`GiveBack`]) when they weigh as a landing's do, more than a
-    /// sixteenth of what Redis had left after that lease. Asked by a
-    /// request that found nothing to spend, before the rejection cache: a
-    /// client refused until its window ends takes no lease, so no landing
-    /// would ever give them back.
+    /// back to Redis (the [`GiveBack`]) when they weigh as a landing's do,
+    /// more than a sixteenth of what Redis had left after that lease.
+    /// Asked by a request that found nothing to spend, before the
+    /// rejection cache: a client refused until its window ends takes no
+    /// lease, so no landing would ever give them back.
     pub(super) fn reclaim(&self, key: &str, now: u64) -> Option<GiveBack> {
         let now_ms = self.ms(now);
         let (units, taken_at, rest) = self.clients.peek(key, |client| {
