@@ -3,3 +3,5 @@
 
 pub mod args;
 pub mod replay;
+#[cfg(feature = "rls")]
+pub mod rls;
