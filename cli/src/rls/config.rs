@@ -389,10 +389,11 @@ fn yaml_files(dir: &Path, files: &mut Vec<PathBuf>) -> Result<(), (PathBuf, std:
     for path in paths {
         if path.is_dir() {
             yaml_files(&path, files)?;
-        } else if matches!(
-            path.extension().and_then(|e| e.to_str()),
-            Some("yaml" | "yml")
-        ) {
+        } else if path
+            .extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| e.eq_ignore_ascii_case("yaml") || e.eq_ignore_ascii_case("yml"))
+        {
             files.push(path);
         }
     }
@@ -420,6 +421,7 @@ fn read_file(file: &Path, text: &str) -> Result<Domain, ConfigError> {
     let root = yaml::parse(text).map_err(|error| match error {
         YamlError::Syntax(message, at) => reader.error(at, Problem::Syntax(message)),
         YamlError::SeveralDocuments(at) => reader.error(at, Problem::SeveralDocuments),
+        YamlError::TooLarge(at) => reader.error(at, Problem::TooLarge),
     })?;
     let Some(root) = root else {
         return Err(reader.error(Position { line: 1, column: 1 }, Problem::NoDomain));

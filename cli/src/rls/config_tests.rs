@@ -39,6 +39,19 @@ fn a_file_that_is_not_yaml_names_its_line() {
 }
 
 #[test]
+fn aliases_past_a_million_nodes_are_refused() {
+    let mut bomb = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+    for level in 1..9 {
+        let list = vec![format!("*a{}", level - 1); 10].join(", ");
+        bomb.push_str(&format!("a{level}: &a{level} [{list}]\n"));
+    }
+    assert_eq!(
+        error(&bomb),
+        "limits/payments.yaml:6:45: the aliases here take the file past 1000000 nodes"
+    );
+}
+
+#[test]
 fn unknown_and_repeated_keys_are_refused_where_written() {
     assert_eq!(
         error("domain: payments\ndescriptor:\n  - key: a\n"),

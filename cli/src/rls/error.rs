@@ -30,6 +30,8 @@ pub enum Problem {
     Syntax(String),
     /// More than one YAML document (`---`) in a file.
     SeveralDocuments,
+    /// Aliases repeating their anchors past the bound on nodes.
+    TooLarge,
     /// A node of the wrong shape: where it is, what was expected, what
     /// was found.
     Expected {
@@ -149,6 +151,11 @@ impl fmt::Display for Problem {
             Problem::Syntax(message) => write!(f, "not YAML: {message}"),
             Problem::SeveralDocuments => f.write_str(
                 "a second YAML document (---): a file holds one domain, give each its own file",
+            ),
+            Problem::TooLarge => write!(
+                f,
+                "the aliases here take the file past {} nodes",
+                super::yaml::MAX_NODES
             ),
             Problem::Expected {
                 field,

@@ -94,7 +94,15 @@ pub enum YamlError {
     Syntax(String, Position),
     /// More than one document (`---`): a file holds one domain.
     SeveralDocuments(Position),
+    /// Aliases that repeat their anchors into more than [`MAX_NODES`]
+    /// nodes (a "billion laughs" file): where the alias that passed it is.
+    TooLarge(Position),
 }
+
+/// The most nodes a document may expand to through its aliases: a
+/// configuration of a million nodes is far past any real one, and the
+/// bound keeps a file of nested aliases from taking the memory.
+pub const MAX_NODES: usize = 1_000_000;
 
 /// The file's one document, or `None` for a file with none (empty, or
 /// comments only).
@@ -105,6 +113,9 @@ pub fn parse(text: &str) -> Result<Option<Node>, YamlError> {
         let message = error.info().to_owned();
         YamlError::Syntax(message, Position::of(*error.marker()))
     })?;
+    if let Some(at) = builder.too_large {
+        return Err(YamlError::TooLarge(at));
+    }
     if let Some(at) = builder.second_document {
         return Err(YamlError::SeveralDocuments(at));
     }
@@ -117,8 +128,14 @@ struct Builder {
     /// The collections being read, innermost last, each with the key read
     /// last when it is a mapping waiting for that key's value.
     open: Vec<Open>,
-    /// Nodes with an anchor, by the parser's anchor id, for aliases.
-    anchors: HashMap<usize, Node>,
+    /// Nodes with an anchor, by the parser's anchor id, for aliases, and
+    /// how many nodes each holds.
+    anchors: HashMap<usize, (Node, usize)>,
+    /// Nodes built so far, aliases counted by what they repeat.
+    nodes: usize,
+    /// Where the alias that took `nodes` past [`MAX_NODES`] is; nothing is
+    /// built after it.
+    too_large: Option<Position>,
     /// The first document's root.
     document: Option<Node>,
     /// How many documents have started.
@@ -138,7 +155,8 @@ impl Builder {
     /// document.
     fn place(&mut self, node: Node, anchor: usize) {
         if anchor != 0 {
-            self.anchors.insert(anchor, node.clone());
+            let size = size(&node);
+            self.anchors.insert(anchor, (node.clone(), size));
         }
         let Some(open) = self.open.last_mut() else {
             if self.documents == 1 {
@@ -181,6 +199,10 @@ impl Builder {
 impl MarkedEventReceiver for Builder {
     fn on_event(&mut self, event: Event, marker: Marker) {
         let at = Position::of(marker);
+        if self.too_large.is_some() {
+            return;
+        }
+        self.nodes += 1;
         match event {
             Event::DocumentStart => {
                 self.documents += 1;
@@ -210,12 +232,30 @@ impl MarkedEventReceiver for Builder {
             Event::Alias(id) => {
                 // The parser refuses an alias to an unknown anchor, so the
                 // node is there; an alias takes the anchored node's place.
-                if let Some(node) = self.anchors.get(&id).cloned() {
+                if let Some((node, size)) = self.anchors.get(&id) {
+                    self.nodes = self.nodes.saturating_add(*size);
+                    if self.nodes > MAX_NODES {
+                        self.too_large = Some(at);
+                        return;
+                    }
+                    let node = node.clone();
                     self.place(node, 0);
                 }
             }
             Event::Nothing | Event::StreamStart | Event::StreamEnd | Event::DocumentEnd => {}
         }
+    }
+}
+
+/// How many nodes `node` holds, itself included.
+fn size(node: &Node) -> usize {
+    match node {
+        Node::Scalar { .. } => 1,
+        Node::List { items, .. } => items.iter().map(size).fold(1, usize::saturating_add),
+        Node::Map { pairs, .. } => pairs
+            .iter()
+            .map(|(key, value)| size(key).saturating_add(size(value)))
+            .fold(1, usize::saturating_add),
     }
 }
 
@@ -288,6 +328,18 @@ mod tests {
         }
         match parse("a: b\n---\nc: d\n") {
             Err(YamlError::SeveralDocuments(at)) => assert_eq!(at.line, 2),
+            other => panic!("{other:?}"),
+        }
+        // Nine levels of ten aliases each: 10^9 nodes, refused at the
+        // alias that passes a million, on the sixth level (10^6 nodes).
+        let mut bomb = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+        for level in 1..9 {
+            let previous = format!("*a{}", level - 1);
+            let list = [previous.as_str(); 10].join(", ");
+            bomb.push_str(&format!("a{level}: &a{level} [{list}]\n"));
+        }
+        match parse(&bomb) {
+            Err(YamlError::TooLarge(at)) => assert_eq!(at.line, 6),
             other => panic!("{other:?}"),
         }
     }
