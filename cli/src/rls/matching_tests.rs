@@ -552,3 +552,99 @@ fn wildcard_match_is_the_reference_s() {
         );
     }
 }
+
+#[test]
+fn the_reference_s_basic_config_answers_as_its_tests_say() {
+    // Its test/config/basic_config.yaml, comments left out, and the
+    // answers of TestBasicConfig.
+    let domain = domain(
+        "domain: test-domain
+descriptors:
+  - key: key1
+    value: value1
+    descriptors:
+      - key: subkey1
+        rate_limit: {unit: second, requests_per_unit: 5}
+      - key: subkey1
+        value: subvalue1
+        rate_limit: {unit: second, requests_per_unit: 10}
+  - key: key2
+    rate_limit: {unit: minute, requests_per_unit: 20}
+  - key: key2
+    value: value2
+    rate_limit: {unit: minute, requests_per_unit: 30}
+  # A value with neither a limit nor nested descriptors: let through.
+  - key: key2
+    value: value3
+  - key: key3
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: key4
+    rate_limit: {name: key4_rate_limit, unit: day, requests_per_unit: 1}
+  - key: key5
+    value: value5
+    rate_limit: {unit: day, requests_per_unit: 15}
+    descriptors:
+      - key: subkey5
+        value: subvalue5
+        rate_limit: {unit: day, requests_per_unit: 25}
+  - key: key6
+    rate_limit: {unlimited: true}
+  - key: key7
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 70}
+",
+    );
+    let rate = |entries: &[(&str, &str)]| {
+        domain
+            .limits_for(entries)
+            .map(|limit| (limit.id.clone(), per_unit(limit)))
+    };
+    assert_eq!(rate(&[]), None);
+    assert_eq!(rate(&[("key1", "something")]), None);
+    assert_eq!(rate(&[("key1", "value1")]), None);
+    assert_eq!(rate(&[("key2", "value2"), ("subkey", "subvalue")]), None);
+    assert_eq!(rate(&[("key5", "value5"), ("subkey5", "subvalue")]), None);
+    assert_eq!(
+        rate(&[("key1", "value1"), ("subkey1", "something")]),
+        Some(("test-domain.key1_value1.subkey1".into(), (5, Unit::Second)))
+    );
+    assert_eq!(
+        rate(&[("key1", "value1"), ("subkey1", "subvalue1")]),
+        Some((
+            "test-domain.key1_value1.subkey1_subvalue1".into(),
+            (10, Unit::Second)
+        ))
+    );
+    assert_eq!(
+        rate(&[("key2", "something")]),
+        Some(("test-domain.key2".into(), (20, Unit::Minute)))
+    );
+    assert_eq!(
+        rate(&[("key2", "value2")]),
+        Some(("test-domain.key2_value2".into(), (30, Unit::Minute)))
+    );
+    // Reached exactly, value3 has no limit: key2's does not stand in.
+    assert_eq!(rate(&[("key2", "value3")]), None);
+    assert_eq!(
+        rate(&[("key3", "foo")]),
+        Some(("test-domain.key3".into(), (1, Unit::Hour)))
+    );
+    assert_eq!(
+        rate(&[("key4", "foo")]),
+        Some(("test-domain.key4".into(), (1, Unit::Day)))
+    );
+    assert_eq!(
+        rate(&[("key5", "value5"), ("subkey5", "subvalue5")]),
+        Some((
+            "test-domain.key5_value5.subkey5_subvalue5".into(),
+            (25, Unit::Day)
+        ))
+    );
+    assert!(domain.limits_for([("key6", "foo")]).unwrap().is_unlimited());
+    let key7 = domain.limits_for([("key7", "unspecified_value")]).unwrap();
+    assert_eq!(per_unit(key7), (70, Unit::Minute));
+    assert_eq!(
+        key7.stats_key("test-domain", [("key7", "unspecified_value")]),
+        "test-domain.key7_unspecified_value"
+    );
+}
