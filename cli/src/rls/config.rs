@@ -422,6 +422,7 @@ fn read_file(file: &Path, text: &str) -> Result<Domain, ConfigError> {
         YamlError::Syntax(message, at) => reader.error(at, Problem::Syntax(message)),
         YamlError::SeveralDocuments(at) => reader.error(at, Problem::SeveralDocuments),
         YamlError::TooLarge(at) => reader.error(at, Problem::TooLarge),
+        YamlError::TooDeep(at) => reader.error(at, Problem::TooDeep),
     })?;
     let Some(root) = root else {
         return Err(reader.error(Position { line: 1, column: 1 }, Problem::NoDomain));

@@ -52,6 +52,22 @@ fn aliases_past_a_million_nodes_are_refused() {
 }
 
 #[test]
+fn nesting_past_256_levels_is_refused() {
+    // 150 levels of descriptors, each a list and a mapping.
+    let mut text = String::from("domain: deep\ndescriptors:\n");
+    for level in 0..150 {
+        let indent = "  ".repeat(2 * level);
+        text.push_str(&format!(
+            "{indent}  - key: k{level}\n{indent}    descriptors:\n"
+        ));
+    }
+    assert_eq!(
+        error(&text),
+        "limits/payments.yaml:257:516: nested deeper than 256 levels of lists and mappings"
+    );
+}
+
+#[test]
 fn unknown_and_repeated_keys_are_refused_where_written() {
     assert_eq!(
         error("domain: payments\ndescriptor:\n  - key: a\n"),

@@ -32,6 +32,8 @@ pub enum Problem {
     SeveralDocuments,
     /// Aliases repeating their anchors past the bound on nodes.
     TooLarge,
+    /// Collections nested past the bound on depth.
+    TooDeep,
     /// A node of the wrong shape: where it is, what was expected, what
     /// was found.
     Expected {
@@ -156,6 +158,11 @@ impl fmt::Display for Problem {
                 f,
                 "the aliases here take the file past {} nodes",
                 super::yaml::MAX_NODES
+            ),
+            Problem::TooDeep => write!(
+                f,
+                "nested deeper than {} levels of lists and mappings",
+                super::yaml::MAX_DEPTH
             ),
             Problem::Expected {
                 field,

@@ -97,7 +97,17 @@ pub enum YamlError {
     /// Aliases that repeat their anchors into more than [`MAX_NODES`]
     /// nodes (a "billion laughs" file): where the alias that passed it is.
     TooLarge(Position),
+    /// Collections nested deeper than [`MAX_DEPTH`]: where the one too
+    /// deep starts.
+    TooDeep(Position),
 }
+
+/// The deepest a document's collections may nest: a descriptor takes two
+/// levels (its list and its mapping), so this is 127 levels of
+/// descriptors, while each level of nesting costs the reading and the
+/// matching stack frames. (The parser bounds flow collections, `[[[…`,
+/// at about the same depth with its own message.)
+pub const MAX_DEPTH: usize = 256;
 
 /// The most nodes a document may expand to through its aliases: a
 /// configuration of a million nodes is far past any real one, and the
@@ -113,8 +123,8 @@ pub fn parse(text: &str) -> Result<Option<Node>, YamlError> {
         let message = error.info().to_owned();
         YamlError::Syntax(message, Position::of(*error.marker()))
     })?;
-    if let Some(at) = builder.too_large {
-        return Err(YamlError::TooLarge(at));
+    if let Some(error) = builder.too_large {
+        return Err(error);
     }
     if let Some(at) = builder.second_document {
         return Err(YamlError::SeveralDocuments(at));
@@ -133,9 +143,9 @@ struct Builder {
     anchors: HashMap<usize, (Node, usize)>,
     /// Nodes built so far, aliases counted by what they repeat.
     nodes: usize,
-    /// Where the alias that took `nodes` past [`MAX_NODES`] is; nothing is
-    /// built after it.
-    too_large: Option<Position>,
+    /// The alias that took `nodes` past [`MAX_NODES`], or the collection
+    /// past [`MAX_DEPTH`]; nothing is built after it.
+    too_large: Option<YamlError>,
     /// The first document's root.
     document: Option<Node>,
     /// How many documents have started.
@@ -175,6 +185,10 @@ impl Builder {
     }
 
     fn open(&mut self, node: Node, anchor: usize) {
+        if self.open.len() == MAX_DEPTH {
+            self.too_large = Some(YamlError::TooDeep(node.at()));
+            return;
+        }
         self.open.push(Open {
             node,
             anchor,
@@ -235,7 +249,7 @@ impl MarkedEventReceiver for Builder {
                 if let Some((node, size)) = self.anchors.get(&id) {
                     self.nodes = self.nodes.saturating_add(*size);
                     if self.nodes > MAX_NODES {
-                        self.too_large = Some(at);
+                        self.too_large = Some(YamlError::TooLarge(at));
                         return;
                     }
                     let node = node.clone();
@@ -340,6 +354,11 @@ mod tests {
         }
         match parse(&bomb) {
             Err(YamlError::TooLarge(at)) => assert_eq!(at.line, 6),
+            other => panic!("{other:?}"),
+        }
+        let deep = format!("{}x\n", "- ".repeat(300));
+        match parse(&deep) {
+            Err(YamlError::TooDeep(at)) => assert_eq!((at.line, at.column), (1, 513)),
             other => panic!("{other:?}"),
         }
     }
