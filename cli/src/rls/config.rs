@@ -30,6 +30,9 @@
 //! - `shadow_mode` and `detailed_metric` belong to the descriptor's limit;
 //!   on a descriptor with no `rate_limit` they do nothing, as there.
 //! - Two files giving one domain are an error.
+//! - How a request's descriptors find their limits (most specific first,
+//!   wildcards in the order written, the level of the last entry, a
+//!   descriptor with no limit letting through): see [`super::matching`].
 //! - `--config DIR` reads the directory's files and those of its
 //!   subdirectories, as the reference's runtime loader walks its tree.
 //!
@@ -49,6 +52,8 @@
 //! editors' swap files) left out, read in the order of their paths
 //! (the reference reads every file, in no set order). Numbers are
 //! decimal, without a leading zero (yaml.v2 reads `010` as octal 8).
+//! A file whose aliases expand past a million nodes, or whose lists and
+//! mappings nest past 256 levels, is refused where it passes the bound.
 //!
 //! # This crate's extension
 //!
@@ -56,9 +61,10 @@
 //! (or one string, the rules joined by commas) instead of `unit` and
 //! `requests_per_unit`: any of the library's policies, several at once
 //! (a request is admitted when every rule admits it), `in-flight:N`
-//! included. A unit and its count become the rule
-//! `fixed-window:N/1s` (`1m`, `1h`, `1d`, `7d`, `30d`, `365d`), so that
-//! every limit is a [`RuleSet`].
+//! included; a window in ticks is refused, as on the command line, since
+//! its length would depend on the clock. A unit and its count become the
+//! rule `fixed-window:N/1s` (`1m`, `1h`, `1d`, `7d`, `30d`, `365d`), so
+//! that every limit is a [`RuleSet`].
 //!
 //! One difference remains in those windows: the reference's are aligned
 //! on the Unix epoch (a minute's window is `[now − now mod 60, …)` in UTC
