@@ -5,3 +5,5 @@ pub mod args;
 pub mod replay;
 #[cfg(feature = "rls")]
 pub mod rls;
+#[cfg(any(feature = "proxy", feature = "rls"))]
+pub mod signals;

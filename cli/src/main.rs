@@ -1,10 +1,10 @@
 //! `floodgate`: replay a trace through any policy, compare the engines'
-//! speed, watch the limiter protect a simulated payments API, or put it in
-//! front of an HTTP service.
+//! speed, watch the limiter protect a simulated payments API, put it in
+//! front of an HTTP service, or behind Envoy as its rate-limit service.
 //!
-//! `demo` and `replay` are always built; `bench` and `proxy` come with the
-//! features of the same names (`full`: everything). A subcommand left out
-//! is still listed, and says how to build it when it is asked for.
+//! `demo` and `replay` are always built; `bench`, `proxy` and `rls` come
+//! with the features of the same names (`full`: everything). A subcommand
+//! left out is still listed, and says how to build it when it is asked for.
 
 #[cfg(feature = "bench")]
 mod bench;
@@ -22,7 +22,7 @@ use floodgate_cli::replay;
 #[command(
     name = "floodgate",
     version,
-    about = "Per-client rate limiting: replay, bench, demo, proxy"
+    about = "Per-client rate limiting: replay, bench, demo, proxy, rls"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -51,11 +51,19 @@ enum Command {
     #[cfg(not(feature = "proxy"))]
     #[command(disable_help_flag = true)]
     Proxy(LeftOut),
+    /// Envoy's rate-limit service (gRPC) on envoyproxy/ratelimit's configuration.
+    #[cfg(feature = "rls")]
+    Rls(floodgate_cli::rls::Args),
+    /// Envoy's rate-limit service (not in this build: needs the CLI's `rls`
+    /// feature).
+    #[cfg(not(feature = "rls"))]
+    #[command(disable_help_flag = true)]
+    Rls(LeftOut),
 }
 
 /// The arguments of a subcommand this build leaves out: taken as they come,
 /// so that asking for it, with any options, says how to build it.
-#[cfg(not(all(feature = "bench", feature = "proxy")))]
+#[cfg(not(all(feature = "bench", feature = "proxy", feature = "rls")))]
 #[derive(clap::Args)]
 struct LeftOut {
     #[arg(hide = true, allow_hyphen_values = true, trailing_var_arg = true)]
@@ -64,7 +72,7 @@ struct LeftOut {
 
 /// Refuses a subcommand this build leaves out, with the command that
 /// builds it.
-#[cfg(not(all(feature = "bench", feature = "proxy")))]
+#[cfg(not(all(feature = "bench", feature = "proxy", feature = "rls")))]
 fn left_out(name: &str) -> ExitCode {
     use floodgate_cli::args::{left_out, usage};
     usage(left_out(&format!("`floodgate {name}`"), name))
@@ -82,5 +90,9 @@ fn main() -> ExitCode {
         Command::Proxy(args) => proxy::run(args),
         #[cfg(not(feature = "proxy"))]
         Command::Proxy(_) => left_out("proxy"),
+        #[cfg(feature = "rls")]
+        Command::Rls(args) => floodgate_cli::rls::run(args),
+        #[cfg(not(feature = "rls"))]
+        Command::Rls(_) => left_out("rls"),
     }
 }

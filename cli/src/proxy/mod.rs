@@ -43,6 +43,7 @@ use floodgate_cli::args::{
     explain, parse_count, parse_duration, parse_in, parse_limit, parse_overflow, parse_policy,
     parse_rule, usage, Checked, Span, Written,
 };
+use floodgate_cli::signals::Signals;
 use hyper::header::HeaderName;
 use hyper::StatusCode;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -1110,40 +1111,5 @@ async fn print_stats(stats: Arc<Stats>, forward: Forward) {
         if let Some(error) = forward.take_error() {
             eprintln!("floodgate proxy: last upstream error: {error}");
         }
-    }
-}
-
-/// SIGINT and SIGTERM, registered before the proxy says it listens, so
-/// that a signal sent as soon as it does is already caught.
-struct Signals {
-    #[cfg(unix)]
-    interrupt: tokio::signal::unix::Signal,
-    #[cfg(unix)]
-    terminate: tokio::signal::unix::Signal,
-}
-
-impl Signals {
-    fn new() -> std::io::Result<Self> {
-        #[cfg(unix)]
-        {
-            use tokio::signal::unix::{signal, SignalKind};
-            Ok(Self {
-                interrupt: signal(SignalKind::interrupt())?,
-                terminate: signal(SignalKind::terminate())?,
-            })
-        }
-        #[cfg(not(unix))]
-        Ok(Self {})
-    }
-
-    /// The next SIGINT or SIGTERM.
-    async fn recv(&mut self) {
-        #[cfg(unix)]
-        tokio::select! {
-            _ = self.interrupt.recv() => {}
-            _ = self.terminate.recv() => {}
-        }
-        #[cfg(not(unix))]
-        let _ = tokio::signal::ctrl_c().await;
     }
 }

@@ -8,7 +8,7 @@
 //! The input is streamed: one line is held at a time, so a trace of any
 //! length replays in constant memory apart from the per-client state and
 //! the last time of each client. Under `--evict-idle` or `--max-clients`
-//! both are bounded by the clients the limiter tracks (see [`Latest`]). Answers
+//! both are bounded by the clients the limiter tracks (see `Latest`). Answers
 //! go through one buffer that is flushed whenever the input has no complete
 //! line left buffered — before a read that could block — and at the end, so
 //! a person typing calls sees each answer at once while a piped trace of a

@@ -286,6 +286,22 @@ impl Config {
     ///
     /// The first problem found, with its file and line.
     pub fn load(path: impl AsRef<Path>) -> Result<Self, ConfigError> {
+        let texts = Self::read(path)?;
+        Self::from_texts(
+            texts
+                .iter()
+                .map(|(file, text)| (file.as_path(), text.as_str())),
+        )
+    }
+
+    /// The files [`load`](Self::load) reads, each with its text, in order:
+    /// what a reload compares with the last it read before parsing again.
+    ///
+    /// # Errors
+    ///
+    /// A file or directory that cannot be read, or a directory without
+    /// YAML files.
+    pub fn read(path: impl AsRef<Path>) -> Result<Vec<(PathBuf, String)>, ConfigError> {
         let path = path.as_ref();
         let read_error = |file: &Path, error: std::io::Error| ConfigError {
             file: file.to_owned(),
@@ -312,11 +328,7 @@ impl Config {
             let text = fs::read_to_string(&file).map_err(|e| read_error(&file, e))?;
             texts.push((file, text));
         }
-        Self::from_texts(
-            texts
-                .iter()
-                .map(|(file, text)| (file.as_path(), text.as_str())),
-        )
+        Ok(texts)
     }
 
     /// The domains of files already read: each file's name (for errors

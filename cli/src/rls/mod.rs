@@ -3,10 +3,12 @@
 //! crate's engine, so that Envoy, Istio and the gateways that call a
 //! rate-limit service over gRPC get this crate's policies.
 //!
-//! This module is its configuration, the files of envoyproxy/ratelimit
-//! read as that server reads them ([`config`]), and the match of a
-//! request's descriptors to the limits that apply ([`matching`]); the
-//! service answers from them. Every limit is a [`floodgate::RuleSet`]: a
+//! Its rooms: the configuration, the files of envoyproxy/ratelimit read as
+//! that server reads them ([`config`], [`yaml`], [`error`]); the match of a
+//! request's descriptors to the limits that apply ([`matching`]); a
+//! request decided all or nothing on a limiter per limit ([`decide`]); the
+//! protocol's messages ([`proto`]); the gRPC service ([`service`]); and the
+//! command, its server, reloads and stop ([`server`]). See `docs/rls.md`. Every limit is a [`floodgate::RuleSet`]: a
 //! unit and a count become a fixed window, and a file may name this
 //! crate's rules instead.
 //!
@@ -27,11 +29,18 @@
 //! ```
 
 pub mod config;
+pub mod decide;
 pub mod error;
 pub mod matching;
+pub mod proto;
+pub mod server;
+pub mod service;
 pub mod yaml;
 
 pub use config::{Config, Domain, Limit, Origin, Quota, Unit};
+pub use decide::{Invalid, Limits};
 pub use error::{ConfigError, Problem};
 pub use matching::DescriptorEntry;
+pub use server::{run, Args};
+pub use service::RateLimitService;
 pub use yaml::Position;

@@ -17,3 +17,5 @@ mod proxy;
 mod proxy_metrics;
 mod replay;
 mod replay_state;
+#[cfg(feature = "rls")]
+mod rls;

@@ -1,0 +1,368 @@
+//! One `ShouldRateLimit` answered: a request's descriptors matched to their
+//! limits ([`Config::applied_limits`]), each limit decided by its own
+//! limiter, and the request admitted in all of them or in none.
+//!
+//! All or nothing: each limited descriptor is checked in the request's
+//! order, and when one refuses, the units the ones before it took are
+//! given back ([`RateLimiter::refund_admitted`]), so a refused request
+//! spends nothing. This differs from envoyproxy/ratelimit on purpose: it
+//! counts a request's hits in every descriptor, a refused one's too, so a
+//! client refused by one limit spends another's quota for nothing. Between
+//! a descriptor's check and its refund, another request for the same
+//! client may find those units spent and be refused: the race can only
+//! refuse, never admit past a limit.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use floodgate::{Bounds, Clock, ConfigError, Decision, RateLimiter};
+
+use super::config::{Config, Limit, Quota, Unit};
+use super::matching::DescriptorEntry;
+use super::proto::{
+    Code, DescriptorStatus, Entry, RateLimit, RateLimitRequest, RateLimitResponse,
+    Unit as ProtoUnit,
+};
+
+/// The most descriptors one request may carry. Envoy sends one per
+/// `rate_limits` action that applied, a handful; a request past this is
+/// refused as invalid before anything is decided.
+pub const MAX_DESCRIPTORS: usize = 1_024;
+
+/// The most bytes of keys and values one descriptor may carry. Its entries
+/// are the client's key in its limit's limiter, kept as long as the client
+/// is: a 1 MB header value would be a 1 MB client.
+pub const MAX_DESCRIPTOR_BYTES: usize = 4_096;
+
+/// Why a request was not decided: the gRPC status `INVALID_ARGUMENT`,
+/// with this message. Nothing was spent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invalid(pub String);
+
+impl std::fmt::Display for Invalid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl DescriptorEntry for Entry {
+    fn key(&self) -> &str {
+        &self.key
+    }
+
+    fn value(&self) -> &str {
+        &self.value
+    }
+}
+
+/// A configuration with a limiter for each of its limits that counts.
+pub struct Limits {
+    config: Config,
+    /// By [`Limit::id`]; none for `unlimited` and `requests_per_unit: 0`,
+    /// which decide without one.
+    limiters: HashMap<String, Arc<dyn RateLimiter<str>>>,
+}
+
+impl Limits {
+    /// A limiter for every limit of `config`, on `clock`, each holding at
+    /// most `bounds`' clients.
+    ///
+    /// # Errors
+    ///
+    /// A limit's rules the engine refuses (none that the configuration
+    /// checked should be).
+    pub fn new<C: Clock + Clone + 'static>(
+        config: Config,
+        bounds: Bounds,
+        clock: C,
+    ) -> Result<Self, ConfigError> {
+        Self::keeping(config, bounds, clock, &HashMap::new()).map(|(limits, _)| limits)
+    }
+
+    /// The limiters of `config`, keeping this one's for every limit whose
+    /// id and rules are unchanged, with what its clients spent: a reload.
+    /// A limit whose rules changed starts afresh. Also says how many
+    /// limiters were kept.
+    ///
+    /// # Errors
+    ///
+    /// As [`new`](Self::new); this one is unchanged then.
+    pub fn reloaded<C: Clock + Clone + 'static>(
+        &self,
+        config: Config,
+        bounds: Bounds,
+        clock: C,
+    ) -> Result<(Self, usize), ConfigError> {
+        Self::keeping(config, bounds, clock, &self.limiters)
+    }
+
+    fn keeping<C: Clock + Clone + 'static>(
+        config: Config,
+        bounds: Bounds,
+        clock: C,
+        old: &HashMap<String, Arc<dyn RateLimiter<str>>>,
+    ) -> Result<(Self, usize), ConfigError> {
+        let mut limiters = HashMap::new();
+        let mut kept = 0;
+        for domain in config.domains() {
+            for limit in domain.limits() {
+                let Some(rules) = limit.rules() else {
+                    continue;
+                };
+                let limiter = match old.get(&limit.id) {
+                    Some(limiter) if limiter.rules() == *rules => {
+                        kept += 1;
+                        Arc::clone(limiter)
+                    }
+                    _ => floodgate::Builder::from_rules(rules)
+                        .bounds(bounds)
+                        .counting(true)
+                        .clock(clock.clone())
+                        .build::<str>()?,
+                };
+                limiters.insert(limit.id.clone(), limiter);
+            }
+        }
+        Ok((Self { config, limiters }, kept))
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The limiter of the limit with `id`, if it counts.
+    pub fn limiter(&self, id: &str) -> Option<&Arc<dyn RateLimiter<str>>> {
+        self.limiters.get(id)
+    }
+
+    /// Answers `request`: every limited descriptor admitted, or none.
+    ///
+    /// # Errors
+    ///
+    /// [`Invalid`] for a request with no domain, no descriptors, more than
+    /// [`MAX_DESCRIPTORS`], a descriptor with no entries or more than
+    /// [`MAX_DESCRIPTOR_BYTES`]: nothing is spent.
+    pub fn decide(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, Invalid> {
+        validate(request)?;
+        let limits = self.config.applied_limits(
+            &request.domain,
+            request.descriptors.iter().map(|d| d.entries.iter()),
+        );
+        let request_cost = u64::from(request.hits_addend.max(1));
+        let mut statuses = Vec::with_capacity(limits.len());
+        // What each admitted descriptor took, to give back if another
+        // refuses; the keys of every descriptor, one after another.
+        let mut taken: Vec<Taken<'_>> = Vec::new();
+        let mut keys = String::new();
+        let mut refused = false;
+        for (index, (descriptor, limit)) in request.descriptors.iter().zip(&limits).enumerate() {
+            let Some(limit) = limit else {
+                statuses.push(ok_unlimited(None));
+                continue;
+            };
+            if limit.is_unlimited() {
+                statuses.push(ok_unlimited(Some(u32::MAX)));
+                continue;
+            }
+            let current_limit = Some(current_limit(limit));
+            let Some(limiter) = self.limiters.get(&limit.id) else {
+                // `requests_per_unit: 0`: every request refused.
+                let code = if limit.shadow_mode {
+                    Code::Ok
+                } else {
+                    refused = true;
+                    Code::OverLimit
+                };
+                statuses.push(DescriptorStatus {
+                    code: code as i32,
+                    current_limit,
+                    limit_remaining: 0,
+                    duration_until_reset: None,
+                });
+                continue;
+            };
+            // A descriptor's own `hits_addend` over the request's; 0 means 1.
+            let cost = descriptor
+                .hits_addend
+                .map_or(request_cost, |addend| addend.value.max(1));
+            let start = keys.len();
+            client_key(&mut keys, &descriptor.entries);
+            let decision = limiter.check_n(&keys[start..], cost);
+            let code = if decision.allowed() {
+                taken.push(Taken {
+                    status: index,
+                    limiter,
+                    key: start..keys.len(),
+                    decision,
+                    cost,
+                });
+                Code::Ok
+            } else if limit.shadow_mode {
+                // Decided and counted as refused, but let through.
+                Code::Ok
+            } else {
+                refused = true;
+                Code::OverLimit
+            };
+            statuses.push(DescriptorStatus {
+                code: code as i32,
+                current_limit,
+                limit_remaining: saturate(decision.remaining()),
+                duration_until_reset: (!decision.allowed())
+                    .then(|| decision.retry_after())
+                    .flatten()
+                    .map(Into::into),
+            });
+        }
+        if refused {
+            for taken in taken {
+                let given =
+                    taken
+                        .limiter
+                        .refund_admitted(&keys[taken.key], &taken.decision, taken.cost);
+                statuses[taken.status].limit_remaining =
+                    saturate(taken.decision.remaining().saturating_add(given));
+            }
+        }
+        Ok(RateLimitResponse {
+            overall_code: if refused { Code::OverLimit } else { Code::Ok } as i32,
+            statuses,
+            response_headers_to_add: Vec::new(),
+        })
+    }
+}
+
+/// What one admitted descriptor took.
+struct Taken<'a> {
+    /// Its status's index in the answer.
+    status: usize,
+    limiter: &'a Arc<dyn RateLimiter<str>>,
+    /// Its client key's place among the request's keys.
+    key: std::ops::Range<usize>,
+    decision: Decision,
+    cost: u64,
+}
+
+/// Refuses what cannot be decided, before anything is spent.
+fn validate(request: &RateLimitRequest) -> Result<(), Invalid> {
+    if request.domain.is_empty() {
+        return Err(Invalid("the request names no domain".into()));
+    }
+    if request.descriptors.is_empty() {
+        return Err(Invalid("the request has no descriptors".into()));
+    }
+    if request.descriptors.len() > MAX_DESCRIPTORS {
+        return Err(Invalid(format!(
+            "the request has {} descriptors, over the {MAX_DESCRIPTORS} this service takes",
+            request.descriptors.len()
+        )));
+    }
+    for (index, descriptor) in request.descriptors.iter().enumerate() {
+        if descriptor.entries.is_empty() {
+            return Err(Invalid(format!("descriptor {index} has no entries")));
+        }
+        let bytes: usize = descriptor
+            .entries
+            .iter()
+            .map(|entry| entry.key.len() + entry.value.len())
+            .sum();
+        if bytes > MAX_DESCRIPTOR_BYTES {
+            return Err(Invalid(format!(
+                "descriptor {index}'s keys and values are {bytes} bytes, over the \
+                 {MAX_DESCRIPTOR_BYTES} this service takes"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Appends a descriptor's client key to `keys`: every key and value with
+/// its length before it, so that no two lists of entries give the same
+/// key (`a=b,c` and `a=b` `c=` would, joined by separators alone).
+fn client_key(keys: &mut String, entries: &[Entry]) {
+    use std::fmt::Write as _;
+    for entry in entries {
+        let _ = write!(
+            keys,
+            "{}:{}{}:{}",
+            entry.key.len(),
+            entry.key,
+            entry.value.len(),
+            entry.value
+        );
+    }
+}
+
+/// The status of a descriptor no limit counts: none matched (no
+/// `current_limit`, nothing remaining, as the reference answers), or an
+/// `unlimited` one (`u32::MAX` remaining).
+fn ok_unlimited(remaining: Option<u32>) -> DescriptorStatus {
+    DescriptorStatus {
+        code: Code::Ok as i32,
+        current_limit: None,
+        limit_remaining: remaining.unwrap_or(0),
+        duration_until_reset: None,
+    }
+}
+
+/// The limit as the protocol says it: a unit and a count, or for this
+/// crate's rules, the first rule's limit, in a unit when its window is one
+/// (else `UNKNOWN`).
+fn current_limit(limit: &Limit) -> RateLimit {
+    let (requests_per_unit, unit) = match &limit.quota {
+        Quota::PerUnit {
+            unit,
+            requests_per_unit,
+            ..
+        } => (*requests_per_unit, proto_unit(*unit)),
+        Quota::Rules(rules) => {
+            let rule = rules.rules()[0];
+            let config = rule.config();
+            let unit = config
+                .span()
+                .and_then(|span| {
+                    [
+                        Unit::Second,
+                        Unit::Minute,
+                        Unit::Hour,
+                        Unit::Day,
+                        Unit::Week,
+                        Unit::Month,
+                        Unit::Year,
+                    ]
+                    .into_iter()
+                    .find(|unit| unit.duration() == span)
+                })
+                .map_or(ProtoUnit::Unknown, proto_unit);
+            (saturate(config.limit()), unit)
+        }
+        Quota::Unlimited => (0, ProtoUnit::Unknown),
+    };
+    RateLimit {
+        name: limit.name.clone().unwrap_or_default(),
+        requests_per_unit,
+        unit: unit as i32,
+    }
+}
+
+fn proto_unit(unit: Unit) -> ProtoUnit {
+    match unit {
+        Unit::Second => ProtoUnit::Second,
+        Unit::Minute => ProtoUnit::Minute,
+        Unit::Hour => ProtoUnit::Hour,
+        Unit::Day => ProtoUnit::Day,
+        Unit::Week => ProtoUnit::Week,
+        Unit::Month => ProtoUnit::Month,
+        Unit::Year => ProtoUnit::Year,
+    }
+}
+
+/// A count in the protocol's 32 bits: past them, all of them.
+fn saturate(count: u64) -> u32 {
+    u32::try_from(count).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+#[path = "decide_tests.rs"]
+mod tests;

@@ -1,0 +1,196 @@
+//! Requests decided on a manual clock: exact answers over time, all or
+//! nothing across descriptors, costs, and what is refused as invalid.
+
+use std::path::Path;
+
+use floodgate::{Bounds, ManualClock};
+
+use super::*;
+use crate::rls::proto::{RateLimitDescriptor, UInt64Value};
+
+const SECOND: u64 = 1_000_000_000;
+
+fn limits(text: &str) -> (Limits, ManualClock) {
+    let config = Config::from_texts([(Path::new("test.yaml"), text)]).expect("the file reads");
+    let clock = ManualClock::new(0);
+    let limits = Limits::new(config, Bounds::new(), clock.clone()).expect("limiters built");
+    (limits, clock)
+}
+
+fn request(domain: &str, descriptors: &[&[(&str, &str)]]) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: domain.to_owned(),
+        descriptors: descriptors
+            .iter()
+            .map(|entries| RateLimitDescriptor {
+                entries: entries
+                    .iter()
+                    .map(|(key, value)| Entry {
+                        key: (*key).to_owned(),
+                        value: (*value).to_owned(),
+                    })
+                    .collect(),
+                limit: None,
+                hits_addend: None,
+            })
+            .collect(),
+        hits_addend: 0,
+    }
+}
+
+/// Each status's code and remaining.
+fn answers(response: &RateLimitResponse) -> Vec<(Code, u32)> {
+    response
+        .statuses
+        .iter()
+        .map(|status| {
+            (
+                Code::try_from(status.code).expect("a known code"),
+                status.limit_remaining,
+            )
+        })
+        .collect()
+}
+
+const PER_SECOND: &str = "\
+domain: api
+descriptors:
+  - key: client
+    rate_limit: {unit: second, requests_per_unit: 2}
+  - key: route
+    rate_limit:
+      rules: [\"gcra:4/1s\", \"fixed-window:6/1m\"]
+  - key: plan
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: zero
+    rate_limit: {unit: second, requests_per_unit: 0}
+";
+
+#[test]
+fn a_unit_and_a_count_are_a_fixed_window_per_descriptor_value() {
+    let (limits, clock) = limits(PER_SECOND);
+    let a = request("api", &[&[("client", "a")]]);
+    let b = request("api", &[&[("client", "b")]]);
+    let decide = |request: &RateLimitRequest| answers(&limits.decide(request).unwrap());
+    assert_eq!(decide(&a), [(Code::Ok, 1)]);
+    assert_eq!(decide(&a), [(Code::Ok, 0)]);
+    clock.set(SECOND / 2);
+    let refused = limits.decide(&a).unwrap();
+    assert_eq!(refused.overall_code, Code::OverLimit as i32);
+    // Refused until the window's second is over: half a second.
+    assert_eq!(
+        refused.statuses[0].duration_until_reset,
+        Some(std::time::Duration::from_millis(500).into())
+    );
+    // Another value is another client.
+    assert_eq!(decide(&b), [(Code::Ok, 1)]);
+    clock.set(SECOND);
+    assert_eq!(decide(&a), [(Code::Ok, 1)]);
+}
+
+#[test]
+fn rules_decide_as_the_spec_says_with_costs() {
+    let (limits, clock) = limits(PER_SECOND);
+    let mut route = request("api", &[&[("route", "/pay")]]);
+    route.hits_addend = 3;
+    // gcra:4/1s admits a burst of 4: 3, then 1 more.
+    assert_eq!(answers(&limits.decide(&route).unwrap()), [(Code::Ok, 1)]);
+    route.descriptors[0].hits_addend = Some(UInt64Value { value: 2 });
+    assert_eq!(
+        answers(&limits.decide(&route).unwrap()),
+        [(Code::OverLimit, 1)]
+    );
+    route.descriptors[0].hits_addend = Some(UInt64Value { value: 0 });
+    // 0 means 1.
+    assert_eq!(answers(&limits.decide(&route).unwrap()), [(Code::Ok, 0)]);
+    // A quarter second drips one back; the minute's six allow two more.
+    clock.set(SECOND / 4);
+    assert_eq!(answers(&limits.decide(&route).unwrap()), [(Code::Ok, 0)]);
+    clock.set(SECOND);
+    route.descriptors[0].hits_addend = Some(UInt64Value { value: 2 });
+    // gcra has 4 again, the minute has 1 of 6: the minute refuses.
+    assert_eq!(
+        answers(&limits.decide(&route).unwrap()),
+        [(Code::OverLimit, 1)]
+    );
+}
+
+#[test]
+fn a_refused_request_leaves_every_other_descriptor_as_it_was() {
+    let (limits, _clock) = limits(PER_SECOND);
+    let both = request("api", &[&[("client", "a")], &[("plan", "free")]]);
+    assert_eq!(
+        answers(&limits.decide(&both).unwrap()),
+        [(Code::Ok, 1), (Code::Ok, 0)]
+    );
+    for _ in 0..5 {
+        let refused = limits.decide(&both).unwrap();
+        assert_eq!(refused.overall_code, Code::OverLimit as i32);
+        // The client's descriptor admitted it, then gave it back.
+        assert_eq!(answers(&refused), [(Code::Ok, 1), (Code::OverLimit, 0)]);
+    }
+    let client = limits.limiter("api.client").unwrap();
+    assert_eq!(client.remaining("6:client1:a"), 1);
+}
+
+#[test]
+fn requests_per_unit_zero_refuses_and_shadow_mode_lets_through() {
+    let text = format!(
+        "{PER_SECOND}  - key: shadow\n    shadow_mode: true\n    \
+         rate_limit: {{unit: hour, requests_per_unit: 1}}\n"
+    );
+    let (limits, _clock) = limits(&text);
+    let zero = request("api", &[&[("zero", "z")]]);
+    assert_eq!(
+        answers(&limits.decide(&zero).unwrap()),
+        [(Code::OverLimit, 0)]
+    );
+    let shadow = request("api", &[&[("shadow", "s")]]);
+    for remaining in [0, 0, 0] {
+        let answer = limits.decide(&shadow).unwrap();
+        assert_eq!(answer.overall_code, Code::Ok as i32);
+        assert_eq!(answer.statuses[0].limit_remaining, remaining);
+    }
+}
+
+#[test]
+fn invalid_requests_spend_nothing() {
+    let (limits, _clock) = limits(PER_SECOND);
+    let mut bad = request("api", &[&[("client", "a")], &[]]);
+    assert_eq!(
+        limits.decide(&bad).unwrap_err().0,
+        "descriptor 1 has no entries"
+    );
+    bad.descriptors.pop();
+    bad.domain.clear();
+    assert!(limits.decide(&bad).is_err());
+    let client = limits.limiter("api.client").unwrap();
+    assert_eq!(client.remaining("6:client1:a"), 2);
+}
+
+#[test]
+fn client_keys_keep_entries_apart() {
+    let mut one = String::new();
+    client_key(
+        &mut one,
+        &[Entry {
+            key: "a".into(),
+            value: "b1:c".into(),
+        }],
+    );
+    let mut two = String::new();
+    client_key(
+        &mut two,
+        &[
+            Entry {
+                key: "a".into(),
+                value: "b".into(),
+            },
+            Entry {
+                key: "c".into(),
+                value: String::new(),
+            },
+        ],
+    );
+    assert_ne!(one, two);
+}

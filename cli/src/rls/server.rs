@@ -1,0 +1,286 @@
+//! `floodgate rls`'s command: the configuration read, the limiters built,
+//! the gRPC server started on tonic with the rate-limit service and gRPC
+//! health (`grpc.health.v1`, SERVING for `""` and the service's name), and
+//! stopped gracefully on SIGINT or SIGTERM.
+//!
+//! When it listens it prints `listening on http://IP:PORT` on standard
+//! output (plaintext HTTP/2, which Envoy's `rate_limit_service` cluster
+//! speaks with `http2_protocol_options`). A file that does not read, an
+//! unknown unit, a duplicate domain: status 2 at start, naming the file and
+//! the line. The files are read again every `--reload-every` (1 s): a
+//! change is applied whole between two calls, and a limit whose rules did
+//! not change keeps its limiter and what its clients spent; a change that
+//! does not read is said on standard error, once, and the configuration in
+//! use is kept. The first signal stops accepting, answers the calls under
+//! way and exits 0; a second exits at once with status 1.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use floodgate::{Bounds, QuantaClock};
+use tokio::net::TcpListener;
+use tonic::transport::server::TcpIncoming;
+use tonic::transport::Server;
+
+use super::config::Config;
+use super::decide::Limits;
+use super::service::RateLimitService;
+use crate::args::{parse_count, parse_duration, usage, Checked, Span};
+use crate::signals::Signals;
+
+/// Options of `floodgate rls`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// envoyproxy/ratelimit's configuration: a YAML file, or a directory
+    /// whose *.yaml and *.yml files (in subdirectories too) are read, one
+    /// domain each.
+    #[arg(long, value_name = "FILE|DIR")]
+    pub config: PathBuf,
+
+    /// The address to listen on, IP:PORT (port 0: any free port, printed).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: SocketAddr,
+
+    /// The most clients each limit keeps in memory (a client is a
+    /// descriptor's values); past it, a new client is refused until idle
+    /// ones are swept. Unbounded without it.
+    #[arg(long, value_name = "N", value_parser = Checked(parse_max_clients))]
+    pub max_clients: Option<usize>,
+
+    /// How often --config is read again: a change is applied (limits whose
+    /// rules did not change keep what their clients spent); a file that
+    /// does not read is logged and the configuration in use is kept.
+    #[arg(long, value_name = "DURATION", default_value = "1s",
+          value_parser = Checked(parse_duration))]
+    pub reload_every: Span,
+}
+
+fn parse_max_clients(text: &str) -> Result<usize, String> {
+    parse_count(text)?
+        .try_into()
+        .map_err(|_| "expected a whole number of clients".to_owned())
+}
+
+/// Runs `floodgate rls` until a signal stops it.
+pub fn run(args: Args) -> ExitCode {
+    if args.reload_every.nanos == 0 {
+        return usage("--reload-every: expected a duration longer than 0");
+    }
+    let texts = match Config::read(&args.config) {
+        Ok(texts) => texts,
+        Err(error) => return usage(error),
+    };
+    let config = match Config::from_texts(texts.iter().map(|(f, t)| (f.as_path(), t.as_str()))) {
+        Ok(config) => config,
+        Err(error) => return usage(error),
+    };
+    let mut bounds = Bounds::new();
+    if let Some(max_clients) = args.max_clients {
+        bounds = bounds.max_clients(max_clients);
+    }
+    let clock = QuantaClock::new();
+    let limits = match Limits::new(config, bounds, clock.clone()) {
+        Ok(limits) => limits,
+        Err(error) => return usage(format!("{}: {error}", args.config.display())),
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("floodgate rls: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let reload = Reload {
+        path: args.config.clone(),
+        every: args.reload_every.duration(),
+        last: texts,
+        unread: None,
+        bounds,
+        clock,
+    };
+    runtime.block_on(serve(args, limits, reload))
+}
+
+async fn serve(args: Args, limits: Limits, reload: Reload) -> ExitCode {
+    let mut signals = match Signals::new() {
+        Ok(signals) => signals,
+        Err(error) => {
+            eprintln!("floodgate rls: cannot catch SIGINT and SIGTERM: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let listener = match TcpListener::bind(args.listen).await {
+        Ok(listener) => listener,
+        Err(error) => {
+            eprintln!("floodgate rls: cannot listen on {}: {error}", args.listen);
+            return ExitCode::FAILURE;
+        }
+    };
+    let local = match listener.local_addr() {
+        Ok(local) => local,
+        Err(error) => {
+            eprintln!("floodgate rls: cannot read the listening address: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let (domains, limit_count) = counts(&limits);
+    let limits = Arc::new(ArcSwap::from_pointee(limits));
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health.set_serving::<RateLimitService>().await;
+    let service = RateLimitService::new(Arc::clone(&limits));
+    let reloader = tokio::spawn(reload.run(Arc::clone(&limits)));
+    eprintln!(
+        "floodgate rls: {} from {}",
+        described(domains, limit_count),
+        args.config.display()
+    );
+    // `println!` flushes at its newline only on a terminal: a test or a
+    // supervisor reading a pipe waits for this line.
+    {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "listening on http://{local}");
+        let _ = out.flush();
+    }
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = Server::builder()
+        .add_service(health_service)
+        .add_service(service)
+        .serve_with_incoming_shutdown(
+            TcpIncoming::from(listener).with_nodelay(Some(true)),
+            async {
+                let _ = stop_rx.await;
+            },
+        );
+    tokio::pin!(server);
+    // The first signal stops accepting and lets the calls under way be
+    // answered; a second (or the server failing) ends the wait.
+    tokio::select! {
+        result = &mut server => return ended(result),
+        () = signals.recv() => {}
+    }
+    reloader.abort();
+    eprintln!("floodgate rls: stopping; answering the calls under way");
+    let _ = stop_tx.send(());
+    tokio::select! {
+        result = &mut server => ended(result),
+        () = signals.recv() => {
+            eprintln!("floodgate rls: second signal, stopping now");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The exit status of a server that returned.
+fn ended(result: Result<(), tonic::transport::Error>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("floodgate rls: the server failed: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `--config` read again every `every`, and applied when its text changed.
+struct Reload {
+    path: PathBuf,
+    every: Duration,
+    /// The texts last read, applied or refused: a file refused is said
+    /// once, not at every read until it changes.
+    last: Vec<(PathBuf, String)>,
+    /// The last failure to read them, said once likewise.
+    unread: Option<String>,
+    bounds: Bounds,
+    clock: QuantaClock,
+}
+
+impl Reload {
+    /// Reads, compares and applies until aborted. The limits are swapped
+    /// whole: a call decides on the old ones or the new, never a mix.
+    async fn run(mut self, limits: Arc<ArcSwap<Limits>>) {
+        let mut tick = tokio::time::interval(self.every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            // The reading and parsing touch files: off the runtime's
+            // workers, which answer calls.
+            let path = self.path.clone();
+            let Ok(read) = tokio::task::spawn_blocking(move || Config::read(&path)).await else {
+                continue;
+            };
+            let texts = match read {
+                Ok(texts) => texts,
+                Err(error) => {
+                    let error = error.to_string();
+                    if self.unread.as_ref() != Some(&error) {
+                        eprintln!(
+                            "floodgate rls: cannot read the configuration, keeping the one in \
+                             use: {error}"
+                        );
+                        self.unread = Some(error);
+                    }
+                    continue;
+                }
+            };
+            self.unread = None;
+            if texts == self.last {
+                continue;
+            }
+            let parsed = Config::from_texts(texts.iter().map(|(f, t)| (f.as_path(), t.as_str())));
+            self.last = texts;
+            let reloaded = parsed
+                .map_err(|error| error.to_string())
+                .and_then(|config| {
+                    limits
+                        .load()
+                        .reloaded(config, self.bounds, self.clock.clone())
+                        .map_err(|error| format!("{}: {error}", self.path.display()))
+                });
+            match reloaded {
+                Ok((next, kept)) => {
+                    let (domains, count) = counts(&next);
+                    limits.store(Arc::new(next));
+                    eprintln!(
+                        "floodgate rls: reloaded {}: {}, {kept} unchanged with what their \
+                         clients spent",
+                        self.path.display(),
+                        described(domains, count)
+                    );
+                }
+                Err(error) => eprintln!(
+                    "floodgate rls: reload refused, keeping the configuration in use: {error}"
+                ),
+            }
+        }
+    }
+}
+
+/// The domains and the limits of `limits`' configuration.
+fn counts(limits: &Limits) -> (usize, usize) {
+    let domains = limits.config().domains().count();
+    let count = limits
+        .config()
+        .domains()
+        .map(|domain| domain.limits().len())
+        .sum();
+    (domains, count)
+}
+
+/// `N limits in M domains`, each in the singular for one.
+fn described(domains: usize, limits: usize) -> String {
+    let plural = |n: usize| if n == 1 { "" } else { "s" };
+    format!(
+        "{limits} limit{} in {domains} domain{}",
+        plural(limits),
+        plural(domains)
+    )
+}
