@@ -61,7 +61,8 @@
 //! (or one string, the rules joined by commas) instead of `unit` and
 //! `requests_per_unit`: any of the library's policies, several at once
 //! (a request is admitted when every rule admits it), `in-flight:N`
-//! included; a window in ticks is refused, as on the command line, since
+//! included (read here, refused by the service: [`super::decide`]); a
+//! window in ticks is refused, as on the command line, since
 //! its length would depend on the clock. A unit and its count become the
 //! rule `fixed-window:N/1s` (`1m`, `1h`, `1d`, `7d`, `30d`, `365d`), so
 //! that every limit is a [`RuleSet`].

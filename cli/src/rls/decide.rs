@@ -15,10 +15,11 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use floodgate::{Bounds, Clock, ConfigError, Decision, RateLimiter};
+use floodgate::{Bounds, Clock, Decision, PolicyKind, RateLimiter};
 
 use super::config::{Config, Limit, Quota, Unit};
 use super::matching::DescriptorEntry;
+use super::metrics::LimitStats;
 use super::proto::{
     Code, DescriptorStatus, Entry, RateLimit, RateLimitRequest, RateLimitResponse,
     Unit as ProtoUnit,
@@ -61,6 +62,9 @@ pub struct Limits {
     /// By [`Limit::id`]; none for `unlimited` and `requests_per_unit: 0`,
     /// which decide without one.
     limiters: HashMap<String, Arc<dyn RateLimiter<str>>>,
+    /// Each counted limit's hits, by id (every limit but `unlimited`),
+    /// carried across reloads so that counters never go back.
+    stats: HashMap<String, Arc<LimitStats>>,
 }
 
 impl Limits {
@@ -69,14 +73,16 @@ impl Limits {
     ///
     /// # Errors
     ///
-    /// A limit's rules the engine refuses (none that the configuration
-    /// checked should be).
+    /// A limit with an `in-flight` rule, which no call would release, or
+    /// rules the engine refuses (none that the configuration checked
+    /// should be): the limit's file, line and id, and why.
     pub fn new<C: Clock + Clone + 'static>(
         config: Config,
         bounds: Bounds,
         clock: C,
-    ) -> Result<Self, ConfigError> {
-        Self::keeping(config, bounds, clock, &HashMap::new()).map(|(limits, _)| limits)
+    ) -> Result<Self, String> {
+        Self::keeping(config, bounds, clock, &HashMap::new(), &HashMap::new())
+            .map(|(limits, _)| limits)
     }
 
     /// The limiters of `config`, keeping this one's for every limit whose
@@ -92,8 +98,8 @@ impl Limits {
         config: Config,
         bounds: Bounds,
         clock: C,
-    ) -> Result<(Self, usize), ConfigError> {
-        Self::keeping(config, bounds, clock, &self.limiters)
+    ) -> Result<(Self, usize), String> {
+        Self::keeping(config, bounds, clock, &self.limiters, &self.stats)
     }
 
     fn keeping<C: Clock + Clone + 'static>(
@@ -101,14 +107,35 @@ impl Limits {
         bounds: Bounds,
         clock: C,
         old: &HashMap<String, Arc<dyn RateLimiter<str>>>,
-    ) -> Result<(Self, usize), ConfigError> {
+        old_stats: &HashMap<String, Arc<LimitStats>>,
+    ) -> Result<(Self, usize), String> {
         let mut limiters = HashMap::new();
+        let mut stats = HashMap::new();
         let mut kept = 0;
         for domain in config.domains() {
             for limit in domain.limits() {
+                if !limit.is_unlimited() {
+                    let counted = old_stats.get(&limit.id).cloned().unwrap_or_default();
+                    stats.insert(limit.id.clone(), counted);
+                }
                 let Some(rules) = limit.rules() else {
                     continue;
                 };
+                // A unit of `in-flight` is held until its request ends,
+                // which a `ShouldRateLimit` call does not say: nothing
+                // would release it, and the client would be locked out
+                // after N calls.
+                if rules
+                    .rules()
+                    .iter()
+                    .any(|rule| rule.policy() == PolicyKind::InFlight)
+                {
+                    return Err(format!(
+                        "{}: {}: `in-flight` rules are not served: a rate-limit call \
+                         never says when its request ends, so nothing would release them",
+                        limit.origin, limit.id
+                    ));
+                }
                 let limiter = match old.get(&limit.id) {
                     Some(limiter) if limiter.rules() == *rules => {
                         kept += 1;
@@ -118,17 +145,30 @@ impl Limits {
                         .bounds(bounds)
                         .counting(true)
                         .clock(clock.clone())
-                        .build::<str>()?,
+                        .build::<str>()
+                        .map_err(|error| format!("{}: {}: {error}", limit.origin, limit.id))?,
                 };
                 limiters.insert(limit.id.clone(), limiter);
             }
         }
-        Ok((Self { config, limiters }, kept))
+        Ok((
+            Self {
+                config,
+                limiters,
+                stats,
+            },
+            kept,
+        ))
     }
 
     /// The configuration.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// Each counted limit's hits, by id.
+    pub fn stats(&self) -> &HashMap<String, Arc<LimitStats>> {
+        &self.stats
     }
 
     /// The limiter of the limit with `id`, if it counts.
@@ -165,9 +205,19 @@ impl Limits {
                 statuses.push(ok_unlimited(Some(u32::MAX)));
                 continue;
             }
-            let current_limit = Some(current_limit(limit));
+            let current = current_limit(limit);
+            let limit_count = u64::from(current.requests_per_unit);
+            let current_limit = Some(current);
+            // A descriptor's own `hits_addend` over the request's; 0 means 1.
+            let cost = descriptor
+                .hits_addend
+                .map_or(request_cost, |addend| addend.value.max(1));
+            let stats = self.stats.get(&limit.id);
             let Some(limiter) = self.limiters.get(&limit.id) else {
                 // `requests_per_unit: 0`: every request refused.
+                if let Some(stats) = stats {
+                    stats.count(cost, false, limit.shadow_mode, 0, 0);
+                }
                 let code = if limit.shadow_mode {
                     Code::Ok
                 } else {
@@ -182,13 +232,18 @@ impl Limits {
                 });
                 continue;
             };
-            // A descriptor's own `hits_addend` over the request's; 0 means 1.
-            let cost = descriptor
-                .hits_addend
-                .map_or(request_cost, |addend| addend.value.max(1));
             let start = keys.len();
             client_key(&mut keys, &descriptor.entries);
             let decision = limiter.check_n(&keys[start..], cost);
+            if let Some(stats) = stats {
+                stats.count(
+                    cost,
+                    decision.allowed(),
+                    limit.shadow_mode,
+                    limit_count,
+                    decision.remaining(),
+                );
+            }
             let code = if decision.allowed() {
                 taken.push(Taken {
                     status: index,

@@ -194,3 +194,20 @@ fn client_keys_keep_entries_apart() {
     );
     assert_ne!(one, two);
 }
+
+#[test]
+fn an_in_flight_rule_is_refused_where_it_is_written() {
+    let config = Config::from_texts([(
+        Path::new("held.yaml"),
+        "domain: api\ndescriptors:\n  - key: job\n    rate_limit: {rules: [\"in-flight:2\"]}\n",
+    )])
+    .expect("the file reads");
+    let Err(error) = Limits::new(config, Bounds::new(), ManualClock::new(0)) else {
+        panic!("an in-flight rule is refused");
+    };
+    assert!(error.starts_with("held.yaml:3:"), "{error}");
+    assert!(
+        error.contains("api.job") && error.contains("in-flight"),
+        "{error}"
+    );
+}

@@ -7,8 +7,9 @@
 //! that server reads them ([`config`], [`yaml`], [`error`]); the match of a
 //! request's descriptors to the limits that apply ([`matching`]); a
 //! request decided all or nothing on a limiter per limit ([`decide`]); the
-//! protocol's messages ([`proto`]); the gRPC service ([`service`]); and the
-//! command, its server, reloads and stop ([`server`]). See `docs/rls.md`. Every limit is a [`floodgate::RuleSet`]: a
+//! protocol's messages ([`proto`]); the gRPC service ([`service`]); what it
+//! counts ([`metrics`]); and the command, its server, reloads and stop
+//! ([`server`]). See `docs/rls.md`. Every limit is a [`floodgate::RuleSet`]: a
 //! unit and a count become a fixed window, and a file may name this
 //! crate's rules instead.
 //!
@@ -32,6 +33,7 @@ pub mod config;
 pub mod decide;
 pub mod error;
 pub mod matching;
+pub mod metrics;
 pub mod proto;
 pub mod server;
 pub mod service;

@@ -4,7 +4,8 @@
 //! stopped gracefully on SIGINT or SIGTERM.
 //!
 //! When it listens it prints `listening on http://IP:PORT` on standard
-//! output (plaintext HTTP/2, which Envoy's `rate_limit_service` cluster
+//! output (after `metrics on http://IP:PORT/metrics` with
+//! `--metrics-listen`) (plaintext HTTP/2, which Envoy's `rate_limit_service` cluster
 //! speaks with `http2_protocol_options`). A file that does not read, an
 //! unknown unit, a duplicate domain: status 2 at start, naming the file and
 //! the line. The files are read again every `--reload-every` (1 s): a
@@ -28,6 +29,7 @@ use tonic::transport::Server;
 
 use super::config::Config;
 use super::decide::Limits;
+use super::metrics::{self, CallStats};
 use super::service::RateLimitService;
 use crate::args::{parse_count, parse_duration, usage, Checked, Span};
 use crate::signals::Signals;
@@ -46,10 +48,17 @@ pub struct Args {
     pub listen: SocketAddr,
 
     /// The most clients each limit keeps in memory (a client is a
-    /// descriptor's values); past it, a new client is refused until idle
-    /// ones are swept. Unbounded without it.
+    /// descriptor's values). A new client past it takes the place of an
+    /// idle one (whose state is as good as new), and is refused while
+    /// there is none. Unbounded without it.
     #[arg(long, value_name = "N", value_parser = Checked(parse_max_clients))]
     pub max_clients: Option<usize>,
+
+    /// Serve GET /metrics on this address too, IP:PORT (port 0: any,
+    /// printed): each limit's hits as envoyproxy/ratelimit counts them,
+    /// the calls by answer, each limiter's clients, as Prometheus text.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<SocketAddr>,
 
     /// How often --config is read again: a change is applied (limits whose
     /// rules did not change keep what their clients spent); a file that
@@ -78,14 +87,17 @@ pub fn run(args: Args) -> ExitCode {
         Ok(config) => config,
         Err(error) => return usage(error),
     };
-    let mut bounds = Bounds::new();
+    // A client whose state is as good as new is forgotten when room is
+    // needed: exact (it would be answered the same), and what keeps
+    // --max-clients from refusing new clients for good once reached.
+    let mut bounds = Bounds::new().evict_idle();
     if let Some(max_clients) = args.max_clients {
         bounds = bounds.max_clients(max_clients);
     }
     let clock = QuantaClock::new();
     let limits = match Limits::new(config, bounds, clock.clone()) {
         Ok(limits) => limits,
-        Err(error) => return usage(format!("{}: {error}", args.config.display())),
+        Err(error) => return usage(error),
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -130,11 +142,32 @@ async fn serve(args: Args, limits: Limits, reload: Reload) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let metrics_listener = match args.metrics_listen {
+        None => None,
+        Some(address) => match TcpListener::bind(address).await {
+            Ok(listener) => match listener.local_addr() {
+                Ok(local) => Some((listener, local)),
+                Err(error) => {
+                    eprintln!("floodgate rls: cannot read the metrics address: {error}");
+                    return ExitCode::FAILURE;
+                }
+            },
+            Err(error) => {
+                eprintln!("floodgate rls: cannot listen on {address} for metrics: {error}");
+                return ExitCode::FAILURE;
+            }
+        },
+    };
     let (domains, limit_count) = counts(&limits);
     let limits = Arc::new(ArcSwap::from_pointee(limits));
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<RateLimitService>().await;
-    let service = RateLimitService::new(Arc::clone(&limits));
+    let calls = Arc::new(CallStats::default());
+    let service = RateLimitService::new(Arc::clone(&limits), Arc::clone(&calls));
+    let metrics_server = metrics_listener.map(|(listener, local)| {
+        let server = tokio::spawn(metrics::serve(listener, Arc::clone(&limits), calls));
+        (local, server)
+    });
     let reloader = tokio::spawn(reload.run(Arc::clone(&limits)));
     eprintln!(
         "floodgate rls: {} from {}",
@@ -146,6 +179,9 @@ async fn serve(args: Args, limits: Limits, reload: Reload) -> ExitCode {
     {
         use std::io::Write;
         let mut out = std::io::stdout().lock();
+        if let Some((metrics, _)) = &metrics_server {
+            let _ = writeln!(out, "metrics on http://{metrics}/metrics");
+        }
         let _ = writeln!(out, "listening on http://{local}");
         let _ = out.flush();
     }
@@ -167,6 +203,9 @@ async fn serve(args: Args, limits: Limits, reload: Reload) -> ExitCode {
         () = signals.recv() => {}
     }
     reloader.abort();
+    if let Some((_, server)) = &metrics_server {
+        server.abort();
+    }
     eprintln!("floodgate rls: stopping; answering the calls under way");
     let _ = stop_tx.send(());
     tokio::select! {
@@ -209,6 +248,8 @@ impl Reload {
         let mut tick = tokio::time::interval(self.every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await;
+        // Ended only by the stop, which aborts this task. Each pass waits
+        // on the interval and on its own read, never on another thread.
         loop {
             tick.tick().await;
             // The reading and parsing touch files: off the runtime's
@@ -243,7 +284,6 @@ impl Reload {
                     limits
                         .load()
                         .reloaded(config, self.bounds, self.clock.clone())
-                        .map_err(|error| format!("{}: {error}", self.path.display()))
                 });
             match reloaded {
                 Ok((next, kept)) => {

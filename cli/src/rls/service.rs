@@ -18,7 +18,8 @@ use tonic::Status;
 use tonic_prost::ProstCodec;
 
 use super::decide::Limits;
-use super::proto::{RateLimitRequest, RateLimitResponse};
+use super::metrics::CallStats;
+use super::proto::{Code, RateLimitRequest, RateLimitResponse};
 
 /// The method's path.
 pub const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
@@ -27,12 +28,14 @@ pub const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitServic
 #[derive(Clone)]
 pub struct RateLimitService {
     limits: Arc<ArcSwap<Limits>>,
+    calls: Arc<CallStats>,
 }
 
 impl RateLimitService {
-    /// The service over `limits`, which a reload may replace.
-    pub fn new(limits: Arc<ArcSwap<Limits>>) -> Self {
-        Self { limits }
+    /// The service over `limits`, which a reload may replace, counting its
+    /// calls in `calls`.
+    pub fn new(limits: Arc<ArcSwap<Limits>>, calls: Arc<CallStats>) -> Self {
+        Self { limits, calls }
     }
 }
 
@@ -61,6 +64,7 @@ impl tower::Service<http::Request<Body>> for RateLimitService {
         }
         let method = ShouldRateLimit {
             limits: Arc::clone(&self.limits),
+            calls: Arc::clone(&self.calls),
         };
         Box::pin(async move {
             let mut grpc = Grpc::new(ProstCodec::<RateLimitResponse, RateLimitRequest>::default());
@@ -73,6 +77,7 @@ impl tower::Service<http::Request<Body>> for RateLimitService {
 /// task (a decision is a few lock-free steps, nothing to wait for).
 struct ShouldRateLimit {
     limits: Arc<ArcSwap<Limits>>,
+    calls: Arc<CallStats>,
 }
 
 impl tower::Service<tonic::Request<RateLimitRequest>> for ShouldRateLimit {
@@ -86,9 +91,14 @@ impl tower::Service<tonic::Request<RateLimitRequest>> for ShouldRateLimit {
 
     fn call(&mut self, request: tonic::Request<RateLimitRequest>) -> Self::Future {
         let limits = self.limits.load();
+        let answer = limits.decide(request.get_ref());
+        CallStats::add(match &answer {
+            Ok(response) if response.overall_code == Code::Ok as i32 => &self.calls.ok,
+            Ok(_) => &self.calls.over_limit,
+            Err(_) => &self.calls.invalid,
+        });
         ready(
-            limits
-                .decide(request.get_ref())
+            answer
                 .map(tonic::Response::new)
                 .map_err(|invalid| Status::invalid_argument(invalid.0)),
         )

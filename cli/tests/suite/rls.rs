@@ -135,6 +135,7 @@ fn request(domain: &str, descriptors: &[&[(&str, &str)]]) -> RateLimitRequest {
 struct Rls {
     child: Child,
     address: SocketAddr,
+    metrics: Option<SocketAddr>,
     config: tempfile_path::Kept,
     stderr: mpsc::Receiver<String>,
 }
@@ -194,13 +195,28 @@ impl Rls {
         let stdout = child.stdout.take().unwrap();
         let (line_tx, line_rx) = mpsc::channel();
         std::thread::spawn(move || {
-            let mut line = String::new();
-            let _ = BufReader::new(stdout).read_line(&mut line);
-            let _ = line_tx.send(line);
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if line_tx.send(line).is_err() {
+                    break;
+                }
+            }
         });
-        let line = line_rx
+        let mut line = line_rx
             .recv_timeout(PATIENCE)
             .expect("the service says where it listens");
+        let mut metrics = None;
+        if let Some(address) = line.strip_prefix("metrics on http://") {
+            metrics = Some(
+                address
+                    .trim_end_matches("/metrics")
+                    .parse()
+                    .expect("an address"),
+            );
+            line = line_rx
+                .recv_timeout(PATIENCE)
+                .expect("the service says where it listens");
+        }
         let address = line
             .trim_end()
             .strip_prefix("listening on http://")
@@ -210,9 +226,38 @@ impl Rls {
         Rls {
             child,
             address,
+            metrics,
             config: file,
             stderr,
         }
+    }
+
+    /// `GET /metrics`'s body.
+    fn scrape(&self) -> String {
+        use std::io::{Read, Write};
+        let address = self.metrics.expect("started with --metrics-listen");
+        let mut stream = std::net::TcpStream::connect(address).unwrap();
+        stream.set_read_timeout(Some(PATIENCE)).unwrap();
+        write!(
+            stream,
+            "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+        response
+    }
+
+    /// The value of the sample `series` (name and labels as written).
+    fn sample(&self, series: &str) -> u64 {
+        let scrape = self.scrape();
+        scrape
+            .lines()
+            .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+            .unwrap_or_else(|| panic!("no {series} in:\n{scrape}"))
+            .parse()
+            .unwrap()
     }
 
     /// The next line on standard error that contains `needle`.
@@ -620,4 +665,82 @@ fn replace(path: &std::path::Path, text: &str) {
     let next = path.with_extension("next");
     std::fs::write(&next, text).unwrap();
     std::fs::rename(&next, path).unwrap();
+}
+
+#[test]
+fn max_clients_bounds_each_limit_and_a_new_client_past_it_is_refused() {
+    let rls = Rls::start_with("bounded", EDGE, &["--max-clients", "2"]);
+    runtime().block_on(async {
+        let mut client = rls.client().await;
+        // Two addresses fill the address limit (5 an hour: neither is
+        // idle within the test); a third is refused, not remembered.
+        for (address, code) in [
+            ("10.0.1.1", OK),
+            ("10.0.1.2", OK),
+            ("10.0.1.3", OVER_LIMIT),
+            ("10.0.1.1", OK),
+        ] {
+            let answer = client
+                .should_rate_limit(request("edge", &[&[("remote_address", address)]]))
+                .await
+                .unwrap();
+            assert_eq!(answer.overall_code, code, "{address}");
+        }
+        // Another limit has its own room.
+        let answer = client
+            .should_rate_limit(request("edge", &[&[("path", "/payments")]]))
+            .await
+            .unwrap();
+        assert_eq!(answer.overall_code, OK);
+    });
+    assert!(rls.stop().success());
+}
+
+#[test]
+fn metrics_count_hits_per_limit_as_the_reference_names_them_and_calls_by_answer() {
+    let rls = Rls::start_with("metrics", EDGE, &["--metrics-listen", "127.0.0.1:0"]);
+    runtime().block_on(async {
+        let mut client = rls.client().await;
+        let address = [("remote_address", "10.0.2.1")];
+        // Five an hour: 4 admitted at cost 1 (the last leaves 1 of 5, a
+        // fifth: not near), then cost 1 leaving 0 (near), then refused.
+        for _ in 0..6 {
+            client
+                .should_rate_limit(request("edge", &[&address]))
+                .await
+                .unwrap();
+        }
+        // The shadow limit: one admitted, two refused and let through.
+        for _ in 0..3 {
+            client
+                .should_rate_limit(request("edge", &[&[("shadow", "s")]]))
+                .await
+                .unwrap();
+        }
+        client
+            .should_rate_limit(request("", &[&address]))
+            .await
+            .unwrap_err();
+    });
+    let limit =
+        |name: &str, id: &str| rls.sample(&format!("floodgate_rls_{name}_total{{limit=\"{id}\"}}"));
+    assert_eq!(limit("total_hits", "edge.remote_address"), 6);
+    assert_eq!(limit("within_limit", "edge.remote_address"), 5);
+    assert_eq!(limit("near_limit", "edge.remote_address"), 1);
+    assert_eq!(limit("over_limit", "edge.remote_address"), 1);
+    assert_eq!(limit("shadow_mode", "edge.remote_address"), 0);
+    assert_eq!(limit("over_limit", "edge.shadow"), 2);
+    assert_eq!(limit("shadow_mode", "edge.shadow"), 2);
+    assert_eq!(rls.sample("floodgate_rls_calls_total{code=\"ok\"}"), 8);
+    assert_eq!(
+        rls.sample("floodgate_rls_calls_total{code=\"over_limit\"}"),
+        1
+    );
+    assert_eq!(rls.sample("floodgate_rls_calls_total{code=\"invalid\"}"), 1);
+    // The limiter's own families, one series per limit.
+    assert_eq!(
+        rls.sample("floodgate_tracked_clients{limiter=\"edge.remote_address\",tier=\"\"}"),
+        1
+    );
+    assert!(rls.stop().success());
 }

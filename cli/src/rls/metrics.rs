@@ -1,0 +1,227 @@
+//! What the service counts, served as Prometheus text at
+//! `--metrics-listen`: each limit's hits as envoyproxy/ratelimit names them
+//! (`total_hits`, `over_limit`, `near_limit`, `within_limit`,
+//! `shadow_mode`), the calls by answer, and each limit's limiter (its
+//! clients, what its store did) in the library's own families.
+//!
+//! Every count is a relaxed atomic add: each is read alone, by a scrape,
+//! and no decision depends on it, so no ordering with any other memory is
+//! needed; a scrape sees every add that happened before it and may miss
+//! one under way.
+
+use std::convert::Infallible;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use floodgate::export::{escape_label_value, Prometheus};
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::{header, Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpListener;
+
+use super::decide::Limits;
+
+/// One limit's hits, in units (a call of cost 3 is 3 hits), as the
+/// reference counts them.
+#[derive(Debug, Default)]
+pub struct LimitStats {
+    /// Every hit a descriptor of this limit asked for.
+    pub total_hits: AtomicU64,
+    /// Hits this limit refused (with `shadow_mode`, let through all the
+    /// same).
+    pub over_limit: AtomicU64,
+    /// Hits it admitted with less than a fifth of the limit left after
+    /// them (the reference's 80% threshold).
+    pub near_limit: AtomicU64,
+    /// Hits it admitted.
+    pub within_limit: AtomicU64,
+    /// Hits refused but let through by `shadow_mode`.
+    pub shadow_mode: AtomicU64,
+}
+
+impl LimitStats {
+    /// Counts a descriptor's `cost` hits, admitted or not, by a limit of
+    /// `limit` units that left `remaining`.
+    pub(super) fn count(
+        &self,
+        cost: u64,
+        admitted: bool,
+        shadow: bool,
+        limit: u64,
+        remaining: u64,
+    ) {
+        self.total_hits.fetch_add(cost, Ordering::Relaxed);
+        if admitted {
+            self.within_limit.fetch_add(cost, Ordering::Relaxed);
+            // Less than a fifth left: remaining < limit / 5, in integers.
+            if remaining.saturating_mul(5) < limit {
+                self.near_limit.fetch_add(cost, Ordering::Relaxed);
+            }
+        } else {
+            self.over_limit.fetch_add(cost, Ordering::Relaxed);
+            if shadow {
+                self.shadow_mode.fetch_add(cost, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// The calls answered, by their answer.
+#[derive(Debug, Default)]
+pub struct CallStats {
+    /// Answered OK.
+    pub ok: AtomicU64,
+    /// Answered OVER_LIMIT.
+    pub over_limit: AtomicU64,
+    /// Refused as INVALID_ARGUMENT.
+    pub invalid: AtomicU64,
+}
+
+impl CallStats {
+    pub(super) fn add(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The scrape: the calls, each limit's hits, then each limiter's families.
+pub fn render(limits: &Limits, calls: &CallStats) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# HELP floodgate_rls_calls_total ShouldRateLimit calls, by answer.\n\
+         # TYPE floodgate_rls_calls_total counter"
+    );
+    for (code, counter) in [
+        ("ok", &calls.ok),
+        ("over_limit", &calls.over_limit),
+        ("invalid", &calls.invalid),
+    ] {
+        let _ = writeln!(
+            out,
+            "floodgate_rls_calls_total{{code=\"{code}\"}} {}",
+            counter.load(Ordering::Relaxed)
+        );
+    }
+    let mut ids: Vec<&str> = limits.stats().keys().map(String::as_str).collect();
+    ids.sort_unstable();
+    let labels: Vec<String> = ids
+        .iter()
+        .map(|id| {
+            let mut label = String::from("limit=\"");
+            escape_label_value(&mut label, id);
+            label.push('"');
+            label
+        })
+        .collect();
+    type Field = fn(&LimitStats) -> &AtomicU64;
+    let families: [(&str, &str, Field); 5] = [
+        (
+            "floodgate_rls_total_hits_total",
+            "Hits (a call's cost) asked of each limit.",
+            |s| &s.total_hits,
+        ),
+        (
+            "floodgate_rls_over_limit_total",
+            "Hits each limit refused (shadow_mode's too).",
+            |s| &s.over_limit,
+        ),
+        (
+            "floodgate_rls_near_limit_total",
+            "Hits admitted with less than a fifth of the limit left.",
+            |s| &s.near_limit,
+        ),
+        (
+            "floodgate_rls_within_limit_total",
+            "Hits each limit admitted.",
+            |s| &s.within_limit,
+        ),
+        (
+            "floodgate_rls_shadow_mode_total",
+            "Hits refused but let through by shadow_mode.",
+            |s| &s.shadow_mode,
+        ),
+    ];
+    for (name, help, field) in families {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+        for (id, label) in ids.iter().zip(&labels) {
+            let value = field(&limits.stats()[*id]).load(Ordering::Relaxed);
+            let _ = writeln!(out, "{name}{{{label}}} {value}");
+        }
+    }
+    let mut prometheus = Prometheus::new();
+    for id in &ids {
+        if let Some(limiter) = limits.limiter(id) {
+            if let Some(stats) = limiter.stats() {
+                prometheus.limiter(id, None, &stats, limiter.tracked_clients());
+            }
+        }
+    }
+    out.push_str(&prometheus.finish());
+    out
+}
+
+/// Serves `GET /metrics` on `listener` until its task is dropped.
+pub async fn serve(listener: TcpListener, limits: Arc<ArcSwap<Limits>>, calls: Arc<CallStats>) {
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new());
+    // A server's loop, ended only by dropping its task (the service does
+    // at its stop). It waits on no other thread: each pass awaits the next
+    // connection, and a failed accept (out of file descriptors) is retried
+    // alone after 50 ms.
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(error) => {
+                eprintln!("floodgate rls: metrics accept failed: {error}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let limits = Arc::clone(&limits);
+        let calls = Arc::clone(&calls);
+        let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+            let response = answer(&limits, &calls, &request);
+            async move { Ok::<_, Infallible>(response) }
+        });
+        let connection = http.serve_connection(TokioIo::new(stream), service);
+        tokio::spawn(async move {
+            // A scraper that goes away is its own business.
+            let _ = connection.await;
+        });
+    }
+}
+
+fn answer(
+    limits: &ArcSwap<Limits>,
+    calls: &CallStats,
+    request: &Request<Incoming>,
+) -> Response<Full<Bytes>> {
+    let (status, body, content_type) = match (request.method(), request.uri().path()) {
+        (&Method::GET | &Method::HEAD, "/metrics") => (
+            StatusCode::OK,
+            render(&limits.load(), calls),
+            Prometheus::CONTENT_TYPE,
+        ),
+        (_, "/metrics") => (
+            StatusCode::METHOD_NOT_ALLOWED,
+            "Method Not Allowed: GET /metrics\n".to_owned(),
+            "text/plain; charset=utf-8",
+        ),
+        _ => (
+            StatusCode::NOT_FOUND,
+            "Not Found: the metrics are at /metrics\n".to_owned(),
+            "text/plain; charset=utf-8",
+        ),
+    };
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static(content_type),
+    );
+    response
+}
