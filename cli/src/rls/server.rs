@@ -3,10 +3,10 @@
 //! health (`grpc.health.v1`, SERVING for `""` and the service's name), and
 //! stopped gracefully on SIGINT or SIGTERM.
 //!
-//! When it listens it prints `listening on http://IP:PORT` on standard
-//! output (after `metrics on http://IP:PORT/metrics` with
-//! `--metrics-listen`) (plaintext HTTP/2, which Envoy's `rate_limit_service` cluster
-//! speaks with `http2_protocol_options`). A file that does not read, an
+//! It speaks plaintext HTTP/2, which Envoy's `rate_limit_service` cluster
+//! speaks with `http2_protocol_options`. When it listens it prints
+//! `listening on http://IP:PORT` on standard output, after `metrics on
+//! http://IP:PORT/metrics` with `--metrics-listen`. A file that does not read, an
 //! unknown unit, a duplicate domain: status 2 at start, naming the file and
 //! the line. The files are read again every `--reload-every` (1 s): a
 //! change is applied whole between two calls, and a limit whose rules did
