@@ -121,6 +121,13 @@ pub fn parse_count(text: &str) -> Result<u64, String> {
     parse_digits(text).ok_or_else(|| "expected a whole number, such as 100".to_owned())
 }
 
+/// Parses `--max-clients`: a whole number (0 tracks nobody).
+pub fn parse_max_clients(text: &str) -> Result<usize, String> {
+    parse_count(text)?
+        .try_into()
+        .map_err(|_| "expected a whole number of clients".to_owned())
+}
+
 /// A parser of a whole number from `min` to `max` (`--threads`,
 /// `--seconds`, …), for a field of type `T`.
 pub fn parse_in<T>(min: u64, max: u64) -> impl Fn(&str) -> Result<T, String> + Clone + Send + Sync

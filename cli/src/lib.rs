@@ -6,4 +6,6 @@ pub mod replay;
 #[cfg(feature = "rls")]
 pub mod rls;
 #[cfg(any(feature = "proxy", feature = "rls"))]
+pub mod scrapes;
+#[cfg(any(feature = "proxy", feature = "rls"))]
 pub mod signals;

@@ -44,8 +44,9 @@ enum Command {
     /// A payments API, 1,000 good apps and one buggy one, through every policy.
     Demo(demo::Args),
     /// A rate-limiting reverse proxy in front of one HTTP service.
+    // Boxed: its options are the largest of any command by far.
     #[cfg(feature = "proxy")]
-    Proxy(proxy::Args),
+    Proxy(Box<proxy::Args>),
     /// A rate-limiting reverse proxy (not in this build: needs the CLI's
     /// `proxy` feature).
     #[cfg(not(feature = "proxy"))]
@@ -87,7 +88,7 @@ fn main() -> ExitCode {
         Command::Bench(_) => left_out("bench"),
         Command::Demo(args) => demo::run(args),
         #[cfg(feature = "proxy")]
-        Command::Proxy(args) => proxy::run(args),
+        Command::Proxy(args) => proxy::run(*args),
         #[cfg(not(feature = "proxy"))]
         Command::Proxy(_) => left_out("proxy"),
         #[cfg(feature = "rls")]

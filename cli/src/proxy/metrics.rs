@@ -6,7 +6,6 @@
 //! or three relaxed atomic adds on counters no lock guards; the text is
 //! built only when scraped.
 
-use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,7 +20,6 @@ use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 
 use super::{Client, Stats};
@@ -287,32 +285,8 @@ fn answer(scraped: &Scraped, request: &Request<Incoming>) -> Response<MetricsBod
 
 /// Serves `/metrics` on `listener` until the task is dropped.
 pub async fn serve(listener: TcpListener, scraped: Arc<Scraped>) {
-    let mut http = hyper::server::conn::http1::Builder::new();
-    http.timer(TokioTimer::new());
-    // Progress: a server's loop, ended only by dropping its task (the
-    // proxy does at shutdown). It waits on no other thread: each pass
-    // awaits the next connection, and a failed accept (out of file
-    // descriptors) is retried alone after 50 ms.
-    loop {
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => stream,
-            Err(error) => {
-                eprintln!("floodgate proxy: metrics accept failed: {error}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let scraped = Arc::clone(&scraped);
-        let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-            let response = answer(&scraped, &request);
-            async move { Ok::<_, Infallible>(response) }
-        });
-        let connection = http.serve_connection(TokioIo::new(stream), service);
-        tokio::spawn(async move {
-            // A scraper that goes away is its own business.
-            let _ = connection.await;
-        });
-    }
+    floodgate_cli::scrapes::serve(listener, "proxy", move |request| answer(&scraped, request))
+        .await;
 }
 
 /// How long a forwarded request waited for the upstream's response head,

@@ -40,8 +40,8 @@ use floodgate::{
     Rule, RuleSet, RuledDecision, MAX_RULES,
 };
 use floodgate_cli::args::{
-    explain, parse_count, parse_duration, parse_in, parse_limit, parse_overflow, parse_policy,
-    parse_rule, usage, Checked, Span, Written,
+    explain, parse_duration, parse_in, parse_limit, parse_max_clients, parse_overflow,
+    parse_policy, parse_rule, usage, Checked, Span, Written,
 };
 use floodgate_cli::signals::Signals;
 use hyper::header::HeaderName;
@@ -633,13 +633,6 @@ fn bounds(args: &Args) -> Result<Bounds, String> {
         bounds = bounds.max_clients(max_clients);
     }
     bounds.validate().map_err(|error| explained(&error, args))
-}
-
-/// Parses `--max-clients`: a whole number (0 tracks nobody).
-fn parse_max_clients(text: &str) -> Result<usize, String> {
-    parse_count(text)?
-        .try_into()
-        .map_err(|_| "expected a whole number of clients".to_owned())
 }
 
 /// The extractor the flags give.

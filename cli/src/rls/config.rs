@@ -213,17 +213,20 @@ impl Unit {
         })
     }
 
+    /// Every unit, shortest first.
+    pub const ALL: [Unit; 7] = [
+        Unit::Second,
+        Unit::Minute,
+        Unit::Hour,
+        Unit::Day,
+        Unit::Week,
+        Unit::Month,
+        Unit::Year,
+    ];
+
     fn parse(text: &str) -> Option<Self> {
-        const ALL: [Unit; 7] = [
-            Unit::Second,
-            Unit::Minute,
-            Unit::Hour,
-            Unit::Day,
-            Unit::Week,
-            Unit::Month,
-            Unit::Year,
-        ];
-        ALL.into_iter()
+        Self::ALL
+            .into_iter()
             .find(|unit| unit.name().eq_ignore_ascii_case(text))
     }
 }

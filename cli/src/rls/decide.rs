@@ -59,12 +59,17 @@ impl DescriptorEntry for Entry {
 /// A configuration with a limiter for each of its limits that counts.
 pub struct Limits {
     config: Config,
-    /// By [`Limit::id`]; none for `unlimited` and `requests_per_unit: 0`,
-    /// which decide without one.
-    limiters: HashMap<String, Arc<dyn RateLimiter<str>>>,
-    /// Each counted limit's hits, by id (every limit but `unlimited`),
-    /// carried across reloads so that counters never go back.
-    stats: HashMap<String, Arc<LimitStats>>,
+    /// Every limit but `unlimited` (never counted), by [`Limit::id`]: one
+    /// look-up a descriptor.
+    counted: HashMap<String, Counted>,
+}
+
+/// A counted limit's limiter and hits.
+struct Counted {
+    /// None for `requests_per_unit: 0`, which refuses without one.
+    limiter: Option<Arc<dyn RateLimiter<str>>>,
+    /// Carried across reloads, so that counters never go back.
+    stats: Arc<LimitStats>,
 }
 
 impl Limits {
@@ -81,8 +86,7 @@ impl Limits {
         bounds: Bounds,
         clock: C,
     ) -> Result<Self, String> {
-        Self::keeping(config, bounds, clock, &HashMap::new(), &HashMap::new())
-            .map(|(limits, _)| limits)
+        Self::keeping(config, bounds, clock, &HashMap::new()).map(|(limits, _)| limits)
     }
 
     /// The limiters of `config`, keeping this one's for every limit whose
@@ -99,66 +103,63 @@ impl Limits {
         bounds: Bounds,
         clock: C,
     ) -> Result<(Self, usize), String> {
-        Self::keeping(config, bounds, clock, &self.limiters, &self.stats)
+        Self::keeping(config, bounds, clock, &self.counted)
     }
 
     fn keeping<C: Clock + Clone + 'static>(
         config: Config,
         bounds: Bounds,
         clock: C,
-        old: &HashMap<String, Arc<dyn RateLimiter<str>>>,
-        old_stats: &HashMap<String, Arc<LimitStats>>,
+        old: &HashMap<String, Counted>,
     ) -> Result<(Self, usize), String> {
-        let mut limiters = HashMap::new();
-        let mut stats = HashMap::new();
+        let mut counted = HashMap::new();
         let mut kept = 0;
         for domain in config.domains() {
             for limit in domain.limits() {
-                if !limit.is_unlimited() {
-                    let counted = old_stats.get(&limit.id).cloned().unwrap_or_default();
-                    stats.insert(limit.id.clone(), counted);
-                }
-                let Some(rules) = limit.rules() else {
+                if limit.is_unlimited() {
                     continue;
-                };
-                // A unit of `in-flight` is held until its request ends,
-                // which a `ShouldRateLimit` call does not say: nothing
-                // would release it, and the client would be locked out
-                // after N calls.
-                if rules
-                    .rules()
-                    .iter()
-                    .any(|rule| rule.policy() == PolicyKind::InFlight)
-                {
-                    return Err(format!(
-                        "{}: {}: `in-flight` rules are not served: a rate-limit call \
-                         never says when its request ends, so nothing would release them",
-                        limit.origin, limit.id
-                    ));
                 }
-                let limiter = match old.get(&limit.id) {
-                    Some(limiter) if limiter.rules() == *rules => {
-                        kept += 1;
-                        Arc::clone(limiter)
+                let before = old.get(&limit.id);
+                let limiter = match limit.rules() {
+                    None => None,
+                    Some(rules) => {
+                        // A unit of `in-flight` is held until its request
+                        // ends, which a `ShouldRateLimit` call does not
+                        // say: nothing would release it, and the client
+                        // would be locked out after N calls.
+                        if rules
+                            .rules()
+                            .iter()
+                            .any(|rule| rule.policy() == PolicyKind::InFlight)
+                        {
+                            return Err(format!(
+                                "{}: {}: `in-flight` rules are not served: a rate-limit call \
+                                 never says when its request ends, so nothing would release \
+                                 them",
+                                limit.origin, limit.id
+                            ));
+                        }
+                        Some(match before.and_then(|b| b.limiter.as_ref()) {
+                            Some(limiter) if limiter.rules() == *rules => {
+                                kept += 1;
+                                Arc::clone(limiter)
+                            }
+                            _ => floodgate::Builder::from_rules(rules)
+                                .bounds(bounds)
+                                .counting(true)
+                                .clock(clock.clone())
+                                .build::<str>()
+                                .map_err(|error| {
+                                    format!("{}: {}: {error}", limit.origin, limit.id)
+                                })?,
+                        })
                     }
-                    _ => floodgate::Builder::from_rules(rules)
-                        .bounds(bounds)
-                        .counting(true)
-                        .clock(clock.clone())
-                        .build::<str>()
-                        .map_err(|error| format!("{}: {}: {error}", limit.origin, limit.id))?,
                 };
-                limiters.insert(limit.id.clone(), limiter);
+                let stats = before.map(|b| Arc::clone(&b.stats)).unwrap_or_default();
+                counted.insert(limit.id.clone(), Counted { limiter, stats });
             }
         }
-        Ok((
-            Self {
-                config,
-                limiters,
-                stats,
-            },
-            kept,
-        ))
+        Ok((Self { config, counted }, kept))
     }
 
     /// The configuration.
@@ -166,14 +167,16 @@ impl Limits {
         &self.config
     }
 
-    /// Each counted limit's hits, by id.
-    pub fn stats(&self) -> &HashMap<String, Arc<LimitStats>> {
-        &self.stats
+    /// Every counted limit's id and hits, in no set order.
+    pub fn stats(&self) -> impl Iterator<Item = (&str, &LimitStats)> {
+        self.counted
+            .iter()
+            .map(|(id, counted)| (id.as_str(), &*counted.stats))
     }
 
     /// The limiter of the limit with `id`, if it counts.
     pub fn limiter(&self, id: &str) -> Option<&Arc<dyn RateLimiter<str>>> {
-        self.limiters.get(id)
+        self.counted.get(id)?.limiter.as_ref()
     }
 
     /// Answers `request`: every limited descriptor admitted, or none.
@@ -207,51 +210,40 @@ impl Limits {
             }
             let current = current_limit(limit);
             let limit_count = u64::from(current.requests_per_unit);
-            let current_limit = Some(current);
             // A descriptor's own `hits_addend` over the request's; 0 means 1.
             let cost = descriptor
                 .hits_addend
                 .map_or(request_cost, |addend| addend.value.max(1));
-            let stats = self.stats.get(&limit.id);
-            let Some(limiter) = self.limiters.get(&limit.id) else {
-                // `requests_per_unit: 0`: every request refused.
-                if let Some(stats) = stats {
-                    stats.count(cost, false, limit.shadow_mode, 0, 0);
-                }
-                let code = if limit.shadow_mode {
-                    Code::Ok
-                } else {
-                    refused = true;
-                    Code::OverLimit
-                };
-                statuses.push(DescriptorStatus {
-                    code: code as i32,
-                    current_limit,
-                    limit_remaining: 0,
-                    duration_until_reset: None,
-                });
-                continue;
-            };
+            // Built from this configuration: every limit but `unlimited`
+            // has its entry.
+            let counted = &self.counted[&limit.id];
             let start = keys.len();
-            client_key(&mut keys, &descriptor.entries);
-            let decision = limiter.check_n(&keys[start..], cost);
-            if let Some(stats) = stats {
-                stats.count(
-                    cost,
-                    decision.allowed(),
-                    limit.shadow_mode,
-                    limit_count,
-                    decision.remaining(),
-                );
-            }
+            let decision = match &counted.limiter {
+                Some(limiter) => {
+                    client_key(&mut keys, &descriptor.entries);
+                    limiter.check_n(&keys[start..], cost)
+                }
+                // `requests_per_unit: 0`: every request refused, never
+                // admitted.
+                None => Decision::never_admitted(0),
+            };
+            counted.stats.count(
+                cost,
+                decision.allowed(),
+                limit.shadow_mode,
+                limit_count,
+                decision.remaining(),
+            );
             let code = if decision.allowed() {
-                taken.push(Taken {
-                    status: index,
-                    limiter,
-                    key: start..keys.len(),
-                    decision,
-                    cost,
-                });
+                if let Some(limiter) = &counted.limiter {
+                    taken.push(Taken {
+                        status: index,
+                        limiter,
+                        key: start..keys.len(),
+                        decision,
+                        cost,
+                    });
+                }
                 Code::Ok
             } else if limit.shadow_mode {
                 // Decided and counted as refused, but let through.
@@ -262,7 +254,7 @@ impl Limits {
             };
             statuses.push(DescriptorStatus {
                 code: code as i32,
-                current_limit,
+                current_limit: Some(current),
                 limit_remaining: saturate(decision.remaining()),
                 duration_until_reset: (!decision.allowed())
                     .then(|| decision.retry_after())
@@ -376,19 +368,7 @@ fn current_limit(limit: &Limit) -> RateLimit {
             let config = rule.config();
             let unit = config
                 .span()
-                .and_then(|span| {
-                    [
-                        Unit::Second,
-                        Unit::Minute,
-                        Unit::Hour,
-                        Unit::Day,
-                        Unit::Week,
-                        Unit::Month,
-                        Unit::Year,
-                    ]
-                    .into_iter()
-                    .find(|unit| unit.duration() == span)
-                })
+                .and_then(|span| Unit::ALL.into_iter().find(|unit| unit.duration() == span))
                 .map_or(ProtoUnit::Unknown, proto_unit);
             (saturate(config.limit()), unit)
         }

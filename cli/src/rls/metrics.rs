@@ -9,18 +9,15 @@
 //! needed; a scrape sees every add that happened before it and may miss
 //! one under way.
 
-use std::convert::Infallible;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use floodgate::export::{escape_label_value, Prometheus};
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::{header, Method, Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 
 use super::decide::Limits;
@@ -106,11 +103,11 @@ pub fn render(limits: &Limits, calls: &CallStats) -> String {
             counter.load(Ordering::Relaxed)
         );
     }
-    let mut ids: Vec<&str> = limits.stats().keys().map(String::as_str).collect();
-    ids.sort_unstable();
-    let labels: Vec<String> = ids
+    let mut counted: Vec<(&str, &LimitStats)> = limits.stats().collect();
+    counted.sort_unstable_by_key(|(id, _)| *id);
+    let labels: Vec<String> = counted
         .iter()
-        .map(|id| {
+        .map(|(id, _)| {
             let mut label = String::from("limit=\"");
             escape_label_value(&mut label, id);
             label.push('"');
@@ -147,13 +144,13 @@ pub fn render(limits: &Limits, calls: &CallStats) -> String {
     ];
     for (name, help, field) in families {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-        for (id, label) in ids.iter().zip(&labels) {
-            let value = field(&limits.stats()[*id]).load(Ordering::Relaxed);
+        for ((_, stats), label) in counted.iter().zip(&labels) {
+            let value = field(stats).load(Ordering::Relaxed);
             let _ = writeln!(out, "{name}{{{label}}} {value}");
         }
     }
     let mut prometheus = Prometheus::new();
-    for id in &ids {
+    for (id, _) in &counted {
         if let Some(limiter) = limits.limiter(id) {
             if let Some(stats) = limiter.stats() {
                 prometheus.limiter(id, None, &stats, limiter.tracked_clients());
@@ -166,33 +163,10 @@ pub fn render(limits: &Limits, calls: &CallStats) -> String {
 
 /// Serves `GET /metrics` on `listener` until its task is dropped.
 pub async fn serve(listener: TcpListener, limits: Arc<ArcSwap<Limits>>, calls: Arc<CallStats>) {
-    let mut http = hyper::server::conn::http1::Builder::new();
-    http.timer(TokioTimer::new());
-    // A server's loop, ended only by dropping its task (the service does
-    // at its stop). It waits on no other thread: each pass awaits the next
-    // connection, and a failed accept (out of file descriptors) is retried
-    // alone after 50 ms.
-    loop {
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => stream,
-            Err(error) => {
-                eprintln!("floodgate rls: metrics accept failed: {error}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let limits = Arc::clone(&limits);
-        let calls = Arc::clone(&calls);
-        let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-            let response = answer(&limits, &calls, &request);
-            async move { Ok::<_, Infallible>(response) }
-        });
-        let connection = http.serve_connection(TokioIo::new(stream), service);
-        tokio::spawn(async move {
-            // A scraper that goes away is its own business.
-            let _ = connection.await;
-        });
-    }
+    crate::scrapes::serve(listener, "rls", move |request| {
+        answer(&limits, &calls, request)
+    })
+    .await;
 }
 
 fn answer(

@@ -31,7 +31,7 @@ use super::config::Config;
 use super::decide::Limits;
 use super::metrics::{self, CallStats};
 use super::service::RateLimitService;
-use crate::args::{parse_count, parse_duration, usage, Checked, Span};
+use crate::args::{parse_duration, parse_max_clients, usage, Checked, Span};
 use crate::signals::Signals;
 
 /// Options of `floodgate rls`.
@@ -66,12 +66,6 @@ pub struct Args {
     #[arg(long, value_name = "DURATION", default_value = "1s",
           value_parser = Checked(parse_duration))]
     pub reload_every: Span,
-}
-
-fn parse_max_clients(text: &str) -> Result<usize, String> {
-    parse_count(text)?
-        .try_into()
-        .map_err(|_| "expected a whole number of clients".to_owned())
 }
 
 /// Runs `floodgate rls` until a signal stops it.
