@@ -82,6 +82,8 @@ mod leases;
 #[cfg(feature = "redis")]
 mod redis;
 mod report;
+#[cfg(all(feature = "rls", feature = "proxy"))]
+mod rls;
 mod several;
 mod subjects;
 mod tail;
@@ -255,8 +257,8 @@ pub struct Args {
     #[arg(long, value_name = "URL")]
     backend: Option<String>,
 
-    /// Connection (and calling thread) counts for --backend
-    /// (comma-separated, each 1 to 256).
+    /// Connection (and calling thread) counts for --backend, and
+    /// connection counts for --rls (comma-separated, each 1 to 256).
     #[arg(long, value_name = "N", value_delimiter = ',', default_values_t = [1, 4, 16],
           value_parser = Checked(parse_in::<usize>(1, MAX_THREADS as u64)))]
     connections: Vec<usize>,
@@ -274,6 +276,14 @@ pub struct Args {
     #[arg(long, value_name = "DURATION", requires = "lease",
           value_parser = Checked(parse_duration))]
     lease_term: Option<Span>,
+
+    /// Measure `floodgate rls` instead: a `ShouldRateLimit` call over gRPC
+    /// (refused, and admitted) beside `floodgate proxy`'s refusal (429),
+    /// the same work, with --connections connections, in turn: calls per
+    /// second, a call's p50, p99, p99.99 and max, and each server's CPU
+    /// time per call. Needs the CLI's `rls` and `proxy` features.
+    #[arg(long, conflicts_with_all = ["backend", "tail", "state"])]
+    rls: bool,
 }
 
 /// Which clients the timed loop checks.
@@ -817,6 +827,15 @@ pub fn run(args: Args) -> ExitCode {
         window_text: &window_text,
         tick_nanos: 1,
     };
+    if args.rls {
+        #[cfg(not(all(feature = "rls", feature = "proxy")))]
+        return usage(floodgate_cli::args::left_out(
+            "`floodgate bench --rls`",
+            "bench,rls,proxy",
+        ));
+        #[cfg(all(feature = "rls", feature = "proxy"))]
+        return rls::run(&args.connections, args.quick, args.json);
+    }
     if let Some(url) = &args.backend {
         if args.tail {
             return usage("--tail measures the in-process engines, not --backend");

@@ -8,6 +8,8 @@
 
 mod binary;
 
+#[cfg(all(feature = "rls", feature = "proxy"))]
+mod bench_rls;
 mod bench_tail;
 mod flags;
 mod fuzz_regressions;
