@@ -9,3 +9,5 @@ pub mod rls;
 pub mod scrapes;
 #[cfg(any(feature = "proxy", feature = "rls"))]
 pub mod signals;
+#[cfg(any(feature = "proxy", feature = "rls"))]
+pub mod stores;

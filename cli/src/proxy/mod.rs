@@ -27,13 +27,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use floodgate::http::{
     AsyncLimiter, ForwardedIp, Global, Header, Key, KeyExtractor, MissingKey, Parts, PeerIp,
     RateLimitLayer, DEFAULT_IPV6_PREFIX,
 };
-use floodgate::state::{self, Saved, Saver, StateKey};
+use floodgate::state::{Saver, StateKey};
 use floodgate::tiers::Tiers;
 use floodgate::{
     Bounds, Builder, Config, ConfigError, Decision, Overflow, PolicyKind, QuantaClock, RateLimiter,
@@ -44,6 +44,7 @@ use floodgate_cli::args::{
     parse_policy, parse_rule, usage, Checked, Span, Written,
 };
 use floodgate_cli::signals::Signals;
+use floodgate_cli::stores;
 use hyper::header::HeaderName;
 use hyper::StatusCode;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -663,6 +664,14 @@ pub fn run(args: Args) -> ExitCode {
             "proxy,redis",
         ));
     }
+    // A saver's interval of zero would save without a pause.
+    if args
+        .state_every
+        .as_ref()
+        .is_some_and(|every| every.nanos == 0)
+    {
+        return usage("--state-every: expected a duration longer than 0");
+    }
     if args.tier_header.is_some() && args.tier.is_empty() {
         return usage("--tier-header names a tier of --tier: give the tiers with --tier");
     }
@@ -691,62 +700,24 @@ pub fn run(args: Args) -> ExitCode {
     runtime.block_on(serve(args, rules, bounds, extractor))
 }
 
-/// The `--state` file read at start, if there is one to load.
-fn saved_state(args: &Args) -> Result<Option<Saved>, ExitCode> {
-    let Some(path) = &args.state else {
-        return Ok(None);
-    };
-    match Saved::read(path) {
-        Ok(saved) => Ok(Some(saved)),
-        // A first start: nothing saved yet.
-        Err(error) if error.is_missing() => Ok(None),
-        Err(error) => Err(usage(error)),
-    }
-}
-
-/// The in-memory limiter's clock: going on from a loaded state's ticks,
-/// with the time the proxy was down counted as passed.
-fn clock(saved: Option<&Saved>) -> QuantaClock {
-    match saved {
-        Some(saved) => QuantaClock::starting_at(saved.resume_at(SystemTime::now())),
-        None => QuantaClock::new(),
-    }
-}
-
 async fn store(args: &Args, rules: &RuleSet, bounds: Bounds) -> Result<Store, ExitCode> {
     #[cfg(feature = "redis")]
     if let Some(url) = &args.backend {
-        use floodgate::redis::{AsyncRedisLimiter, Leasing, RedisOptions};
-        let leasing = args.lease.then(|| {
-            Leasing::new(
-                args.lease_term
-                    .as_ref()
-                    .map_or(floodgate::redis::DEFAULT_LEASE_TERM, Span::duration),
-            )
-        });
-        let options = RedisOptions::new().leasing(leasing);
-        let redis = match rules.rules() {
-            [rule] => AsyncRedisLimiter::new(url, rule.policy(), rule.config(), options).await,
-            _ => AsyncRedisLimiter::with_rules(url, rules, options).await,
-        }
-        .map_err(|e| usage(format!("--backend {url}: {e}")))?;
-        // Redis need not be up yet: the limiter reconnects by itself, and
-        // until then rejects. Say so at once rather than at the first 429.
-        if let Err(error) = redis.try_peek_at("floodgate-proxy-probe", 0).await {
-            eprintln!(
-                "floodgate proxy: warning: Redis at {url} does not answer yet ({error}); \
-                 requests are rejected until it does"
-            );
-        }
+        let options = stores::redis_options(args.lease, args.lease_term.as_ref());
+        let redis = stores::open_redis(url, rules, options)
+            .await
+            .map_err(|e| usage(format!("--backend {url}: {e}")))?;
+        stores::warn_if_unreachable(&redis, url, "proxy").await;
         return Ok(Store::Redis(redis));
     }
-    // A path that cannot be written is found now, before anything is
-    // served, not at the stop with the state lost.
     if let Some(path) = &args.state {
-        state::check_writable(path).map_err(|error| usage(format!("--state: {error}")))?;
+        stores::check_state_path(path).map_err(usage)?;
     }
-    let saved = saved_state(args)?;
-    let clock = clock(saved.as_ref());
+    let saved = match &args.state {
+        Some(path) => stores::saved_state(path).map_err(usage)?,
+        None => None,
+    };
+    let clock = stores::clock(saved.as_ref());
     let limiter = if let Some((default, others)) = args.tier.split_first() {
         tiers(default, others, bounds, clock).map_err(usage)?
     } else {
@@ -770,17 +741,14 @@ async fn store(args: &Args, rules: &RuleSet, bounds: Bounds) -> Result<Store, Ex
         }
         .map_err(|error| {
             if error.is_other_rules() {
-                usage(format!(
-                    "{error}; give the rules it was saved under, --state-carry-over to carry \
-                     its clients over, or remove it to start afresh"
-                ))
+                usage(format!("{error}; {}", stores::OTHER_RULES_HINT))
             } else {
                 usage(error)
             }
         })?;
         eprintln!(
             "floodgate proxy: loaded {} from {}",
-            clients(loaded),
+            stores::clients(loaded),
             saved_path(args)
         );
     }
@@ -793,15 +761,6 @@ fn saved_path(args: &Args) -> String {
         .as_deref()
         .map(|path| path.display().to_string())
         .unwrap_or_default()
-}
-
-/// `n` clients, in words: `1 client`, `2 clients`.
-fn clients(n: usize) -> String {
-    if n == 1 {
-        "1 client".to_owned()
-    } else {
-        format!("{n} clients")
-    }
 }
 
 /// The registry of `--tier`: `default` first, the tier of every request
@@ -952,15 +911,11 @@ async fn serve(args: Args, rules: RuleSet, bounds: Bounds, extractor: Extract) -
         let _ = writeln!(out, "listening on http://{local}");
         let _ = out.flush();
     }
-    #[cfg(feature = "redis")]
-    let held = match (&args.backend, &args.lease_term) {
-        (None, _) => "memory".to_owned(),
-        (Some(url), _) if !args.lease => url.clone(),
-        (Some(url), Some(term)) => format!("{url}, spent from leases of term {}", term.text),
-        (Some(url), None) => format!("{url}, spent from leases of term 1s"),
-    };
-    #[cfg(not(feature = "redis"))]
-    let held = "memory";
+    let held = stores::held(
+        args.backend.as_deref(),
+        args.lease,
+        args.lease_term.as_ref().map(|term| term.text.as_str()),
+    );
     eprintln!(
         "floodgate proxy: {} per client ({}) in {held}, to {}",
         describe_limits(&args, &rules),
@@ -1018,36 +973,13 @@ async fn serve(args: Args, rules: RuleSet, bounds: Bounds, extractor: Extract) -
     }
     eprintln!("{}", stats_line(stats.snapshot()));
     let saved = match saver {
-        Some(saver) => save_at_stop(saver, &args).await,
+        Some(saver) => stores::save_at_stop(saver, "proxy").await,
         None => true,
     };
     if finished && saved {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
-    }
-}
-
-/// The stop's save (`Saver::stop`: a few attempts, each failure logged),
-/// said on standard error; whether it was made.
-async fn save_at_stop(saver: Arc<Saver>, args: &Args) -> bool {
-    let path = saved_path(args);
-    match tokio::task::spawn_blocking(move || saver.stop()).await {
-        Ok(Ok(summary)) => {
-            eprintln!(
-                "floodgate proxy: saved {} to {path}",
-                clients(summary.clients)
-            );
-            true
-        }
-        Ok(Err(error)) => {
-            eprintln!("floodgate proxy: the state was not saved: {error}");
-            false
-        }
-        Err(error) => {
-            eprintln!("floodgate proxy: the state was not saved: the save stopped: {error}");
-            false
-        }
     }
 }
 

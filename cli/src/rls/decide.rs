@@ -4,18 +4,22 @@
 //!
 //! All or nothing: each limited descriptor is checked in the request's
 //! order, and when one refuses, the units the ones before it took are
-//! given back ([`RateLimiter::refund_admitted`]), so a refused request
+//! given back ([`Store::refund_admitted`]), so a refused request
 //! spends nothing. This differs from envoyproxy/ratelimit on purpose: it
 //! counts a request's hits in every descriptor, a refused one's too, so a
 //! client refused by one limit spends another's quota for nothing. Between
 //! a descriptor's check and its refund, another request for the same
 //! client may find those units spent and be refused: the race can only
 //! refuse, never admit past a limit.
+//!
+//! Each limit's store is in memory or in Redis ([`Backing`]): in memory a
+//! decision awaits nothing; in Redis each limited descriptor is a call
+//! there, one after another, and so is each refund.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use floodgate::{Bounds, Clock, Decision, PolicyKind, RateLimiter};
+use floodgate::{Clock, Decision, PolicyKind, RateLimiter, RuleSet};
 
 use super::config::{Config, Limit, Quota, Unit};
 use super::matching::DescriptorEntry;
@@ -24,6 +28,7 @@ use super::proto::{
     Code, DescriptorStatus, Entry, RateLimit, RateLimitRequest, RateLimitResponse,
     Unit as ProtoUnit,
 };
+use super::store::{Admitted, Backing, Refused, Store};
 
 /// The most descriptors one request may carry. Envoy sends one per
 /// `rate_limits` action that applied, a handful; a request past this is
@@ -62,53 +67,70 @@ pub struct Limits {
     /// Every limit but `unlimited` (never counted), by [`Limit::id`]: one
     /// look-up a descriptor.
     counted: HashMap<String, Counted>,
+    /// Whether every store is in memory: a decision then awaits nothing.
+    in_memory_only: bool,
 }
 
-/// A counted limit's limiter and hits.
+/// A counted limit's store and hits.
 struct Counted {
     /// None for `requests_per_unit: 0`, which refuses without one.
-    limiter: Option<Arc<dyn RateLimiter<str>>>,
+    store: Option<Store>,
+    /// The rules the store was built with, to tell at a reload whether
+    /// they changed.
+    rules: Option<RuleSet>,
     /// Carried across reloads, so that counters never go back.
     stats: Arc<LimitStats>,
 }
 
+impl Counted {
+    /// Its store, if it was built with `rules`: a reload keeps it.
+    fn kept(&self, rules: &RuleSet) -> Option<Store> {
+        self.store
+            .as_ref()
+            .filter(|_| self.rules.as_ref() == Some(rules))
+            .cloned()
+    }
+}
+
 impl Limits {
-    /// A limiter for every limit of `config`, on `clock`, each holding at
-    /// most `bounds`' clients.
+    /// A store for every limit of `config`, as `backing` says: in memory
+    /// on `clock`, each holding at most its bounds' clients, or in Redis.
     ///
     /// # Errors
     ///
     /// A limit with an `in-flight` rule, which no call would release, or
-    /// rules the engine refuses (none that the configuration checked
-    /// should be): the limit's file, line and id, and why.
-    pub fn new<C: Clock + Clone + 'static>(
+    /// rules the store refuses (none that the configuration checked should
+    /// be in memory): the limit's file, line and id, and why.
+    pub async fn new<C: Clock + Clone + 'static>(
         config: Config,
-        bounds: Bounds,
+        backing: impl Into<Backing>,
         clock: C,
     ) -> Result<Self, String> {
-        Self::keeping(config, bounds, clock, &HashMap::new()).map(|(limits, _)| limits)
+        Self::keeping(config, &backing.into(), clock, &HashMap::new())
+            .await
+            .map(|(limits, _)| limits)
     }
 
-    /// The limiters of `config`, keeping this one's for every limit whose
+    /// The stores of `config`, keeping this one's for every limit whose
     /// id and rules are unchanged, with what its clients spent: a reload.
     /// A limit whose rules changed starts afresh. Also says how many
-    /// limiters were kept.
+    /// stores were kept.
     ///
     /// # Errors
     ///
     /// As [`new`](Self::new); this one is unchanged then.
-    pub fn reloaded<C: Clock + Clone + 'static>(
+    pub async fn reloaded<C: Clock + Clone + 'static>(
         &self,
         config: Config,
-        bounds: Bounds,
+        backing: &Backing,
         clock: C,
     ) -> Result<(Self, usize), String> {
-        Self::keeping(config, bounds, clock, &self.counted)
+        Self::keeping(config, backing, clock, &self.counted).await
     }
 
-    fn keeping<C: Clock + Clone + 'static>(
+    async fn keeping<C: Clock + Clone + 'static>(
         config: Config,
-        bounds: Bounds,
+        backing: &Backing,
         clock: C,
         old: &HashMap<String, Counted>,
     ) -> Result<(Self, usize), String> {
@@ -120,7 +142,7 @@ impl Limits {
                     continue;
                 }
                 let before = old.get(&limit.id);
-                let limiter = match limit.rules() {
+                let store = match limit.rules() {
                     None => None,
                     Some(rules) => {
                         // A unit of `in-flight` is held until its request
@@ -139,27 +161,38 @@ impl Limits {
                                 limit.origin, limit.id
                             ));
                         }
-                        Some(match before.and_then(|b| b.limiter.as_ref()) {
-                            Some(limiter) if limiter.rules() == *rules => {
+                        Some(match before.and_then(|b| b.kept(rules)) {
+                            Some(store) => {
                                 kept += 1;
-                                Arc::clone(limiter)
+                                store
                             }
-                            _ => floodgate::Builder::from_rules(rules)
-                                .bounds(bounds)
-                                .counting(true)
-                                .clock(clock.clone())
-                                .build::<str>()
-                                .map_err(|error| {
-                                    format!("{}: {}: {error}", limit.origin, limit.id)
-                                })?,
+                            None => built(backing, limit, rules, &clock).await?,
                         })
                     }
                 };
                 let stats = before.map(|b| Arc::clone(&b.stats)).unwrap_or_default();
-                counted.insert(limit.id.clone(), Counted { limiter, stats });
+                let rules = limit.rules().cloned();
+                counted.insert(
+                    limit.id.clone(),
+                    Counted {
+                        store,
+                        rules,
+                        stats,
+                    },
+                );
             }
         }
-        Ok((Self { config, counted }, kept))
+        let in_memory_only = counted
+            .values()
+            .all(|counted| counted.store.as_ref().is_none_or(|s| s.memory().is_some()));
+        Ok((
+            Self {
+                config,
+                counted,
+                in_memory_only,
+            },
+            kept,
+        ))
     }
 
     /// The configuration.
@@ -174,9 +207,33 @@ impl Limits {
             .map(|(id, counted)| (id.as_str(), &*counted.stats))
     }
 
-    /// The limiter of the limit with `id`, if it counts.
+    /// The in-memory limiter of the limit with `id`, if it counts in
+    /// memory.
     pub fn limiter(&self, id: &str) -> Option<&Arc<dyn RateLimiter<str>>> {
-        self.counted.get(id)?.limiter.as_ref()
+        self.counted.get(id)?.store.as_ref()?.memory()
+    }
+
+    /// Every limit counted in memory: its id, limiter and rules.
+    pub fn in_memory(&self) -> impl Iterator<Item = (&str, &Arc<dyn RateLimiter<str>>)> {
+        self.counted
+            .iter()
+            .filter_map(|(id, counted)| Some((id.as_str(), counted.store.as_ref()?.memory()?)))
+    }
+
+    /// Whether every store is in memory: a decision then awaits nothing.
+    pub fn all_in_memory(&self) -> bool {
+        self.in_memory_only
+    }
+
+    /// The first store in Redis, if there is one.
+    #[cfg(feature = "redis")]
+    pub fn any_redis(&self) -> Option<&floodgate::redis::AsyncRedisLimiter> {
+        self.counted
+            .values()
+            .find_map(|counted| match counted.store.as_ref()? {
+                Store::Redis(redis) => Some(redis),
+                Store::Memory(_) => None,
+            })
     }
 
     /// Answers `request`: every limited descriptor admitted, or none.
@@ -186,7 +243,7 @@ impl Limits {
     /// [`Invalid`] for a request with no domain, no descriptors, more than
     /// [`MAX_DESCRIPTORS`], a descriptor with no entries or more than
     /// [`MAX_DESCRIPTOR_BYTES`]: nothing is spent.
-    pub fn decide(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, Invalid> {
+    pub async fn decide(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, Invalid> {
         validate(request)?;
         let limits = self.config.applied_limits(
             &request.domain,
@@ -218,14 +275,14 @@ impl Limits {
             // has its entry.
             let counted = &self.counted[&limit.id];
             let start = keys.len();
-            let decision = match &counted.limiter {
-                Some(limiter) => {
+            let (decision, admitted) = match &counted.store {
+                Some(store) => {
                     client_key(&mut keys, &descriptor.entries);
-                    limiter.check_n(&keys[start..], cost)
+                    store.check_n(&keys[start..], cost).await
                 }
                 // `requests_per_unit: 0`: every request refused, never
                 // admitted.
-                None => Decision::never_admitted(0),
+                None => (Decision::never_admitted(0), Admitted::Memory),
             };
             counted.stats.count(
                 cost,
@@ -235,12 +292,13 @@ impl Limits {
                 decision.remaining(),
             );
             let code = if decision.allowed() {
-                if let Some(limiter) = &counted.limiter {
+                if let Some(store) = &counted.store {
                     taken.push(Taken {
                         status: index,
-                        limiter,
+                        store,
                         key: start..keys.len(),
                         decision,
+                        admitted,
                         cost,
                     });
                 }
@@ -264,10 +322,15 @@ impl Limits {
         }
         if refused {
             for taken in taken {
-                let given =
-                    taken
-                        .limiter
-                        .refund_admitted(&keys[taken.key], &taken.decision, taken.cost);
+                let given = taken
+                    .store
+                    .refund_admitted(
+                        &keys[taken.key],
+                        &taken.decision,
+                        taken.admitted,
+                        taken.cost,
+                    )
+                    .await;
                 statuses[taken.status].limit_remaining =
                     saturate(taken.decision.remaining().saturating_add(given));
             }
@@ -280,14 +343,32 @@ impl Limits {
     }
 }
 
+/// A new store of `rules` for `limit`; an error names its file, line and
+/// id.
+async fn built<C: Clock + Clone + 'static>(
+    backing: &Backing,
+    limit: &Limit,
+    rules: &RuleSet,
+    clock: &C,
+) -> Result<Store, String> {
+    backing
+        .store(&limit.id, rules, clock)
+        .await
+        .map_err(|refused| match refused {
+            Refused::Flags(message) => message,
+            Refused::Rules(why) => format!("{}: {}: {why}", limit.origin, limit.id),
+        })
+}
+
 /// What one admitted descriptor took.
 struct Taken<'a> {
     /// Its status's index in the answer.
     status: usize,
-    limiter: &'a Arc<dyn RateLimiter<str>>,
+    store: &'a Store,
     /// Its client key's place among the request's keys.
     key: std::ops::Range<usize>,
     decision: Decision,
+    admitted: Admitted,
     cost: u64,
 }
 

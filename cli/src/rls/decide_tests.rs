@@ -13,8 +13,22 @@ const SECOND: u64 = 1_000_000_000;
 fn limits(text: &str) -> (Limits, ManualClock) {
     let config = Config::from_texts([(Path::new("test.yaml"), text)]).expect("the file reads");
     let clock = ManualClock::new(0);
-    let limits = Limits::new(config, Bounds::new(), clock.clone()).expect("limiters built");
+    let limits = now(Limits::new(config, Bounds::new(), clock.clone())).expect("limiters built");
     (limits, clock)
+}
+
+/// The answer of `future`, which in memory awaits nothing: its first poll
+/// answers (the service decides so, on the calling task).
+fn now<F: std::future::Future>(future: F) -> F::Output {
+    use std::task::{Context, Poll, Waker};
+    let mut future = std::pin::pin!(future);
+    match future
+        .as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()))
+    {
+        Poll::Ready(output) => output,
+        Poll::Pending => panic!("an in-memory decision awaited something"),
+    }
 }
 
 fn request(domain: &str, descriptors: &[&[(&str, &str)]]) -> RateLimitRequest {
@@ -71,11 +85,11 @@ fn a_unit_and_a_count_are_a_fixed_window_per_descriptor_value() {
     let (limits, clock) = limits(PER_SECOND);
     let a = request("api", &[&[("client", "a")]]);
     let b = request("api", &[&[("client", "b")]]);
-    let decide = |request: &RateLimitRequest| answers(&limits.decide(request).unwrap());
+    let decide = |request: &RateLimitRequest| answers(&now(limits.decide(request)).unwrap());
     assert_eq!(decide(&a), [(Code::Ok, 1)]);
     assert_eq!(decide(&a), [(Code::Ok, 0)]);
     clock.set(SECOND / 2);
-    let refused = limits.decide(&a).unwrap();
+    let refused = now(limits.decide(&a)).unwrap();
     assert_eq!(refused.overall_code, Code::OverLimit as i32);
     // Refused until the window's second is over: half a second.
     assert_eq!(
@@ -94,23 +108,32 @@ fn rules_decide_as_the_spec_says_with_costs() {
     let mut route = request("api", &[&[("route", "/pay")]]);
     route.hits_addend = 3;
     // gcra:4/1s admits a burst of 4: 3, then 1 more.
-    assert_eq!(answers(&limits.decide(&route).unwrap()), [(Code::Ok, 1)]);
+    assert_eq!(
+        answers(&now(limits.decide(&route)).unwrap()),
+        [(Code::Ok, 1)]
+    );
     route.descriptors[0].hits_addend = Some(UInt64Value { value: 2 });
     assert_eq!(
-        answers(&limits.decide(&route).unwrap()),
+        answers(&now(limits.decide(&route)).unwrap()),
         [(Code::OverLimit, 1)]
     );
     route.descriptors[0].hits_addend = Some(UInt64Value { value: 0 });
     // 0 means 1.
-    assert_eq!(answers(&limits.decide(&route).unwrap()), [(Code::Ok, 0)]);
+    assert_eq!(
+        answers(&now(limits.decide(&route)).unwrap()),
+        [(Code::Ok, 0)]
+    );
     // A quarter second drips one back; the minute's six allow two more.
     clock.set(SECOND / 4);
-    assert_eq!(answers(&limits.decide(&route).unwrap()), [(Code::Ok, 0)]);
+    assert_eq!(
+        answers(&now(limits.decide(&route)).unwrap()),
+        [(Code::Ok, 0)]
+    );
     clock.set(SECOND);
     route.descriptors[0].hits_addend = Some(UInt64Value { value: 2 });
     // gcra has 4 again, the minute has 1 of 6: the minute refuses.
     assert_eq!(
-        answers(&limits.decide(&route).unwrap()),
+        answers(&now(limits.decide(&route)).unwrap()),
         [(Code::OverLimit, 1)]
     );
 }
@@ -120,11 +143,11 @@ fn a_refused_request_leaves_every_other_descriptor_as_it_was() {
     let (limits, _clock) = limits(PER_SECOND);
     let both = request("api", &[&[("client", "a")], &[("plan", "free")]]);
     assert_eq!(
-        answers(&limits.decide(&both).unwrap()),
+        answers(&now(limits.decide(&both)).unwrap()),
         [(Code::Ok, 1), (Code::Ok, 0)]
     );
     for _ in 0..5 {
-        let refused = limits.decide(&both).unwrap();
+        let refused = now(limits.decide(&both)).unwrap();
         assert_eq!(refused.overall_code, Code::OverLimit as i32);
         // The client's descriptor admitted it, then gave it back.
         assert_eq!(answers(&refused), [(Code::Ok, 1), (Code::OverLimit, 0)]);
@@ -142,12 +165,12 @@ fn requests_per_unit_zero_refuses_and_shadow_mode_lets_through() {
     let (limits, _clock) = limits(&text);
     let zero = request("api", &[&[("zero", "z")]]);
     assert_eq!(
-        answers(&limits.decide(&zero).unwrap()),
+        answers(&now(limits.decide(&zero)).unwrap()),
         [(Code::OverLimit, 0)]
     );
     let shadow = request("api", &[&[("shadow", "s")]]);
     for remaining in [0, 0, 0] {
-        let answer = limits.decide(&shadow).unwrap();
+        let answer = now(limits.decide(&shadow)).unwrap();
         assert_eq!(answer.overall_code, Code::Ok as i32);
         assert_eq!(answer.statuses[0].limit_remaining, remaining);
     }
@@ -158,12 +181,12 @@ fn invalid_requests_spend_nothing() {
     let (limits, _clock) = limits(PER_SECOND);
     let mut bad = request("api", &[&[("client", "a")], &[]]);
     assert_eq!(
-        limits.decide(&bad).unwrap_err().0,
+        now(limits.decide(&bad)).unwrap_err().0,
         "descriptor 1 has no entries"
     );
     bad.descriptors.pop();
     bad.domain.clear();
-    assert!(limits.decide(&bad).is_err());
+    assert!(now(limits.decide(&bad)).is_err());
     let client = limits.limiter("api.client").unwrap();
     assert_eq!(client.remaining("6:client1:a"), 2);
 }
@@ -202,12 +225,117 @@ fn an_in_flight_rule_is_refused_where_it_is_written() {
         "domain: api\ndescriptors:\n  - key: job\n    rate_limit: {rules: [\"in-flight:2\"]}\n",
     )])
     .expect("the file reads");
-    let Err(error) = Limits::new(config, Bounds::new(), ManualClock::new(0)) else {
+    let Err(error) = now(Limits::new(config, Bounds::new(), ManualClock::new(0))) else {
         panic!("an in-flight rule is refused");
     };
     assert!(error.starts_with("held.yaml:3:"), "{error}");
     assert!(
         error.contains("api.job") && error.contains("in-flight"),
         "{error}"
+    );
+}
+
+#[test]
+fn redis_prefixes_name_each_limit_apart_and_keep_out_what_would_mix_keys() {
+    use crate::rls::store::redis_prefix;
+    assert_eq!(
+        redis_prefix("edge.remote_address"),
+        "floodgate-rls:edge.remote_address"
+    );
+    // `:` would let one limit's prefix run into another's keys, braces
+    // would move the client's hash tag, `%` would make the encoding two
+    // to one.
+    assert_eq!(
+        redis_prefix("a:b {c}%/é"),
+        "floodgate-rls:a%3Ab%20%7Bc%7D%25%2F%C3%A9"
+    );
+    assert_ne!(redis_prefix("a:b"), redis_prefix("a%3Ab"));
+}
+
+/// `api`'s limits, their clients saved to a file and loaded into limits of
+/// `text` on a clock that goes on from the save's.
+fn saved_and_loaded(
+    text: &str,
+    carry_over: bool,
+) -> Result<(Arc<Limits>, usize, Vec<String>), String> {
+    use crate::rls::state::{load, LimitSet};
+    use arc_swap::ArcSwap;
+    use floodgate::state::{save, Saved};
+
+    let (before, clock) = limits(PER_SECOND);
+    let both = request("api", &[&[("client", "a")], &[("plan", "free")]]);
+    now(before.decide(&both)).unwrap();
+    let path = std::env::temp_dir().join(format!(
+        "floodgate-rls-unit-{}-{}.state",
+        std::process::id(),
+        fastrand::u64(..)
+    ));
+    let set = LimitSet::new(Arc::new(ArcSwap::from_pointee(before)), clock.clone());
+    let summary = save(&set, &path).expect("saved");
+    assert_eq!(summary.clients, 2);
+    let saved = Saved::read(&path).expect("read back");
+    let _ = std::fs::remove_file(&path);
+    let config = Config::from_texts([(Path::new("test.yaml"), text)]).expect("the file reads");
+    let clock = ManualClock::new(saved.saved_at());
+    let after = Arc::new(ArcSwap::from_pointee(
+        now(Limits::new(config, Bounds::new(), clock.clone())).expect("limiters built"),
+    ));
+    let loaded = load(&saved, &path, &after, &clock, carry_over)?;
+    let limits = Arc::try_unwrap(after)
+        .ok()
+        .expect("no other owner")
+        .into_inner();
+    Ok((limits, loaded.clients, loaded.afresh))
+}
+
+#[test]
+fn a_state_keeps_each_limits_clients_and_other_rules_are_refused_or_start_afresh() {
+    // The same rules: both clients as they were.
+    let (limits, clients, afresh) = saved_and_loaded(PER_SECOND, false).unwrap();
+    assert_eq!((clients, afresh.len()), (2, 0));
+    assert_eq!(
+        limits
+            .limiter("api.client")
+            .unwrap()
+            .remaining("6:client1:a"),
+        1
+    );
+    assert_eq!(
+        limits
+            .limiter("api.plan")
+            .unwrap()
+            .remaining("4:plan4:free"),
+        0
+    );
+    // The plan's limit raised: refused, naming the limit and both rules.
+    let raised = PER_SECOND.replace(
+        "{unit: minute, requests_per_unit: 1}",
+        "{unit: minute, requests_per_unit: 3}",
+    );
+    let Err(error) = saved_and_loaded(&raised, false) else {
+        panic!("a save under other rules is refused");
+    };
+    assert!(
+        error.contains(
+            "limit api.plan was saved under the rules fixed-window:1/1m, not fixed-window:3/1m"
+        ) && error.contains("--state-carry-over"),
+        "{error}"
+    );
+    // Carried over: the plan afresh, the client's limit as it was.
+    let (limits, clients, afresh) = saved_and_loaded(&raised, true).unwrap();
+    assert_eq!((clients, afresh), (1, vec!["api.plan".to_owned()]));
+    assert_eq!(
+        limits
+            .limiter("api.client")
+            .unwrap()
+            .remaining("6:client1:a"),
+        1
+    );
+    assert_eq!(
+        limits
+            .limiter("api.plan")
+            .unwrap()
+            .remaining("4:plan4:free"),
+        3
     );
 }

@@ -6,7 +6,8 @@
 //! Its rooms: the configuration, the files of envoyproxy/ratelimit read as
 //! that server reads them ([`config`], [`yaml`], [`error`]); the match of a
 //! request's descriptors to the limits that apply ([`matching`]); a
-//! request decided all or nothing on a limiter per limit ([`decide`]); the
+//! request decided all or nothing on a store per limit, in memory or in
+//! Redis ([`decide`], [`store`]), kept across restarts ([`state`]); the
 //! protocol's messages ([`proto`]); the gRPC service ([`service`]); what it
 //! counts ([`metrics`]); and the command, its server, reloads and stop
 //! ([`server`]). See `docs/rls.md`. Every limit is a [`floodgate::RuleSet`]: a
@@ -37,6 +38,8 @@ pub mod metrics;
 pub mod proto;
 pub mod server;
 pub mod service;
+pub mod state;
+pub mod store;
 pub mod yaml;
 
 pub use config::{Config, Domain, Limit, Origin, Quota, Unit};

@@ -14,6 +14,14 @@
 //! does not read is said on standard error, once, and the configuration in
 //! use is kept. The first signal stops accepting, answers the calls under
 //! way and exits 0; a second exits at once with status 1.
+//!
+//! Limits are counted in memory, or in Redis with `--backend` (each limit
+//! under its own keys, shared by every server with the same configuration
+//! on that Redis; [`super::store`]). In memory, `--state FILE` keeps every
+//! limit's clients across restarts: loaded at start, saved at the stop
+//! (once the calls under way are answered, a second signal
+//! notwithstanding) and every `--state-every`; a save that fails at the
+//! stop is status 1 ([`super::state`]).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -22,6 +30,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use floodgate::state::Saver;
 use floodgate::{Bounds, QuantaClock};
 use tokio::net::TcpListener;
 use tonic::transport::server::TcpIncoming;
@@ -31,8 +40,11 @@ use super::config::Config;
 use super::decide::Limits;
 use super::metrics::{self, CallStats};
 use super::service::RateLimitService;
+use super::state::LimitSet;
+use super::store::Backing;
 use crate::args::{parse_duration, parse_max_clients, usage, Checked, Span};
 use crate::signals::Signals;
+use crate::stores;
 
 /// Options of `floodgate rls`.
 #[derive(clap::Args, Debug)]
@@ -54,6 +66,57 @@ pub struct Args {
     #[arg(long, value_name = "N", value_parser = Checked(parse_max_clients))]
     pub max_clients: Option<usize>,
 
+    /// Keep each limit in Redis, shared by every `floodgate rls` with the
+    /// same configuration on it: redis://HOST:PORT[/DB], or a Redis
+    /// Cluster: redis-cluster://HOST:PORT[,HOST:PORT...]. Each limit's keys
+    /// start with floodgate-rls: and its id. Decisions use Redis's clock;
+    /// when Redis does not answer within 100 ms the descriptor is refused.
+    /// (Needs the CLI's `redis` feature.)
+    #[arg(long, value_name = "URL", conflicts_with = "max_clients")]
+    pub backend: Option<String>,
+
+    /// With --backend: spend each shared limit from leases, taken out of
+    /// Redis a batch of units at a time, so that most descriptors are
+    /// decided here with no round trip, never over the limit summed over
+    /// every server (see docs/leases.md). Rules with leaky-bucket ask
+    /// Redis for every descriptor.
+    #[arg(long, requires = "backend")]
+    pub lease: bool,
+
+    /// The term of a lease of a drip rule (gcra, token-bucket) and how
+    /// much later a sliding-window lease's units enter the log, such as
+    /// 500ms (1s without it): over any span D those rules admit at most
+    /// what one limiter would over D plus this. Windows' leases end with
+    /// their window.
+    #[arg(long, value_name = "DURATION", requires = "lease",
+          value_parser = Checked(parse_duration))]
+    pub lease_term: Option<Span>,
+
+    /// Keep every limit's clients in FILE across restarts (in memory):
+    /// loaded at start when FILE exists, under the same rules (a first
+    /// start without it is fine; any other file that cannot be read whole,
+    /// one saved under other rules, or a FILE whose directory does not
+    /// take a file, stops the start, exit status 2), and saved when SIGINT
+    /// or SIGTERM stops the server, once the calls under way are answered,
+    /// and every --state-every. The time the server was down counts as
+    /// time passed.
+    #[arg(long, value_name = "FILE", conflicts_with = "backend")]
+    pub state: Option<PathBuf>,
+
+    /// Load a --state file saved under other rules (a deploy that changed
+    /// or removed limits): a limit whose rules changed since the save
+    /// starts afresh, and the others keep what their clients spent.
+    /// Without it such a file stops the start.
+    #[arg(long, requires = "state")]
+    pub state_carry_over: bool,
+
+    /// Also save --state this often while running, such as 1m: a crash
+    /// loses at most that much of what clients spent. A save that fails is
+    /// logged and tried again at the next.
+    #[arg(long, value_name = "DURATION", requires = "state",
+          value_parser = Checked(parse_duration))]
+    pub state_every: Option<Span>,
+
     /// Serve GET /metrics on this address too, IP:PORT (port 0: any,
     /// printed): each limit's hits as envoyproxy/ratelimit counts them,
     /// the calls by answer, each limiter's clients, as Prometheus text.
@@ -70,8 +133,22 @@ pub struct Args {
 
 /// Runs `floodgate rls` until a signal stops it.
 pub fn run(args: Args) -> ExitCode {
+    #[cfg(not(feature = "redis"))]
+    if args.backend.is_some() {
+        return usage(crate::args::left_out(
+            "`floodgate rls --backend`",
+            "rls,redis",
+        ));
+    }
     if args.reload_every.nanos == 0 {
         return usage("--reload-every: expected a duration longer than 0");
+    }
+    if args
+        .state_every
+        .as_ref()
+        .is_some_and(|every| every.nanos == 0)
+    {
+        return usage("--state-every: expected a duration longer than 0");
     }
     let texts = match Config::read(&args.config) {
         Ok(texts) => texts,
@@ -81,18 +158,18 @@ pub fn run(args: Args) -> ExitCode {
         Ok(config) => config,
         Err(error) => return usage(error),
     };
-    // A client whose state is as good as new is forgotten when room is
-    // needed: exact (it would be answered the same), and what keeps
-    // --max-clients from refusing new clients for good once reached.
-    let mut bounds = Bounds::new().evict_idle();
-    if let Some(max_clients) = args.max_clients {
-        bounds = bounds.max_clients(max_clients);
+    let backing = backing(&args);
+    if let Some(path) = &args.state {
+        if let Err(error) = stores::check_state_path(path) {
+            return usage(error);
+        }
     }
-    let clock = QuantaClock::new();
-    let limits = match Limits::new(config, bounds, clock.clone()) {
-        Ok(limits) => limits,
-        Err(error) => return usage(error),
+    let saved = match args.state.as_deref().map(stores::saved_state) {
+        None => None,
+        Some(Ok(saved)) => saved,
+        Some(Err(error)) => return usage(error),
     };
+    let clock = stores::clock(saved.as_ref());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -103,18 +180,62 @@ pub fn run(args: Args) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // Redis's limiters start their tasks on the runtime they are built on.
+    let limits = match runtime.block_on(Limits::new(config, backing.clone(), clock.clone())) {
+        Ok(limits) => Arc::new(ArcSwap::from_pointee(limits)),
+        Err(error) => return usage(error),
+    };
+    if let (Some(path), Some(saved)) = (&args.state, saved) {
+        let loaded = match super::state::load(&saved, path, &limits, &clock, args.state_carry_over)
+        {
+            Ok(loaded) => loaded,
+            Err(error) => return usage(error),
+        };
+        let afresh = if loaded.afresh.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; started afresh, their rules changed or gone since the save: {}",
+                loaded.afresh.join(", ")
+            )
+        };
+        eprintln!(
+            "floodgate rls: loaded {} from {}{afresh}",
+            stores::clients(loaded.clients),
+            path.display()
+        );
+    }
     let reload = Reload {
         path: args.config.clone(),
         every: args.reload_every.duration(),
         last: texts,
         unread: None,
-        bounds,
+        backing,
         clock,
     };
     runtime.block_on(serve(args, limits, reload))
 }
 
-async fn serve(args: Args, limits: Limits, reload: Reload) -> ExitCode {
+/// How the flags say each limit's store is made.
+fn backing(args: &Args) -> Backing {
+    #[cfg(feature = "redis")]
+    if let Some(url) = &args.backend {
+        return Backing::Redis {
+            url: url.clone(),
+            options: stores::redis_options(args.lease, args.lease_term.as_ref()),
+        };
+    }
+    // A client whose state is as good as new is forgotten when room is
+    // needed: exact (it would be answered the same), and what keeps
+    // --max-clients from refusing new clients for good once reached.
+    let mut bounds = Bounds::new().evict_idle();
+    if let Some(max_clients) = args.max_clients {
+        bounds = bounds.max_clients(max_clients);
+    }
+    Backing::Memory(bounds)
+}
+
+async fn serve(args: Args, limits: Arc<ArcSwap<Limits>>, reload: Reload) -> ExitCode {
     let mut signals = match Signals::new() {
         Ok(signals) => signals,
         Err(error) => {
@@ -152,8 +273,19 @@ async fn serve(args: Args, limits: Limits, reload: Reload) -> ExitCode {
             }
         },
     };
-    let (domains, limit_count) = counts(&limits);
-    let limits = Arc::new(ArcSwap::from_pointee(limits));
+    // Made once nothing can stop the start: a saver dropped saves.
+    let saver = args.state.as_ref().map(|path| {
+        let set = Arc::new(LimitSet::new(Arc::clone(&limits), reload.clock.clone()));
+        Arc::new(match &args.state_every {
+            Some(every) => Saver::spawn(set, path, every.duration()),
+            None => Saver::new(set, path),
+        })
+    });
+    #[cfg(feature = "redis")]
+    if let (Some(url), Some(redis)) = (&args.backend, limits.load().any_redis()) {
+        stores::warn_if_unreachable(redis, url, "rls").await;
+    }
+    let (domains, limit_count) = counts(&limits.load());
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<RateLimitService>().await;
     let calls = Arc::new(CallStats::default());
@@ -163,8 +295,13 @@ async fn serve(args: Args, limits: Limits, reload: Reload) -> ExitCode {
         (local, server)
     });
     let reloader = tokio::spawn(reload.run(Arc::clone(&limits)));
+    let held = stores::held(
+        args.backend.as_deref(),
+        args.lease,
+        args.lease_term.as_ref().map(|term| term.text.as_str()),
+    );
     eprintln!(
-        "floodgate rls: {} from {}",
+        "floodgate rls: {} from {}, in {held}",
         described(domains, limit_count),
         args.config.display()
     );
@@ -193,7 +330,7 @@ async fn serve(args: Args, limits: Limits, reload: Reload) -> ExitCode {
     // The first signal stops accepting and lets the calls under way be
     // answered; a second (or the server failing) ends the wait.
     tokio::select! {
-        result = &mut server => return ended(result),
+        result = &mut server => return saved(ended(result), saver).await,
         () = signals.recv() => {}
     }
     reloader.abort();
@@ -202,12 +339,27 @@ async fn serve(args: Args, limits: Limits, reload: Reload) -> ExitCode {
     }
     eprintln!("floodgate rls: stopping; answering the calls under way");
     let _ = stop_tx.send(());
-    tokio::select! {
+    // A second signal stops the wait for the calls under way, not the
+    // save: what clients spent is kept either way.
+    let code = tokio::select! {
         result = &mut server => ended(result),
         () = signals.recv() => {
             eprintln!("floodgate rls: second signal, stopping now");
             ExitCode::FAILURE
         }
+    };
+    saved(code, saver).await
+}
+
+/// `code`, once the stop's save is made; status 1 if it could not be.
+async fn saved(code: ExitCode, saver: Option<Arc<Saver>>) -> ExitCode {
+    let Some(saver) = saver else {
+        return code;
+    };
+    if stores::save_at_stop(saver, "rls").await {
+        code
+    } else {
+        ExitCode::FAILURE
     }
 }
 
@@ -231,7 +383,7 @@ struct Reload {
     last: Vec<(PathBuf, String)>,
     /// The last failure to read them, said once likewise.
     unread: Option<String>,
-    bounds: Bounds,
+    backing: Backing,
     clock: QuantaClock,
 }
 
@@ -272,13 +424,17 @@ impl Reload {
             }
             let parsed = Config::from_texts(texts.iter().map(|(f, t)| (f.as_path(), t.as_str())));
             self.last = texts;
-            let reloaded = parsed
-                .map_err(|error| error.to_string())
-                .and_then(|config| {
-                    limits
-                        .load()
-                        .reloaded(config, self.bounds, self.clock.clone())
-                });
+            let reloaded = match parsed {
+                Ok(config) => {
+                    // The limits in use, held over the build: a Redis
+                    // store's is awaited.
+                    let current = limits.load_full();
+                    current
+                        .reloaded(config, &self.backing, self.clock.clone())
+                        .await
+                }
+                Err(error) => Err(error.to_string()),
+            };
             match reloaded {
                 Ok((next, kept)) => {
                     let (domains, count) = counts(&next);

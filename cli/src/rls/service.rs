@@ -6,10 +6,10 @@
 //! out: the build needs no `protoc` and no generated crate.
 
 use std::convert::Infallible;
-use std::future::{ready, Future, Ready};
-use std::pin::Pin;
+use std::future::{ready, Future};
+use std::pin::{pin, Pin};
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 
 use arc_swap::ArcSwap;
 use tonic::body::Body;
@@ -17,7 +17,7 @@ use tonic::server::{Grpc, NamedService};
 use tonic::Status;
 use tonic_prost::ProstCodec;
 
-use super::decide::Limits;
+use super::decide::{Invalid, Limits};
 use super::metrics::CallStats;
 use super::proto::{Code, RateLimitRequest, RateLimitResponse};
 
@@ -73,17 +73,43 @@ impl tower::Service<http::Request<Body>> for RateLimitService {
     }
 }
 
-/// The method: one message in, one decision out, decided on the calling
-/// task (a decision is a few lock-free steps, nothing to wait for).
+/// The method: one message in, one decision out. With every store in
+/// memory it is decided on the calling task, at once (a decision is a few
+/// lock-free steps, nothing to wait for, nothing allocated); with Redis,
+/// on a future of its own that awaits Redis's answers.
 struct ShouldRateLimit {
     limits: Arc<ArcSwap<Limits>>,
     calls: Arc<CallStats>,
 }
 
+type Response = tonic::Response<RateLimitResponse>;
+
+/// The method's answer: ready, or awaited from Redis.
+enum Decided {
+    Now(Option<Result<Response, Status>>),
+    Later(Pin<Box<dyn Future<Output = Result<Response, Status>> + Send>>),
+}
+
+impl Future for Decided {
+    type Output = Result<Response, Status>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        // Both arms are `Unpin`: a box, and an answer moved out once.
+        match self.get_mut() {
+            Decided::Now(answer) => Poll::Ready(
+                answer
+                    .take()
+                    .unwrap_or_else(|| Err(Status::internal("the answer was taken already"))),
+            ),
+            Decided::Later(future) => future.as_mut().poll(cx),
+        }
+    }
+}
+
 impl tower::Service<tonic::Request<RateLimitRequest>> for ShouldRateLimit {
-    type Response = tonic::Response<RateLimitResponse>;
+    type Response = Response;
     type Error = Status;
-    type Future = Ready<Result<Self::Response, Status>>;
+    type Future = Decided;
 
     fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Status>> {
         Poll::Ready(Ok(()))
@@ -91,16 +117,43 @@ impl tower::Service<tonic::Request<RateLimitRequest>> for ShouldRateLimit {
 
     fn call(&mut self, request: tonic::Request<RateLimitRequest>) -> Self::Future {
         let limits = self.limits.load();
-        let answer = limits.decide(request.get_ref());
-        CallStats::add(match &answer {
-            Ok(response) if response.overall_code == Code::Ok as i32 => &self.calls.ok,
-            Ok(_) => &self.calls.over_limit,
-            Err(_) => &self.calls.invalid,
-        });
-        ready(
-            answer
-                .map(tonic::Response::new)
-                .map_err(|invalid| Status::invalid_argument(invalid.0)),
-        )
+        if limits.all_in_memory() {
+            let answer = decided_now(&limits, request.get_ref());
+            return Decided::Now(Some(answered(&self.calls, answer)));
+        }
+        let limits = arc_swap::Guard::into_inner(limits);
+        let calls = Arc::clone(&self.calls);
+        Decided::Later(Box::pin(async move {
+            let answer = limits.decide(request.get_ref()).await;
+            answered(&calls, answer)
+        }))
     }
+}
+
+/// `limits.decide(request)` with every store in memory, where it awaits
+/// nothing: its first poll answers.
+fn decided_now(limits: &Limits, request: &RateLimitRequest) -> Result<RateLimitResponse, Invalid> {
+    let mut decision = pin!(limits.decide(request));
+    match decision
+        .as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()))
+    {
+        Poll::Ready(answer) => answer,
+        Poll::Pending => unreachable!("an in-memory decision awaits nothing"),
+    }
+}
+
+/// The answer counted by its kind, as gRPC sends it.
+fn answered(
+    calls: &CallStats,
+    answer: Result<RateLimitResponse, Invalid>,
+) -> Result<Response, Status> {
+    CallStats::add(match &answer {
+        Ok(response) if response.overall_code == Code::Ok as i32 => &calls.ok,
+        Ok(_) => &calls.over_limit,
+        Err(_) => &calls.invalid,
+    });
+    answer
+        .map(tonic::Response::new)
+        .map_err(|invalid| Status::invalid_argument(invalid.0))
 }
