@@ -15,13 +15,14 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use floodgate::{Bounds, Clock, Decision, PolicyKind, RateLimiter};
+use floodgate::http::RateLimitHeaders;
+use floodgate::{Bounds, Clock, Decision, PolicyKind, RateLimiter, RuledDecision};
 
 use super::config::{Config, Limit, Quota, Unit};
 use super::matching::DescriptorEntry;
 use super::metrics::LimitStats;
 use super::proto::{
-    Code, DescriptorStatus, Entry, RateLimit, RateLimitRequest, RateLimitResponse,
+    Code, DescriptorStatus, Entry, HeaderValue, RateLimit, RateLimitRequest, RateLimitResponse,
     Unit as ProtoUnit,
 };
 
@@ -62,7 +63,14 @@ pub struct Limits {
     /// Every limit but `unlimited` (never counted), by [`Limit::id`]: one
     /// look-up a descriptor.
     counted: HashMap<String, Counted>,
+    /// `--response-headers`: the RateLimit headers in each answer, and
+    /// whether the legacy `X-RateLimit-*` too (`--legacy-headers`).
+    headers: Option<Legacy>,
 }
+
+/// Whether the answer's headers include the legacy `X-RateLimit-*`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Legacy(bool);
 
 /// A counted limit's limiter and hits.
 struct Counted {
@@ -103,7 +111,26 @@ impl Limits {
         bounds: Bounds,
         clock: C,
     ) -> Result<(Self, usize), String> {
-        Self::keeping(config, bounds, clock, &self.counted)
+        let (mut limits, kept) = Self::keeping(config, bounds, clock, &self.counted)?;
+        limits.headers = self.headers;
+        Ok((limits, kept))
+    }
+
+    /// Adds to each answer's `response_headers_to_add` the RateLimit
+    /// headers the HTTP layer sends (`RateLimit-Policy`, `RateLimit`,
+    /// `Retry-After` for a refusal, and with `legacy` the
+    /// `X-RateLimit-*`): each limited descriptor adds its own member to
+    /// each list, named by its limit's `name` (else its id), as stacked
+    /// HTTP layers do; `Retry-After` is the longest of the refusals; the
+    /// legacy headers describe one descriptor, the one `Retry-After` comes
+    /// from, else the one with the fewest left. A `shadow_mode` limit,
+    /// whose refusals the client never sees, and `requests_per_unit: 0`,
+    /// which no wait admits, add none. Off by default: each answer then
+    /// costs what it did without.
+    #[must_use]
+    pub fn with_response_headers(mut self, legacy: bool) -> Self {
+        self.headers = Some(Legacy(legacy));
+        self
     }
 
     fn keeping<C: Clock + Clone + 'static>(
@@ -159,7 +186,14 @@ impl Limits {
                 counted.insert(limit.id.clone(), Counted { limiter, stats });
             }
         }
-        Ok((Self { config, counted }, kept))
+        Ok((
+            Self {
+                config,
+                counted,
+                headers: None,
+            },
+            kept,
+        ))
     }
 
     /// The configuration.
@@ -198,6 +232,9 @@ impl Limits {
         // refuses; the keys of every descriptor, one after another.
         let mut taken: Vec<Taken<'_>> = Vec::new();
         let mut keys = String::new();
+        // With `--response-headers`: each counted descriptor's answer per
+        // rule, in the order of the statuses.
+        let mut answered: Vec<Answered<'_>> = Vec::new();
         let mut refused = false;
         for (index, (descriptor, limit)) in request.descriptors.iter().zip(&limits).enumerate() {
             let Some(limit) = limit else {
@@ -221,7 +258,22 @@ impl Limits {
             let decision = match &counted.limiter {
                 Some(limiter) => {
                     client_key(&mut keys, &descriptor.entries);
-                    limiter.check_n(&keys[start..], cost)
+                    let key = &keys[start..];
+                    if self.headers.is_some() {
+                        // Each rule's own answer, for the headers.
+                        let ruled = limiter.check_ruled_n_at(key, limiter.now(), cost);
+                        let decision = ruled.decision;
+                        if !limit.shadow_mode {
+                            answered.push(Answered {
+                                status: index,
+                                name: limit.name.as_deref().unwrap_or(&limit.id),
+                                ruled,
+                            });
+                        }
+                        decision
+                    } else {
+                        limiter.check_n(key, cost)
+                    }
                 }
                 // `requests_per_unit: 0`: every request refused, never
                 // admitted.
@@ -264,19 +316,126 @@ impl Limits {
         }
         if refused {
             for taken in taken {
-                let given =
-                    taken
-                        .limiter
-                        .refund_admitted(&keys[taken.key], &taken.decision, taken.cost);
+                let given = taken.limiter.refund_admitted(
+                    &keys[taken.key.clone()],
+                    &taken.decision,
+                    taken.cost,
+                );
                 statuses[taken.status].limit_remaining =
                     saturate(taken.decision.remaining().saturating_add(given));
+                if let Ok(at) = answered.binary_search_by_key(&taken.status, |a| a.status) {
+                    answered[at].given_back(&**taken.limiter, &keys[taken.key], given);
+                }
             }
         }
         Ok(RateLimitResponse {
             overall_code: if refused { Code::OverLimit } else { Code::Ok } as i32,
             statuses,
-            response_headers_to_add: Vec::new(),
+            response_headers_to_add: match self.headers {
+                Some(Legacy(legacy)) => response_headers(&answered, legacy),
+                None => Vec::new(),
+            },
         })
+    }
+}
+
+/// One counted descriptor's answer, for the headers.
+struct Answered<'a> {
+    /// Its status's index in the answer.
+    status: usize,
+    /// Its limit's `name`, else its id: the headers' policy name.
+    name: &'a str,
+    ruled: RuledDecision<'a>,
+}
+
+impl Answered<'_> {
+    /// The descriptor's `given` units were given back (another refused
+    /// the request): its headers say what is left now, as its status does.
+    fn given_back(&mut self, limiter: &dyn RateLimiter<str>, key: &str, given: u64) {
+        let decision = &mut self.ruled.decision;
+        *decision = Decision::admitted(decision.remaining().saturating_add(given))
+            .with_tick(decision.tick());
+        // Several rules: each one's own state, read again.
+        if !self.ruled.each.is_empty() {
+            if let Some(each) = limiter.peek_each(key) {
+                self.ruled.each = each;
+            }
+        }
+    }
+}
+
+/// `response_headers_to_add`: each descriptor's member of `RateLimit-Policy`
+/// and `RateLimit`, in the request's order, the longest `Retry-After`, and
+/// with `legacy` one descriptor's `X-RateLimit-*`: the refusal with the
+/// longest wait, else the descriptor with the fewest left (the first of
+/// equals).
+fn response_headers(answered: &[Answered<'_>], legacy: bool) -> Vec<HeaderValue> {
+    let mut policy = String::new();
+    let mut ratelimit = String::new();
+    let mut retry_after: Option<u64> = None;
+    // The described descriptor's rank and headers.
+    let mut described: Option<(Rank, RateLimitHeaders)> = None;
+    for answer in answered {
+        let mut headers = RateLimitHeaders::new(&answer.ruled, answer.name);
+        if legacy {
+            headers = headers.legacy_headers();
+        }
+        for (name, value) in headers.pairs() {
+            let list = match name.as_str() {
+                "ratelimit-policy" => &mut policy,
+                "ratelimit" => &mut ratelimit,
+                _ => continue,
+            };
+            if !list.is_empty() {
+                list.push_str(", ");
+            }
+            list.push_str(&String::from_utf8_lossy(value.as_bytes()));
+        }
+        retry_after = retry_after.max(headers.retry_after());
+        let decision = &answer.ruled.decision;
+        let rank = (
+            !decision.allowed(),
+            headers.retry_after(),
+            std::cmp::Reverse(decision.remaining()),
+        );
+        if legacy && described.as_ref().is_none_or(|(best, _)| rank > *best) {
+            described = Some((rank, headers));
+        }
+    }
+    if answered.is_empty() {
+        return Vec::new();
+    }
+    let mut out = vec![
+        header("ratelimit-policy", policy),
+        header("ratelimit", ratelimit),
+    ];
+    if let Some(seconds) = retry_after {
+        out.push(header("retry-after", seconds.to_string()));
+    }
+    if let Some((_, headers)) = described {
+        out.extend(
+            headers
+                .pairs()
+                .filter(|(name, _)| name.as_str().starts_with("x-ratelimit-"))
+                .map(|(name, value)| {
+                    header(
+                        name.as_str(),
+                        String::from_utf8_lossy(value.as_bytes()).into(),
+                    )
+                }),
+        );
+    }
+    out
+}
+
+/// Which descriptor the legacy headers describe, the greatest: a refusal
+/// before an admission, then the longer wait, then the fewer left.
+type Rank = (bool, Option<u64>, std::cmp::Reverse<u64>);
+
+fn header(key: &str, value: String) -> HeaderValue {
+    HeaderValue {
+        key: key.to_owned(),
+        value,
     }
 }
 

@@ -211,3 +211,126 @@ fn an_in_flight_rule_is_refused_where_it_is_written() {
         "{error}"
     );
 }
+
+/// The answer's `response_headers_to_add`, as (name, value).
+fn headers(response: &RateLimitResponse) -> Vec<(&str, &str)> {
+    response
+        .response_headers_to_add
+        .iter()
+        .map(|header| (header.key.as_str(), header.value.as_str()))
+        .collect()
+}
+
+#[test]
+fn response_headers_are_off_by_default_and_one_descriptor_gives_the_layers() {
+    let (plain, _clock) = limits(PER_SECOND);
+    let a = request("api", &[&[("client", "a")]]);
+    assert!(plain.decide(&a).unwrap().response_headers_to_add.is_empty());
+
+    let (limits, clock) = limits(PER_SECOND);
+    let limits = limits.with_response_headers(true);
+    assert_eq!(
+        headers(&limits.decide(&a).unwrap()),
+        [
+            ("ratelimit-policy", r#""api.client";q=2;w=1"#),
+            ("ratelimit", r#""api.client";r=1;t=0"#),
+            ("x-ratelimit-limit", "2"),
+            ("x-ratelimit-remaining", "1"),
+            ("x-ratelimit-reset", "0"),
+        ]
+    );
+    limits.decide(&a).unwrap();
+    // Refused for the rest of the second: a quarter of it, rounded up.
+    clock.set(SECOND * 3 / 4);
+    let refused = limits.decide(&a).unwrap();
+    assert_eq!(refused.overall_code, Code::OverLimit as i32);
+    assert_eq!(
+        headers(&refused),
+        [
+            ("ratelimit-policy", r#""api.client";q=2;w=1"#),
+            ("ratelimit", r#""api.client";r=0;t=1"#),
+            ("retry-after", "1"),
+            ("x-ratelimit-limit", "2"),
+            ("x-ratelimit-remaining", "0"),
+            ("x-ratelimit-reset", "1"),
+        ]
+    );
+    // Several rules: one member each, named by position.
+    let route = request("api", &[&[("route", "/pay")]]);
+    let limits = limits.with_response_headers(false);
+    assert_eq!(
+        headers(&limits.decide(&route).unwrap()),
+        [
+            (
+                "ratelimit-policy",
+                r#""api.route-1";q=4;w=1, "api.route-2";q=6;w=60"#
+            ),
+            (
+                "ratelimit",
+                r#""api.route-1";r=3;t=0, "api.route-2";r=5;t=0"#
+            ),
+        ]
+    );
+}
+
+#[test]
+fn several_descriptors_add_a_member_each_with_the_longest_retry_after() {
+    let text = PER_SECOND.replace(
+        "  - key: plan\n    rate_limit: {",
+        "  - key: plan\n    rate_limit: {name: plan, ",
+    );
+    let (limits, clock) = limits(&text);
+    let limits = limits.with_response_headers(true);
+    let both = request("api", &[&[("route", "/r")], &[("plan", "free")]]);
+    let first = limits.decide(&both).unwrap();
+    assert_eq!(
+        headers(&first),
+        [
+            (
+                "ratelimit-policy",
+                r#""api.route-1";q=4;w=1, "api.route-2";q=6;w=60, "plan";q=1;w=60"#
+            ),
+            (
+                "ratelimit",
+                r#""api.route-1";r=3;t=0, "api.route-2";r=5;t=0, "plan";r=0;t=60"#
+            ),
+            // The descriptor with the fewest left.
+            ("x-ratelimit-limit", "1"),
+            ("x-ratelimit-remaining", "0"),
+            ("x-ratelimit-reset", "60"),
+        ]
+    );
+    // The plan refuses for a minute: the route's units are given back,
+    // and its members say so, as its status does (the burst is whole
+    // again after half a second).
+    clock.set(SECOND / 2);
+    let refused = limits.decide(&both).unwrap();
+    assert_eq!(answers(&refused), [(Code::Ok, 4), (Code::OverLimit, 0)]);
+    let retry = [
+        (
+            "ratelimit",
+            r#""api.route-1";r=4;t=0, "api.route-2";r=5;t=0, "plan";r=0;t=60"#,
+        ),
+        ("retry-after", "60"),
+    ];
+    assert_eq!(headers(&refused)[1..3], retry);
+    // Both refuse, each with its wait: the longer is Retry-After, and the
+    // legacy headers describe it.
+    let mut spend = request("api", &[&[("route", "/r")]]);
+    spend.hits_addend = 4;
+    limits.decide(&spend).unwrap();
+    let refused = limits.decide(&both).unwrap();
+    assert_eq!(
+        answers(&refused),
+        [(Code::OverLimit, 0), (Code::OverLimit, 0)]
+    );
+    assert_eq!(
+        headers(&refused)[2..],
+        [
+            ("retry-after", "60"),
+            ("x-ratelimit-limit", "1"),
+            ("x-ratelimit-remaining", "0"),
+            ("x-ratelimit-reset", "60"),
+        ]
+    );
+}

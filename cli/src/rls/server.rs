@@ -66,6 +66,23 @@ pub struct Args {
     #[arg(long, value_name = "DURATION", default_value = "1s",
           value_parser = Checked(parse_duration))]
     pub reload_every: Span,
+
+    /// Fill each answer's response_headers_to_add with the RateLimit
+    /// headers, for Envoy to send to the client: RateLimit-Policy and
+    /// RateLimit (one member per limited descriptor, named by its limit's
+    /// name, else its id; one per rule for several rules), and
+    /// Retry-After for a refusal (the longest wait). Off by default, as
+    /// envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED is.
+    #[arg(long)]
+    pub response_headers: bool,
+
+    /// With --response-headers, also X-RateLimit-Limit,
+    /// X-RateLimit-Remaining and X-RateLimit-Reset, of one descriptor: the
+    /// refusal with the longest wait, else the one with the fewest left
+    /// (with several rules, its refusing rule, else its rule with the
+    /// fewest left).
+    #[arg(long, requires = "response_headers")]
+    pub legacy_headers: bool,
 }
 
 /// Runs `floodgate rls` until a signal stops it.
@@ -89,10 +106,13 @@ pub fn run(args: Args) -> ExitCode {
         bounds = bounds.max_clients(max_clients);
     }
     let clock = QuantaClock::new();
-    let limits = match Limits::new(config, bounds, clock.clone()) {
+    let mut limits = match Limits::new(config, bounds, clock.clone()) {
         Ok(limits) => limits,
         Err(error) => return usage(error),
     };
+    if args.response_headers {
+        limits = limits.with_response_headers(args.legacy_headers);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
