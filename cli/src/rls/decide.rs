@@ -36,6 +36,12 @@ pub const MAX_DESCRIPTORS: usize = 1_024;
 /// is: a 1 MB header value would be a 1 MB client.
 pub const MAX_DESCRIPTOR_BYTES: usize = 4_096;
 
+/// The entries of each limiter's summary of the clients it refuses most
+/// (`/offenders`, [`floodgate::offenders`]): about 18 KB a limit with
+/// short keys, and a client with more than a 256th of a limit's refusals
+/// is always among them.
+pub const OFFENDERS: usize = 256;
+
 /// Why a request was not decided: the gRPC status `INVALID_ARGUMENT`,
 /// with this message. Nothing was spent.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -174,6 +180,7 @@ impl Limits {
                             _ => floodgate::Builder::from_rules(rules)
                                 .bounds(bounds)
                                 .counting(true)
+                                .offenders(OFFENDERS)
                                 .clock(clock.clone())
                                 .build::<str>()
                                 .map_err(|error| {
@@ -498,6 +505,38 @@ fn client_key(keys: &mut String, entries: &[Entry]) {
             entry.value
         );
     }
+}
+
+/// A client key of [`client_key`] as its entries, readable:
+/// `key=value,key=value` (what `/offenders` shows; two lists of entries
+/// may read alike there, never in the limiters). A key not of that form
+/// is given as it is.
+pub fn readable_client(key: &str) -> String {
+    // Reads `LEN:TEXT`, where LEN is TEXT's length in bytes.
+    fn field(rest: &str) -> Option<(&str, &str)> {
+        let (length, rest) = rest.split_once(':')?;
+        let length: usize = length.parse().ok()?;
+        Some((rest.get(..length)?, rest.get(length..)?))
+    }
+    let mut out = String::with_capacity(key.len());
+    let mut rest = key;
+    // Each pass takes a key and a value off `rest`, ended when it is empty
+    // or does not read.
+    while !rest.is_empty() {
+        let Some((name, value, next)) =
+            field(rest).and_then(|(name, after)| field(after).map(|(v, next)| (name, v, next)))
+        else {
+            return key.to_owned();
+        };
+        if !out.is_empty() {
+            out.push(',');
+        }
+        out.push_str(name);
+        out.push('=');
+        out.push_str(value);
+        rest = next;
+    }
+    out
 }
 
 /// The status of a descriptor no limit counts: none matched (no

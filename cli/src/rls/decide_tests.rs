@@ -334,3 +334,43 @@ fn several_descriptors_add_a_member_each_with_the_longest_retry_after() {
         ]
     );
 }
+
+#[test]
+fn offenders_name_each_limit_and_its_client_s_entries() {
+    use serde_json::json;
+    let (limits, _clock) = limits(PER_SECOND);
+    let client = request("api", &[&[("client", "a:1")]]);
+    let plan = request("api", &[&[("plan", "free")]]);
+    // Two admitted and three refused; one admitted and two refused.
+    for _ in 0..5 {
+        limits.decide(&client).unwrap();
+    }
+    for _ in 0..3 {
+        limits.decide(&plan).unwrap();
+    }
+    let report: serde_json::Value =
+        serde_json::from_str(&crate::rls::metrics::offenders(&limits)).unwrap();
+    assert_eq!(
+        report["offenders"],
+        json!([
+            {"limit": "api.client", "client": "client=a:1", "refused": 3, "units": 3, "error": 0},
+            {"limit": "api.plan", "client": "plan=free", "refused": 2, "units": 2, "error": 0},
+        ])
+    );
+    assert_eq!(report["limits"][0]["recorded"], 3);
+    // Each request of it begins a new interval.
+    let report: serde_json::Value =
+        serde_json::from_str(&crate::rls::metrics::offenders(&limits)).unwrap();
+    assert_eq!(report, json!({"offenders": [], "limits": []}));
+
+    // Several entries read as the request gave them; a key of another
+    // form is given as it is.
+    let mut key = String::new();
+    let entries = [("tenant", "acme"), ("plan", "")].map(|(key, value)| Entry {
+        key: key.into(),
+        value: value.into(),
+    });
+    client_key(&mut key, &entries);
+    assert_eq!(readable_client(&key), "tenant=acme,plan=");
+    assert_eq!(readable_client("6:client"), "6:client");
+}

@@ -2,7 +2,8 @@
 //! `--metrics-listen`: each limit's hits as envoyproxy/ratelimit names them
 //! (`total_hits`, `over_limit`, `near_limit`, `within_limit`,
 //! `shadow_mode`), the calls by answer, and each limit's limiter (its
-//! clients, what its store did) in the library's own families.
+//! clients, what its store did) in the library's own families; and at
+//! `/offenders`, the clients each limit refused most.
 //!
 //! Every count is a relaxed atomic add: each is read alone, by a scrape,
 //! and no decision depends on it, so no ordering with any other memory is
@@ -20,7 +21,7 @@ use hyper::body::{Bytes, Incoming};
 use hyper::{header, Method, Request, Response, StatusCode};
 use tokio::net::TcpListener;
 
-use super::decide::Limits;
+use super::decide::{readable_client, Limits};
 
 /// One limit's hits, in units (a call of cost 3 is 3 hits), as the
 /// reference counts them.
@@ -180,6 +181,16 @@ fn answer(
             render(&limits.load(), calls),
             Prometheus::CONTENT_TYPE,
         ),
+        (&Method::GET, "/offenders") => (
+            StatusCode::OK,
+            offenders(&limits.load()),
+            "application/json",
+        ),
+        (_, "/offenders") => (
+            StatusCode::METHOD_NOT_ALLOWED,
+            "Method Not Allowed: GET /offenders\n".to_owned(),
+            "text/plain; charset=utf-8",
+        ),
         (_, "/metrics") => (
             StatusCode::METHOD_NOT_ALLOWED,
             "Method Not Allowed: GET /metrics\n".to_owned(),
@@ -187,7 +198,8 @@ fn answer(
         ),
         _ => (
             StatusCode::NOT_FOUND,
-            "Not Found: the metrics are at /metrics\n".to_owned(),
+            "Not Found: the metrics are at /metrics, the clients refused most at /offenders\n"
+                .to_owned(),
             "text/plain; charset=utf-8",
         ),
     };
@@ -197,5 +209,71 @@ fn answer(
         header::CONTENT_TYPE,
         header::HeaderValue::from_static(content_type),
     );
+    if status == StatusCode::METHOD_NOT_ALLOWED {
+        // `/offenders` is a GET only: each one begins a new interval.
+        let allow = if request.uri().path() == "/offenders" {
+            "GET"
+        } else {
+            "GET, HEAD"
+        };
+        response
+            .headers_mut()
+            .insert(header::ALLOW, header::HeaderValue::from_static(allow));
+    }
     response
+}
+
+/// How many of the clients refused most `/offenders` lists.
+const LISTED: usize = 20;
+
+/// `/offenders`: the clients refused most since the previous request of
+/// it (each request begins a new interval in every limiter), across
+/// limits, as JSON: each with its limit's id and its descriptor's entries
+/// (`key=value,key=value`), ranked by refusals; and each limit that
+/// refused anyone, with its summary's counts and error bound
+/// ([`floodgate::offenders::Report`]).
+pub fn offenders(limits: &Limits) -> String {
+    let mut ids: Vec<&str> = limits.stats().map(|(id, _)| id).collect();
+    ids.sort_unstable();
+    let mut listed = Vec::new();
+    let mut summaries = Vec::new();
+    for id in ids {
+        let Some(report) = limits.limiter(id).and_then(|l| l.take_offenders()) else {
+            continue;
+        };
+        if report.recorded + report.unattributed == 0 {
+            continue;
+        }
+        summaries.push(serde_json::json!({
+            "limit": id,
+            "recorded": report.recorded,
+            "unattributed": report.unattributed,
+            "error_bound": report.error_bound,
+        }));
+        // A report is ranked already: its first `LISTED` are all that can
+        // be among the first `LISTED` of every limit.
+        listed.extend(
+            report
+                .offenders
+                .into_iter()
+                .take(LISTED)
+                .map(|offender| (id, offender)),
+        );
+    }
+    // Most refusals first; of equals, the surer count, then by limit.
+    listed.sort_by_key(|(id, offender)| (std::cmp::Reverse(offender.refused), offender.error, *id));
+    let listed: Vec<serde_json::Value> = listed
+        .into_iter()
+        .take(LISTED)
+        .map(|(id, offender)| {
+            serde_json::json!({
+                "limit": id,
+                "client": readable_client(&offender.key),
+                "refused": offender.refused,
+                "units": offender.units,
+                "error": offender.error,
+            })
+        })
+        .collect();
+    serde_json::json!({ "offenders": listed, "limits": summaries }).to_string() + "\n"
 }

@@ -56,7 +56,9 @@ pub struct Args {
 
     /// Serve GET /metrics on this address too, IP:PORT (port 0: any,
     /// printed): each limit's hits as envoyproxy/ratelimit counts them,
-    /// the calls by answer, each limiter's clients, as Prometheus text.
+    /// the calls by answer, each limiter's clients, as Prometheus text;
+    /// and GET /offenders: the clients refused most since the last GET of
+    /// it, with their limits, as JSON.
     #[arg(long, value_name = "ADDR")]
     pub metrics_listen: Option<SocketAddr>,
 

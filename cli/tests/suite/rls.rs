@@ -799,5 +799,19 @@ fn metrics_count_hits_per_limit_as_the_reference_names_them_and_calls_by_answer(
         rls.sample("floodgate_tracked_clients{limiter=\"edge.remote_address\",tier=\"\"}"),
         1
     );
+    // The clients refused most, each limit's, its entries readable.
+    let offenders = rls.get("/offenders");
+    let (_, body) = offenders.split_once("\r\n\r\n").unwrap();
+    let report: serde_json::Value = serde_json::from_str(body).unwrap();
+    assert_eq!(
+        report["offenders"],
+        serde_json::json!([
+            {"limit": "edge.shadow", "client": "shadow=s", "refused": 2, "units": 2, "error": 0},
+            {"limit": "edge.remote_address", "client": "remote_address=10.0.2.1",
+             "refused": 1, "units": 1, "error": 0},
+        ]),
+        "{body}"
+    );
+    assert_eq!(report["limits"][0]["limit"], "edge.remote_address");
     assert!(rls.stop().success());
 }
