@@ -140,7 +140,8 @@ pub struct Limit {
     /// `shadow_mode: true`: decided and counted, but never refused.
     pub shadow_mode: bool,
     /// `detailed_metric: true`: metrics named by the request's values
-    /// (see [`Limit::stats_key`]).
+    /// (see [`Limit::stats_key`]), at most
+    /// [`DETAILED_VALUES`](super::metrics::DETAILED_VALUES) of them.
     pub detailed_metric: bool,
     /// The descriptor that gave it.
     pub origin: Origin,

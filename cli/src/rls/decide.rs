@@ -20,7 +20,7 @@ use floodgate::{Bounds, Clock, Decision, PolicyKind, RateLimiter, RuledDecision}
 
 use super::config::{Config, Limit, Quota, Unit};
 use super::matching::DescriptorEntry;
-use super::metrics::LimitStats;
+use super::metrics::{DetailedStats, LimitStats};
 use super::proto::{
     Code, DescriptorStatus, Entry, HeaderValue, RateLimit, RateLimitRequest, RateLimitResponse,
     Unit as ProtoUnit,
@@ -84,6 +84,9 @@ struct Counted {
     limiter: Option<Arc<dyn RateLimiter<str>>>,
     /// Carried across reloads, so that counters never go back.
     stats: Arc<LimitStats>,
+    /// With `detailed_metric`: the hits per descriptor value, carried
+    /// likewise.
+    detailed: Option<Arc<DetailedStats>>,
 }
 
 impl Limits {
@@ -190,7 +193,17 @@ impl Limits {
                     }
                 };
                 let stats = before.map(|b| Arc::clone(&b.stats)).unwrap_or_default();
-                counted.insert(limit.id.clone(), Counted { limiter, stats });
+                let detailed = limit
+                    .detailed_metric
+                    .then(|| before.and_then(|b| b.detailed.clone()).unwrap_or_default());
+                counted.insert(
+                    limit.id.clone(),
+                    Counted {
+                        limiter,
+                        stats,
+                        detailed,
+                    },
+                );
             }
         }
         Ok((
@@ -213,6 +226,12 @@ impl Limits {
         self.counted
             .iter()
             .map(|(id, counted)| (id.as_str(), &*counted.stats))
+    }
+
+    /// The hits per descriptor value of the limit with `id`, if it has
+    /// `detailed_metric`.
+    pub fn detailed_stats(&self, id: &str) -> Option<&DetailedStats> {
+        self.counted.get(id)?.detailed.as_deref()
     }
 
     /// The limiter of the limit with `id`, if it counts.
@@ -293,6 +312,17 @@ impl Limits {
                 limit_count,
                 decision.remaining(),
             );
+            if let Some(detailed) = &counted.detailed {
+                let entries = descriptor.entries.iter().map(|e| (&e.key, &e.value));
+                detailed.count(
+                    limit.stats_key(&request.domain, entries),
+                    cost,
+                    decision.allowed(),
+                    limit.shadow_mode,
+                    limit_count,
+                    decision.remaining(),
+                );
+            }
             let code = if decision.allowed() {
                 if let Some(limiter) = &counted.limiter {
                     taken.push(Taken {

@@ -374,3 +374,44 @@ fn offenders_name_each_limit_and_its_client_s_entries() {
     assert_eq!(readable_client(&key), "tenant=acme,plan=");
     assert_eq!(readable_client("6:client"), "6:client");
 }
+
+#[test]
+fn detailed_metric_names_a_series_per_value_up_to_its_bound() {
+    use crate::rls::metrics::{render, CallStats, DETAILED_VALUES};
+    let text = format!(
+        "{PER_SECOND}  - key: user\n    detailed_metric: true\n    \
+         rate_limit: {{unit: hour, requests_per_unit: 1}}\n"
+    );
+    let (limits, _clock) = limits(&text);
+    // One value past the bound, and the first value again (refused).
+    for n in 0..=DETAILED_VALUES {
+        let user = format!("u{n}");
+        limits
+            .decide(&request("api", &[&[("user", &user)]]))
+            .unwrap();
+    }
+    limits
+        .decide(&request("api", &[&[("user", "u0")]]))
+        .unwrap();
+    limits
+        .decide(&request("api", &[&[("client", "a")]]))
+        .unwrap();
+    let scrape = render(&limits, &CallStats::default());
+    for line in [
+        "floodgate_rls_total_hits_total{limit=\"api.user\",key=\"api.user_u0\"} 2\n",
+        "floodgate_rls_over_limit_total{limit=\"api.user\",key=\"api.user_u0\"} 1\n",
+        "floodgate_rls_within_limit_total{limit=\"api.user\",key=\"api.user_u999\"} 1\n",
+        "floodgate_rls_total_hits_total{limit=\"api.user\",key=\"_other\"} 1\n",
+        // A limit without it keeps its one series.
+        "floodgate_rls_total_hits_total{limit=\"api.client\"} 1\n",
+    ] {
+        assert!(scrape.contains(line), "{line:?}");
+    }
+    let series = scrape
+        .lines()
+        .filter(|line| line.starts_with("floodgate_rls_total_hits_total{limit=\"api.user\""))
+        .count();
+    // The bound's values and `_other`, in place of the limit's own.
+    assert_eq!(series, DETAILED_VALUES + 1);
+    assert!(!scrape.contains("{limit=\"api.user\"}"));
+}
