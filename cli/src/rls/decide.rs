@@ -14,6 +14,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use floodgate::http::RateLimitHeaders;
 use floodgate::{Bounds, Clock, Decision, PolicyKind, RateLimiter, RuledDecision};
@@ -95,7 +96,8 @@ impl Limits {
     ///
     /// # Errors
     ///
-    /// A limit with an `in-flight` rule, which no call would release, or
+    /// A limit with an `in-flight` rule and no `hold`, which no call would
+    /// release, or
     /// rules the engine refuses (none that the configuration checked
     /// should be): the limit's file, line and id, and why.
     pub fn new<C: Clock + Clone + 'static>(
@@ -163,15 +165,19 @@ impl Limits {
                         // ends, which a `ShouldRateLimit` call does not
                         // say: nothing would release it, and the client
                         // would be locked out after N calls.
-                        if rules
-                            .rules()
-                            .iter()
-                            .any(|rule| rule.policy() == PolicyKind::InFlight)
+                        // With `hold`, each is released after it
+                        // ([`release_after`]).
+                        if limit.hold.is_none()
+                            && rules
+                                .rules()
+                                .iter()
+                                .any(|rule| rule.policy() == PolicyKind::InFlight)
                         {
                             return Err(format!(
-                                "{}: {}: `in-flight` rules are not served: a rate-limit call \
-                                 never says when its request ends, so nothing would release \
-                                 them",
+                                "{}: {}: an `in-flight` rule needs `hold: DURATION` in its \
+                                 rate_limit (such as `hold: 30s`): a rate-limit call never says \
+                                 when its request ends, so each admitted unit is released after \
+                                 its hold",
                                 limit.origin, limit.id
                             ));
                         }
@@ -246,6 +252,11 @@ impl Limits {
     /// [`Invalid`] for a request with no domain, no descriptors, more than
     /// [`MAX_DESCRIPTORS`], a descriptor with no entries or more than
     /// [`MAX_DESCRIPTOR_BYTES`]: nothing is spent.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime, when a limit with `hold` admits: the
+    /// release of its units is a task on the runtime.
     pub fn decide(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, Invalid> {
         validate(request)?;
         let limits = self.config.applied_limits(
@@ -331,6 +342,7 @@ impl Limits {
                         key: start..keys.len(),
                         decision,
                         cost,
+                        hold: limit.hold,
                     });
                 }
                 Code::Ok
@@ -351,17 +363,27 @@ impl Limits {
                     .map(Into::into),
             });
         }
-        if refused {
+        if !refused {
+            for taken in &taken {
+                if let Some(hold) = taken.hold {
+                    release_after(taken.limiter, &keys[taken.key.clone()], taken.cost, hold);
+                }
+            }
+        } else {
             for taken in taken {
-                let given = taken.limiter.refund_admitted(
-                    &keys[taken.key.clone()],
-                    &taken.decision,
-                    taken.cost,
-                );
+                let key = &keys[taken.key.clone()];
+                let mut given = taken
+                    .limiter
+                    .refund_admitted(key, &taken.decision, taken.cost);
+                // Units an `in-flight` rule holds are released, not
+                // refunded: at once, the request being refused.
+                if taken.hold.is_some() {
+                    given = given.max(taken.limiter.release(key, taken.cost));
+                }
                 statuses[taken.status].limit_remaining =
                     saturate(taken.decision.remaining().saturating_add(given));
                 if let Ok(at) = answered.binary_search_by_key(&taken.status, |a| a.status) {
-                    answered[at].given_back(&**taken.limiter, &keys[taken.key], given);
+                    answered[at].given_back(&**taken.limiter, key, given);
                 }
             }
         }
@@ -485,6 +507,23 @@ struct Taken<'a> {
     key: std::ops::Range<usize>,
     decision: Decision,
     cost: u64,
+    /// Its limit's `hold`, for an `in-flight` rule.
+    hold: Option<Duration>,
+}
+
+/// Releases `cost` units of `key` in `limiter` once `hold` has passed: the
+/// end of an admitted request, which a rate-limit call never reports,
+/// taken as its hold's end. A tokio timer on the runtime that answers the
+/// calls, one task an admission of a limit with `hold`; the task keeps the
+/// limiter, so a unit admitted before a reload is released where it was
+/// taken. (Called from a call's answer, so within the runtime.)
+fn release_after(limiter: &Arc<dyn RateLimiter<str>>, key: &str, cost: u64, hold: Duration) {
+    let limiter = Arc::clone(limiter);
+    let key = key.to_owned();
+    tokio::spawn(async move {
+        tokio::time::sleep(hold).await;
+        limiter.release(&key, cost);
+    });
 }
 
 /// Refuses what cannot be decided, before anything is spent.

@@ -205,11 +205,47 @@ fn an_in_flight_rule_is_refused_where_it_is_written() {
     let Err(error) = Limits::new(config, Bounds::new(), ManualClock::new(0)) else {
         panic!("an in-flight rule is refused");
     };
-    assert!(error.starts_with("held.yaml:3:"), "{error}");
-    assert!(
-        error.contains("api.job") && error.contains("in-flight"),
-        "{error}"
+    assert_eq!(
+        error,
+        "held.yaml:3:5: api.job: an `in-flight` rule needs `hold: DURATION` in its rate_limit \
+         (such as `hold: 30s`): a rate-limit call never says when its request ends, so each \
+         admitted unit is released after its hold"
     );
+}
+
+#[tokio::test]
+async fn a_held_unit_is_released_after_its_hold_and_at_once_when_refused() {
+    let text = format!(
+        "{PER_SECOND}  - key: job
+    rate_limit: {{rules: [\"in-flight:2\"], hold: 200ms}}
+"
+    );
+    let (limits, _clock) = limits(&text);
+    let job = request("api", &[&[("job", "a")]]);
+    assert_eq!(answers(&limits.decide(&job).unwrap()), [(Code::Ok, 1)]);
+    assert_eq!(answers(&limits.decide(&job).unwrap()), [(Code::Ok, 0)]);
+    let refused = limits.decide(&job).unwrap();
+    assert_eq!(answers(&refused), [(Code::OverLimit, 0)]);
+    // Only a release admits it: no wait to say.
+    assert_eq!(refused.statuses[0].duration_until_reset, None);
+    let held = limits.limiter("api.job").unwrap();
+    // Released by the timers; polled until then, failing only if never.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while held.remaining("3:job1:a") < 2 {
+        assert!(std::time::Instant::now() < deadline, "never released");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    // A request another descriptor refuses holds nothing.
+    let both = request("api", &[&[("job", "b")], &[("plan", "free")]]);
+    assert_eq!(
+        answers(&limits.decide(&both).unwrap()),
+        [(Code::Ok, 1), (Code::Ok, 0)]
+    );
+    assert_eq!(
+        answers(&limits.decide(&both).unwrap()),
+        [(Code::Ok, 1), (Code::OverLimit, 0)]
+    );
+    assert_eq!(held.remaining("3:job1:b"), 1);
 }
 
 /// The answer's `response_headers_to_add`, as (name, value).
