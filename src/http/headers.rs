@@ -23,9 +23,45 @@ static X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limi
 static X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
 static X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 
-/// The headers one decision gives its response, computed once.
+/// The rate-limit headers one decision gives its response, as
+/// [`RateLimitLayer`](super::RateLimitLayer) sends them, for a server that
+/// sends them itself: a rate-limit service answering a proxy that adds
+/// them to its response (Envoy's `response_headers_to_add`).
+///
+/// `RateLimit-Policy` and `RateLimit` (one member per rule, named after
+/// the policy or the decision's tier), `Retry-After` for a refusal a wait
+/// admits, and the legacy `X-RateLimit-*` when asked for
+/// ([`legacy_headers`](Self::legacy_headers)). The module's docs say what
+/// each field holds and how it is rounded.
+///
+/// ```
+/// use floodgate::http::RateLimitHeaders;
+/// use floodgate::{build_rules, Bounds, Engine, ManualClock, RateLimiter};
+///
+/// let api = build_rules::<str, _>(&"fixed-window:2/1m".parse()?, Engine::LockFree,
+///                                  ManualClock::new(0), Bounds::new())?;
+/// api.check_at("alice", 0);
+/// let ruled = api.check_ruled_at("alice", 0); // the last of the two
+/// let headers = RateLimitHeaders::new(&ruled, "api");
+/// let pairs: Vec<(String, String)> = headers
+///     .pairs()
+///     .map(|(name, value)| (name.to_string(), value.to_str().unwrap().to_owned()))
+///     .collect();
+/// assert_eq!(pairs, [
+///     ("ratelimit-policy".to_owned(), r#""api";q=2;w=60"#.to_owned()),
+///     ("ratelimit".to_owned(), r#""api";r=0;t=60"#.to_owned()),
+/// ]);
+///
+/// // A refusal says when to come back; the legacy headers on request.
+/// let refused = RateLimitHeaders::new(&api.check_ruled_at("alice", 0), "api").legacy_headers();
+/// assert_eq!(refused.retry_after(), Some(60));
+/// let names: Vec<String> = refused.pairs().map(|(name, _)| name.to_string()).collect();
+/// assert_eq!(names, ["ratelimit-policy", "ratelimit", "retry-after", "x-ratelimit-limit",
+///                    "x-ratelimit-remaining", "x-ratelimit-reset"]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct RateLimitHeaders {
+pub struct RateLimitHeaders {
     policy: HeaderValue,
     ratelimit: HeaderValue,
     /// `Retry-After`, for a rejection.
@@ -37,9 +73,47 @@ pub(crate) struct RateLimitHeaders {
 }
 
 impl RateLimitHeaders {
-    /// The headers for `ruled`, whose policy is named `name` unless a tier
-    /// decided it (the tier's name then).
-    pub(crate) fn new(
+    /// The headers for `ruled`, whose policy is named `policy_name` unless
+    /// a tier decided it (the tier's name then), without the legacy ones.
+    pub fn new(ruled: &RuledDecision<'_>, policy_name: &str) -> Self {
+        Self::for_layer(ruled, policy_name, None, false)
+    }
+
+    /// Also `X-RateLimit-Limit`, `-Remaining` and `-Reset` (as `q`, `r`,
+    /// `t`): with several rules, of the rule that refused, else of the one
+    /// with the fewest left.
+    #[must_use]
+    pub fn legacy_headers(mut self) -> Self {
+        self.legacy = true;
+        self
+    }
+
+    /// Each header's name and value, in the order above: the structured
+    /// lists first, `Retry-After` for a refusal, then the legacy headers
+    /// when asked for.
+    pub fn pairs(&self) -> impl Iterator<Item = (HeaderName, HeaderValue)> + '_ {
+        let legacy = self.legacy.then(|| {
+            [
+                Some((X_RATELIMIT_LIMIT.clone(), self.limit.into())),
+                Some((X_RATELIMIT_REMAINING.clone(), self.remaining.into())),
+                self.reset
+                    .map(|reset| (X_RATELIMIT_RESET.clone(), reset.into())),
+            ]
+        });
+        [
+            Some((RATELIMIT_POLICY.clone(), self.policy.clone())),
+            Some((RATELIMIT.clone(), self.ratelimit.clone())),
+            self.retry_after
+                .map(|seconds| (RETRY_AFTER, HeaderValue::from(seconds))),
+        ]
+        .into_iter()
+        .chain(legacy.into_iter().flatten())
+        .flatten()
+    }
+
+    /// The headers for `ruled`, as the layer sends them: with the cost's
+    /// `unit` in `RateLimit-Policy`, and the legacy headers if `legacy`.
+    pub(crate) fn for_layer(
         ruled: &RuledDecision<'_>,
         name: &str,
         unit: Option<&str>,
@@ -118,8 +192,9 @@ impl RateLimitHeaders {
         }
     }
 
-    /// `Retry-After`, in whole seconds (a rejection only).
-    pub(crate) fn retry_after(&self) -> Option<u64> {
+    /// `Retry-After`, in whole seconds: for a refusal that a wait admits,
+    /// else `None`.
+    pub fn retry_after(&self) -> Option<u64> {
         self.retry_after
     }
 }
@@ -277,7 +352,7 @@ mod tests {
             ..Decision::default()
         };
         let config = Config::per(5, Duration::from_millis(1_500)).unwrap();
-        let headers = RateLimitHeaders::new(
+        let headers = RateLimitHeaders::for_layer(
             &ruled(admitted, PolicyKind::Gcra, config),
             "api",
             None,
@@ -292,7 +367,7 @@ mod tests {
             tick: Tick::MILLISECOND,
             ..admitted
         };
-        let headers = RateLimitHeaders::new(
+        let headers = RateLimitHeaders::for_layer(
             &ruled(admitted, PolicyKind::Gcra, config),
             "api",
             None,
@@ -346,7 +421,7 @@ mod tests {
             "gcra:10/1s,fixed-window:10000/1d",
             &[Decision::admit(9), Decision::admit(9_999)],
         );
-        let headers = RateLimitHeaders::new(&ruled, "api", None, true);
+        let headers = RateLimitHeaders::for_layer(&ruled, "api", None, true);
         assert_eq!(
             headers.policy,
             r#""api-1";q=10;w=1, "api-2";q=10000;w=86400"#
@@ -363,7 +438,7 @@ mod tests {
             tier: Some("pro"),
             ..ruled
         };
-        let headers = RateLimitHeaders::new(&tiered, "api", Some("requests"), false);
+        let headers = RateLimitHeaders::for_layer(&tiered, "api", Some("requests"), false);
         assert_eq!(
             headers.policy,
             r#""pro-1";q=10;qu="requests";w=1, "pro-2";q=10000;qu="requests";w=86400"#
@@ -380,7 +455,7 @@ mod tests {
             "gcra:10/1s,fixed-window:10000/1d",
             &[Decision::admit(5), quota],
         );
-        let headers = RateLimitHeaders::new(&ruled, "api", None, true);
+        let headers = RateLimitHeaders::for_layer(&ruled, "api", None, true);
         assert_eq!(headers.ratelimit, r#""api-1";r=5;t=0, "api-2";r=0;t=3600"#);
         assert_eq!(headers.retry_after, Some(3_600));
         assert_eq!((headers.limit, headers.remaining), (10_000, 0));
@@ -393,7 +468,7 @@ mod tests {
             "gcra:10/1s,fixed-window:10000/1d",
             &[Decision::admit(9), Decision::admit(0)],
         );
-        let headers = RateLimitHeaders::new(&ruled, "api", None, true);
+        let headers = RateLimitHeaders::for_layer(&ruled, "api", None, true);
         assert_eq!(headers.ratelimit, r#""api-1";r=9;t=0, "api-2";r=0;t=86400"#);
         assert_eq!((headers.limit, headers.remaining), (10_000, 0));
         assert_eq!(headers.reset, Some(86_400));
@@ -406,7 +481,7 @@ mod tests {
             "gcra:10/1s,fixed-window:10000/1d",
             &[never, Decision::admit(9_999)],
         );
-        let headers = RateLimitHeaders::new(&ruled, "api", None, true);
+        let headers = RateLimitHeaders::for_layer(&ruled, "api", None, true);
         assert_eq!(headers.ratelimit, r#""api-1";r=3, "api-2";r=9999;t=0"#);
         assert_eq!(headers.retry_after, None);
         assert_eq!((headers.limit, headers.reset), (10, None));

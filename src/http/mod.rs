@@ -141,6 +141,7 @@ pub use extract::{
     from_fn, FromFn, Global, Header, Key, KeyExtractor, MissingKey, PeerIp, DEFAULT_IPV6_PREFIX,
 };
 pub use forwarded::{ForwardedIp, InvalidCidr};
+pub use headers::RateLimitHeaders;
 pub use layer::RateLimitLayer;
 pub use limit::AsyncLimiter;
 pub use service::{insert_headers, too_many_requests, RateLimitService, ResponseFuture};

@@ -156,7 +156,7 @@ where
                 None => limiter.check_ruled_n(key.query(), cost).await,
             };
             let headers =
-                RateLimitHeaders::new(&ruled, &options.name, options.unit, options.legacy);
+                RateLimitHeaders::for_layer(&ruled, &options.name, options.unit, options.legacy);
             let decision = ruled.decision;
             if !decision.allowed {
                 let response = match &options.on_rejected {
@@ -435,7 +435,7 @@ pub fn too_many_requests(ruled: &RuledDecision<'_>, policy_name: &str) -> Respon
         "too_many_requests: the decision admitted the request"
     );
     let options = Options::new(policy_name);
-    let headers = RateLimitHeaders::new(ruled, policy_name, None, false);
+    let headers = RateLimitHeaders::for_layer(ruled, policy_name, None, false);
     refusal(
         &options,
         ruled,
@@ -453,5 +453,5 @@ pub fn too_many_requests(ruled: &RuledDecision<'_>, policy_name: &str) -> Respon
 /// ([`too_many_requests`] has an example); a response that passed the
 /// layer has the layer's already.
 pub fn insert_headers(headers: &mut http::HeaderMap, ruled: &RuledDecision<'_>, policy_name: &str) {
-    RateLimitHeaders::new(ruled, policy_name, None, false).apply(headers);
+    RateLimitHeaders::for_layer(ruled, policy_name, None, false).apply(headers);
 }

@@ -61,7 +61,8 @@
 //! (or one string, the rules joined by commas) instead of `unit` and
 //! `requests_per_unit`: any of the library's policies, several at once
 //! (a request is admitted when every rule admits it), `in-flight:N`
-//! included (read here, refused by the service: [`super::decide`]); a
+//! included with `hold: DURATION`, how long each admitted unit is held
+//! (the service refuses it without: [`super::decide`]); a
 //! window in ticks is refused, as on the command line, since
 //! its length would depend on the clock. A unit and its count become the
 //! rule `fixed-window:N/1s` (`1m`, `1h`, `1d`, `7d`, `30d`, `365d`), so
@@ -140,8 +141,13 @@ pub struct Limit {
     /// `shadow_mode: true`: decided and counted, but never refused.
     pub shadow_mode: bool,
     /// `detailed_metric: true`: metrics named by the request's values
-    /// (see [`Limit::stats_key`]).
+    /// (see [`Limit::stats_key`]), at most
+    /// [`DETAILED_VALUES`](super::metrics::DETAILED_VALUES) of them.
     pub detailed_metric: bool,
+    /// `hold: DURATION` (this crate's): how long each unit an `in-flight`
+    /// rule admits is held before it is released, since a rate-limit call
+    /// never says when its request ends. Only on a limit with such a rule.
+    pub hold: Option<Duration>,
     /// The descriptor that gave it.
     pub origin: Origin,
 }
@@ -425,7 +431,7 @@ fn yaml_files(dir: &Path, files: &mut Vec<PathBuf>) -> Result<(), (PathBuf, std:
 /// The keys of each place, and the reference's keys this does not read.
 const ROOT_KEYS: &str = "domain, descriptors";
 const DESCRIPTOR_KEYS: &str = "key, value, rate_limit, descriptors, shadow_mode, detailed_metric";
-const RATE_LIMIT_KEYS: &str = "unit, requests_per_unit, unlimited, name, replaces, rules";
+const RATE_LIMIT_KEYS: &str = "unit, requests_per_unit, unlimited, name, replaces, rules, hold";
 const REPLACES_KEYS: &str = "name";
 const UNSUPPORTED: [&str; 4] = [
     "quota_mode",
@@ -740,6 +746,10 @@ impl Reader {
         } else {
             return Err(self.error(node.at(), Problem::EmptyRateLimit));
         };
+        let hold = match fields.get("hold") {
+            Some(node) => Some(self.hold(node, &quota)?),
+            None => None,
+        };
         let name = match fields.get("name") {
             Some(node) => Some(self.string(node, "name")?).filter(|n| !n.is_empty()),
             None => None,
@@ -779,8 +789,29 @@ impl Reader {
             replaces,
             shadow_mode,
             detailed_metric,
+            hold,
             origin: self.origin(descriptor.at()),
         })
+    }
+
+    /// `hold`: a duration longer than 0, on a limit with an `in-flight`
+    /// rule.
+    fn hold(&self, node: &Node, quota: &Quota) -> Result<Duration, ConfigError> {
+        let text = self.string(node, "hold")?;
+        let span = crate::args::parse_duration(&text)
+            .map_err(|message| self.error(node.at(), Problem::Hold(message)))?;
+        if span.nanos == 0 {
+            return Err(self.error(
+                node.at(),
+                Problem::Hold("expected a duration longer than 0".into()),
+            ));
+        }
+        let in_flight = matches!(quota, Quota::Rules(rules)
+            if rules.rules().iter().any(|rule| rule.policy() == PolicyKind::InFlight));
+        if !in_flight {
+            return Err(self.error(node.at(), Problem::HoldWithoutInFlight));
+        }
+        Ok(span.duration())
     }
 
     /// `rules`: a list of rules, or one string of rules joined by commas.

@@ -89,7 +89,7 @@ fn unknown_and_repeated_keys_are_refused_where_written() {
     assert_eq!(
         rate_limit("unti: second\nrequests_per_unit: 5"),
         "limits/payments.yaml:5:7: unknown key \"unti\" in a rate_limit (its keys are unit, \
-         requests_per_unit, unlimited, name, replaces, rules)"
+         requests_per_unit, unlimited, name, replaces, rules, hold)"
     );
     assert_eq!(
         rate_limit("unit: second\nrequests_per_unit: 5\nreplaces: [{nmae: x}]"),
@@ -477,4 +477,32 @@ fn unreadable_paths_and_empty_directories_are_refused() {
     let error = Config::load(&dir.0).unwrap_err();
     assert_eq!(error.file, bad);
     assert_eq!(error.at.map(|at| at.line), Some(3));
+}
+
+#[test]
+fn hold_is_a_duration_on_a_limit_with_an_in_flight_rule() {
+    let config = Config::from_texts([(
+        Path::new(FILE),
+        "domain: payments\ndescriptors:\n  - key: d\n    rate_limit:\n      \
+         rules: [\"in-flight:4\", \"gcra:10/1s\"]\n      hold: 30s\n",
+    )])
+    .expect("the file reads");
+    let limit = config.applied_limits("payments", [[("d", "x")]])[0].expect("matched");
+    assert_eq!(limit.hold, Some(Duration::from_secs(30)));
+    assert_eq!(
+        rate_limit("rules: [gcra:10/1s]\nhold: 30s"),
+        "limits/payments.yaml:6:13: hold is how long an in-flight rule holds each admitted \
+         unit: this limit has no in-flight rule, so it would hold nothing"
+    );
+    assert_eq!(
+        rate_limit("unit: second\nrequests_per_unit: 5\nhold: 1s"),
+        "limits/payments.yaml:7:13: hold is how long an in-flight rule holds each admitted \
+         unit: this limit has no in-flight rule, so it would hold nothing"
+    );
+    assert_eq!(
+        rate_limit("rules: [in-flight:2]\nhold: 0s"),
+        "limits/payments.yaml:6:13: hold: expected a duration longer than 0"
+    );
+    assert!(rate_limit("rules: [in-flight:2]\nhold: 30")
+        .starts_with("limits/payments.yaml:6:13: hold: a duration needs a unit"),);
 }

@@ -18,14 +18,16 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
-use floodgate::{Clock, Decision, PolicyKind, RateLimiter, RuleSet};
+use floodgate::http::RateLimitHeaders;
+use floodgate::{Clock, Decision, PolicyKind, RateLimiter, RuleSet, RuledDecision};
 
 use super::config::{Config, Limit, Quota, Unit};
 use super::matching::DescriptorEntry;
-use super::metrics::LimitStats;
+use super::metrics::{DetailedStats, LimitStats};
 use super::proto::{
-    Code, DescriptorStatus, Entry, RateLimit, RateLimitRequest, RateLimitResponse,
+    Code, DescriptorStatus, Entry, HeaderValue, RateLimit, RateLimitRequest, RateLimitResponse,
     Unit as ProtoUnit,
 };
 use super::store::{Admitted, Backing, Refused, Store};
@@ -39,6 +41,12 @@ pub const MAX_DESCRIPTORS: usize = 1_024;
 /// are the client's key in its limit's limiter, kept as long as the client
 /// is: a 1 MB header value would be a 1 MB client.
 pub const MAX_DESCRIPTOR_BYTES: usize = 4_096;
+
+/// The entries of each limiter's summary of the clients it refuses most
+/// (`/offenders`, [`floodgate::offenders`]): about 18 KB a limit with
+/// short keys, and a client with more than a 256th of a limit's refusals
+/// is always among them.
+pub const OFFENDERS: usize = 256;
 
 /// Why a request was not decided: the gRPC status `INVALID_ARGUMENT`,
 /// with this message. Nothing was spent.
@@ -69,7 +77,14 @@ pub struct Limits {
     counted: HashMap<String, Counted>,
     /// Whether every store is in memory: a decision then awaits nothing.
     in_memory_only: bool,
+    /// `--response-headers`: the RateLimit headers in each answer, and
+    /// whether the legacy `X-RateLimit-*` too (`--legacy-headers`).
+    headers: Option<Legacy>,
 }
+
+/// Whether the answer's headers include the legacy `X-RateLimit-*`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Legacy(bool);
 
 /// A counted limit's store and hits.
 struct Counted {
@@ -80,6 +95,9 @@ struct Counted {
     rules: Option<RuleSet>,
     /// Carried across reloads, so that counters never go back.
     stats: Arc<LimitStats>,
+    /// With `detailed_metric`: the hits per descriptor value, carried
+    /// likewise.
+    detailed: Option<Arc<DetailedStats>>,
 }
 
 impl Counted {
@@ -98,9 +116,10 @@ impl Limits {
     ///
     /// # Errors
     ///
-    /// A limit with an `in-flight` rule, which no call would release, or
-    /// rules the store refuses (none that the configuration checked should
-    /// be in memory): the limit's file, line and id, and why.
+    /// A limit with an `in-flight` rule and no `hold`, which no call would
+    /// release, or rules the store refuses (none that the configuration
+    /// checked should be in memory): the limit's file, line and id, and
+    /// why.
     pub async fn new<C: Clock + Clone + 'static>(
         config: Config,
         backing: impl Into<Backing>,
@@ -125,7 +144,26 @@ impl Limits {
         backing: &Backing,
         clock: C,
     ) -> Result<(Self, usize), String> {
-        Self::keeping(config, backing, clock, &self.counted).await
+        let (mut limits, kept) = Self::keeping(config, backing, clock, &self.counted).await?;
+        limits.headers = self.headers;
+        Ok((limits, kept))
+    }
+
+    /// Adds to each answer's `response_headers_to_add` the RateLimit
+    /// headers the HTTP layer sends (`RateLimit-Policy`, `RateLimit`,
+    /// `Retry-After` for a refusal, and with `legacy` the
+    /// `X-RateLimit-*`): each limited descriptor adds its own member to
+    /// each list, named by its limit's `name` (else its id), as stacked
+    /// HTTP layers do; `Retry-After` is the longest of the refusals; the
+    /// legacy headers describe one descriptor, the one `Retry-After` comes
+    /// from, else the one with the fewest left. A `shadow_mode` limit,
+    /// whose refusals the client never sees, and `requests_per_unit: 0`,
+    /// which no wait admits, add none. Off by default: each answer then
+    /// costs what it did without.
+    #[must_use]
+    pub fn with_response_headers(mut self, legacy: bool) -> Self {
+        self.headers = Some(Legacy(legacy));
+        self
     }
 
     async fn keeping<C: Clock + Clone + 'static>(
@@ -149,15 +187,19 @@ impl Limits {
                         // ends, which a `ShouldRateLimit` call does not
                         // say: nothing would release it, and the client
                         // would be locked out after N calls.
-                        if rules
-                            .rules()
-                            .iter()
-                            .any(|rule| rule.policy() == PolicyKind::InFlight)
+                        // With `hold`, each is released after it
+                        // ([`release_after`]).
+                        if limit.hold.is_none()
+                            && rules
+                                .rules()
+                                .iter()
+                                .any(|rule| rule.policy() == PolicyKind::InFlight)
                         {
                             return Err(format!(
-                                "{}: {}: `in-flight` rules are not served: a rate-limit call \
-                                 never says when its request ends, so nothing would release \
-                                 them",
+                                "{}: {}: an `in-flight` rule needs `hold: DURATION` in its \
+                                 rate_limit (such as `hold: 30s`): a rate-limit call never says \
+                                 when its request ends, so each admitted unit is released after \
+                                 its hold",
                                 limit.origin, limit.id
                             ));
                         }
@@ -171,6 +213,9 @@ impl Limits {
                     }
                 };
                 let stats = before.map(|b| Arc::clone(&b.stats)).unwrap_or_default();
+                let detailed = limit
+                    .detailed_metric
+                    .then(|| before.and_then(|b| b.detailed.clone()).unwrap_or_default());
                 let rules = limit.rules().cloned();
                 counted.insert(
                     limit.id.clone(),
@@ -178,6 +223,7 @@ impl Limits {
                         store,
                         rules,
                         stats,
+                        detailed,
                     },
                 );
             }
@@ -190,6 +236,7 @@ impl Limits {
                 config,
                 counted,
                 in_memory_only,
+                headers: None,
             },
             kept,
         ))
@@ -205,6 +252,12 @@ impl Limits {
         self.counted
             .iter()
             .map(|(id, counted)| (id.as_str(), &*counted.stats))
+    }
+
+    /// The hits per descriptor value of the limit with `id`, if it has
+    /// `detailed_metric`.
+    pub fn detailed_stats(&self, id: &str) -> Option<&DetailedStats> {
+        self.counted.get(id)?.detailed.as_deref()
     }
 
     /// The in-memory limiter of the limit with `id`, if it counts in
@@ -243,6 +296,11 @@ impl Limits {
     /// [`Invalid`] for a request with no domain, no descriptors, more than
     /// [`MAX_DESCRIPTORS`], a descriptor with no entries or more than
     /// [`MAX_DESCRIPTOR_BYTES`]: nothing is spent.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime, when a limit with `hold` admits: the
+    /// release of its units is a task on the runtime.
     pub async fn decide(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, Invalid> {
         validate(request)?;
         let limits = self.config.applied_limits(
@@ -255,6 +313,9 @@ impl Limits {
         // refuses; the keys of every descriptor, one after another.
         let mut taken: Vec<Taken<'_>> = Vec::new();
         let mut keys = String::new();
+        // With `--response-headers`: each counted descriptor's answer per
+        // rule, in the order of the statuses.
+        let mut answered: Vec<Answered<'_>> = Vec::new();
         let mut refused = false;
         for (index, (descriptor, limit)) in request.descriptors.iter().zip(&limits).enumerate() {
             let Some(limit) = limit else {
@@ -278,7 +339,22 @@ impl Limits {
             let (decision, admitted) = match &counted.store {
                 Some(store) => {
                     client_key(&mut keys, &descriptor.entries);
-                    store.check_n(&keys[start..], cost).await
+                    let key = &keys[start..];
+                    if self.headers.is_some() {
+                        // Each rule's own answer, for the headers.
+                        let (ruled, admitted) = store.check_ruled_n(key, cost).await;
+                        let decision = ruled.decision;
+                        if !limit.shadow_mode {
+                            answered.push(Answered {
+                                status: index,
+                                name: limit.name.as_deref().unwrap_or(&limit.id),
+                                ruled,
+                            });
+                        }
+                        (decision, admitted)
+                    } else {
+                        store.check_n(key, cost).await
+                    }
                 }
                 // `requests_per_unit: 0`: every request refused, never
                 // admitted.
@@ -291,6 +367,17 @@ impl Limits {
                 limit_count,
                 decision.remaining(),
             );
+            if let Some(detailed) = &counted.detailed {
+                let entries = descriptor.entries.iter().map(|e| (&e.key, &e.value));
+                detailed.count(
+                    limit.stats_key(&request.domain, entries),
+                    cost,
+                    decision.allowed(),
+                    limit.shadow_mode,
+                    limit_count,
+                    decision.remaining(),
+                );
+            }
             let code = if decision.allowed() {
                 if let Some(store) = &counted.store {
                     taken.push(Taken {
@@ -300,6 +387,7 @@ impl Limits {
                         decision,
                         admitted,
                         cost,
+                        hold: limit.hold,
                     });
                 }
                 Code::Ok
@@ -320,25 +408,38 @@ impl Limits {
                     .map(Into::into),
             });
         }
-        if refused {
+        if !refused {
+            for taken in &taken {
+                if let Some(hold) = taken.hold {
+                    release_after(taken.store, &keys[taken.key.clone()], taken.cost, hold);
+                }
+            }
+        } else {
             for taken in taken {
-                let given = taken
+                let key = &keys[taken.key.clone()];
+                let mut given = taken
                     .store
-                    .refund_admitted(
-                        &keys[taken.key],
-                        &taken.decision,
-                        taken.admitted,
-                        taken.cost,
-                    )
+                    .refund_admitted(key, &taken.decision, taken.admitted, taken.cost)
                     .await;
+                // Units an `in-flight` rule holds are released, not
+                // refunded: at once, the request being refused.
+                if taken.hold.is_some() {
+                    given = given.max(taken.store.release(key, taken.cost).await);
+                }
                 statuses[taken.status].limit_remaining =
                     saturate(taken.decision.remaining().saturating_add(given));
+                if let Ok(at) = answered.binary_search_by_key(&taken.status, |a| a.status) {
+                    answered[at].given_back(taken.store.memory(), key, given);
+                }
             }
         }
         Ok(RateLimitResponse {
             overall_code: if refused { Code::OverLimit } else { Code::Ok } as i32,
             statuses,
-            response_headers_to_add: Vec::new(),
+            response_headers_to_add: match self.headers {
+                Some(Legacy(legacy)) => response_headers(&answered, legacy),
+                None => Vec::new(),
+            },
         })
     }
 }
@@ -360,6 +461,108 @@ async fn built<C: Clock + Clone + 'static>(
         })
 }
 
+/// One counted descriptor's answer, for the headers.
+struct Answered<'a> {
+    /// Its status's index in the answer.
+    status: usize,
+    /// Its limit's `name`, else its id: the headers' policy name.
+    name: &'a str,
+    ruled: RuledDecision<'a>,
+}
+
+impl Answered<'_> {
+    /// The descriptor's `given` units were given back (another refused
+    /// the request): its headers say what is left now, as its status does.
+    fn given_back(&mut self, limiter: Option<&Arc<dyn RateLimiter<str>>>, key: &str, given: u64) {
+        let decision = &mut self.ruled.decision;
+        *decision = Decision::admitted(decision.remaining().saturating_add(given))
+            .with_tick(decision.tick());
+        // Several rules: each one's own state, read again (in memory; in
+        // Redis it would be another round trip, and the rules' answers
+        // stay as they were decided).
+        if let (false, Some(limiter)) = (self.ruled.each.is_empty(), limiter) {
+            if let Some(each) = limiter.peek_each(key) {
+                self.ruled.each = each;
+            }
+        }
+    }
+}
+
+/// `response_headers_to_add`: each descriptor's member of `RateLimit-Policy`
+/// and `RateLimit`, in the request's order, the longest `Retry-After`, and
+/// with `legacy` one descriptor's `X-RateLimit-*`: the refusal with the
+/// longest wait, else the descriptor with the fewest left (the first of
+/// equals).
+fn response_headers(answered: &[Answered<'_>], legacy: bool) -> Vec<HeaderValue> {
+    let mut policy = String::new();
+    let mut ratelimit = String::new();
+    let mut retry_after: Option<u64> = None;
+    // The described descriptor's rank and headers.
+    let mut described: Option<(Rank, RateLimitHeaders)> = None;
+    for answer in answered {
+        let mut headers = RateLimitHeaders::new(&answer.ruled, answer.name);
+        if legacy {
+            headers = headers.legacy_headers();
+        }
+        for (name, value) in headers.pairs() {
+            let list = match name.as_str() {
+                "ratelimit-policy" => &mut policy,
+                "ratelimit" => &mut ratelimit,
+                _ => continue,
+            };
+            if !list.is_empty() {
+                list.push_str(", ");
+            }
+            list.push_str(&String::from_utf8_lossy(value.as_bytes()));
+        }
+        retry_after = retry_after.max(headers.retry_after());
+        let decision = &answer.ruled.decision;
+        let rank = (
+            !decision.allowed(),
+            headers.retry_after(),
+            std::cmp::Reverse(decision.remaining()),
+        );
+        if legacy && described.as_ref().is_none_or(|(best, _)| rank > *best) {
+            described = Some((rank, headers));
+        }
+    }
+    if answered.is_empty() {
+        return Vec::new();
+    }
+    let mut out = vec![
+        header("ratelimit-policy", policy),
+        header("ratelimit", ratelimit),
+    ];
+    if let Some(seconds) = retry_after {
+        out.push(header("retry-after", seconds.to_string()));
+    }
+    if let Some((_, headers)) = described {
+        out.extend(
+            headers
+                .pairs()
+                .filter(|(name, _)| name.as_str().starts_with("x-ratelimit-"))
+                .map(|(name, value)| {
+                    header(
+                        name.as_str(),
+                        String::from_utf8_lossy(value.as_bytes()).into(),
+                    )
+                }),
+        );
+    }
+    out
+}
+
+/// Which descriptor the legacy headers describe, the greatest: a refusal
+/// before an admission, then the longer wait, then the fewer left.
+type Rank = (bool, Option<u64>, std::cmp::Reverse<u64>);
+
+fn header(key: &str, value: String) -> HeaderValue {
+    HeaderValue {
+        key: key.to_owned(),
+        value,
+    }
+}
+
 /// What one admitted descriptor took.
 struct Taken<'a> {
     /// Its status's index in the answer.
@@ -370,6 +573,23 @@ struct Taken<'a> {
     decision: Decision,
     admitted: Admitted,
     cost: u64,
+    /// Its limit's `hold`, for an `in-flight` rule.
+    hold: Option<Duration>,
+}
+
+/// Releases `cost` units of `key` in `store` once `hold` has passed: the
+/// end of an admitted request, which a rate-limit call never reports,
+/// taken as its hold's end. A tokio timer on the runtime that answers the
+/// calls, one task an admission of a limit with `hold`; the task keeps the
+/// store, so a unit admitted before a reload is released where it was
+/// taken. (Called from a call's answer, so within the runtime.)
+fn release_after(store: &Store, key: &str, cost: u64, hold: Duration) {
+    let store = store.clone();
+    let key = key.to_owned();
+    tokio::spawn(async move {
+        tokio::time::sleep(hold).await;
+        store.release(&key, cost).await;
+    });
 }
 
 /// Refuses what cannot be decided, before anything is spent.
@@ -420,6 +640,38 @@ fn client_key(keys: &mut String, entries: &[Entry]) {
             entry.value
         );
     }
+}
+
+/// A client key of [`client_key`] as its entries, readable:
+/// `key=value,key=value` (what `/offenders` shows; two lists of entries
+/// may read alike there, never in the limiters). A key not of that form
+/// is given as it is.
+pub fn readable_client(key: &str) -> String {
+    // Reads `LEN:TEXT`, where LEN is TEXT's length in bytes.
+    fn field(rest: &str) -> Option<(&str, &str)> {
+        let (length, rest) = rest.split_once(':')?;
+        let length: usize = length.parse().ok()?;
+        Some((rest.get(..length)?, rest.get(length..)?))
+    }
+    let mut out = String::with_capacity(key.len());
+    let mut rest = key;
+    // Each pass takes a key and a value off `rest`, ended when it is empty
+    // or does not read.
+    while !rest.is_empty() {
+        let Some((name, value, next)) =
+            field(rest).and_then(|(name, after)| field(after).map(|(v, next)| (name, v, next)))
+        else {
+            return key.to_owned();
+        };
+        if !out.is_empty() {
+            out.push(',');
+        }
+        out.push_str(name);
+        out.push('=');
+        out.push_str(value);
+        rest = next;
+    }
+    out
 }
 
 /// The status of a descriptor no limit counts: none matched (no

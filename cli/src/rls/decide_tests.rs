@@ -228,10 +228,11 @@ fn an_in_flight_rule_is_refused_where_it_is_written() {
     let Err(error) = now(Limits::new(config, Bounds::new(), ManualClock::new(0))) else {
         panic!("an in-flight rule is refused");
     };
-    assert!(error.starts_with("held.yaml:3:"), "{error}");
-    assert!(
-        error.contains("api.job") && error.contains("in-flight"),
-        "{error}"
+    assert_eq!(
+        error,
+        "held.yaml:3:5: api.job: an `in-flight` rule needs `hold: DURATION` in its rate_limit \
+         (such as `hold: 30s`): a rate-limit call never says when its request ends, so each \
+         admitted unit is released after its hold"
     );
 }
 
@@ -338,4 +339,239 @@ fn a_state_keeps_each_limits_clients_and_other_rules_are_refused_or_start_afresh
             .remaining("4:plan4:free"),
         3
     );
+}
+#[tokio::test]
+async fn a_held_unit_is_released_after_its_hold_and_at_once_when_refused() {
+    let text = format!(
+        "{PER_SECOND}  - key: job
+    rate_limit: {{rules: [\"in-flight:2\"], hold: 200ms}}
+"
+    );
+    let (limits, _clock) = limits(&text);
+    let job = request("api", &[&[("job", "a")]]);
+    assert_eq!(answers(&now(limits.decide(&job)).unwrap()), [(Code::Ok, 1)]);
+    assert_eq!(answers(&now(limits.decide(&job)).unwrap()), [(Code::Ok, 0)]);
+    let refused = now(limits.decide(&job)).unwrap();
+    assert_eq!(answers(&refused), [(Code::OverLimit, 0)]);
+    // Only a release admits it: no wait to say.
+    assert_eq!(refused.statuses[0].duration_until_reset, None);
+    let held = limits.limiter("api.job").unwrap();
+    // Released by the timers; polled until then, failing only if never.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while held.remaining("3:job1:a") < 2 {
+        assert!(std::time::Instant::now() < deadline, "never released");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    // A request another descriptor refuses holds nothing.
+    let both = request("api", &[&[("job", "b")], &[("plan", "free")]]);
+    assert_eq!(
+        answers(&now(limits.decide(&both)).unwrap()),
+        [(Code::Ok, 1), (Code::Ok, 0)]
+    );
+    assert_eq!(
+        answers(&now(limits.decide(&both)).unwrap()),
+        [(Code::Ok, 1), (Code::OverLimit, 0)]
+    );
+    assert_eq!(held.remaining("3:job1:b"), 1);
+}
+
+/// The answer's `response_headers_to_add`, as (name, value).
+fn headers(response: &RateLimitResponse) -> Vec<(&str, &str)> {
+    response
+        .response_headers_to_add
+        .iter()
+        .map(|header| (header.key.as_str(), header.value.as_str()))
+        .collect()
+}
+
+#[test]
+fn response_headers_are_off_by_default_and_one_descriptor_gives_the_layers() {
+    let (plain, _clock) = limits(PER_SECOND);
+    let a = request("api", &[&[("client", "a")]]);
+    assert!(now(plain.decide(&a))
+        .unwrap()
+        .response_headers_to_add
+        .is_empty());
+
+    let (limits, clock) = limits(PER_SECOND);
+    let limits = limits.with_response_headers(true);
+    assert_eq!(
+        headers(&now(limits.decide(&a)).unwrap()),
+        [
+            ("ratelimit-policy", r#""api.client";q=2;w=1"#),
+            ("ratelimit", r#""api.client";r=1;t=0"#),
+            ("x-ratelimit-limit", "2"),
+            ("x-ratelimit-remaining", "1"),
+            ("x-ratelimit-reset", "0"),
+        ]
+    );
+    now(limits.decide(&a)).unwrap();
+    // Refused for the rest of the second: a quarter of it, rounded up.
+    clock.set(SECOND * 3 / 4);
+    let refused = now(limits.decide(&a)).unwrap();
+    assert_eq!(refused.overall_code, Code::OverLimit as i32);
+    assert_eq!(
+        headers(&refused),
+        [
+            ("ratelimit-policy", r#""api.client";q=2;w=1"#),
+            ("ratelimit", r#""api.client";r=0;t=1"#),
+            ("retry-after", "1"),
+            ("x-ratelimit-limit", "2"),
+            ("x-ratelimit-remaining", "0"),
+            ("x-ratelimit-reset", "1"),
+        ]
+    );
+    // Several rules: one member each, named by position.
+    let route = request("api", &[&[("route", "/pay")]]);
+    let limits = limits.with_response_headers(false);
+    assert_eq!(
+        headers(&now(limits.decide(&route)).unwrap()),
+        [
+            (
+                "ratelimit-policy",
+                r#""api.route-1";q=4;w=1, "api.route-2";q=6;w=60"#
+            ),
+            (
+                "ratelimit",
+                r#""api.route-1";r=3;t=0, "api.route-2";r=5;t=0"#
+            ),
+        ]
+    );
+}
+
+#[test]
+fn several_descriptors_add_a_member_each_with_the_longest_retry_after() {
+    let text = PER_SECOND.replace(
+        "  - key: plan\n    rate_limit: {",
+        "  - key: plan\n    rate_limit: {name: plan, ",
+    );
+    let (limits, clock) = limits(&text);
+    let limits = limits.with_response_headers(true);
+    let both = request("api", &[&[("route", "/r")], &[("plan", "free")]]);
+    let first = now(limits.decide(&both)).unwrap();
+    assert_eq!(
+        headers(&first),
+        [
+            (
+                "ratelimit-policy",
+                r#""api.route-1";q=4;w=1, "api.route-2";q=6;w=60, "plan";q=1;w=60"#
+            ),
+            (
+                "ratelimit",
+                r#""api.route-1";r=3;t=0, "api.route-2";r=5;t=0, "plan";r=0;t=60"#
+            ),
+            // The descriptor with the fewest left.
+            ("x-ratelimit-limit", "1"),
+            ("x-ratelimit-remaining", "0"),
+            ("x-ratelimit-reset", "60"),
+        ]
+    );
+    // The plan refuses for a minute: the route's units are given back,
+    // and its members say so, as its status does (the burst is whole
+    // again after half a second).
+    clock.set(SECOND / 2);
+    let refused = now(limits.decide(&both)).unwrap();
+    assert_eq!(answers(&refused), [(Code::Ok, 4), (Code::OverLimit, 0)]);
+    let retry = [
+        (
+            "ratelimit",
+            r#""api.route-1";r=4;t=0, "api.route-2";r=5;t=0, "plan";r=0;t=60"#,
+        ),
+        ("retry-after", "60"),
+    ];
+    assert_eq!(headers(&refused)[1..3], retry);
+    // Both refuse, each with its wait: the longer is Retry-After, and the
+    // legacy headers describe it.
+    let mut spend = request("api", &[&[("route", "/r")]]);
+    spend.hits_addend = 4;
+    now(limits.decide(&spend)).unwrap();
+    let refused = now(limits.decide(&both)).unwrap();
+    assert_eq!(
+        answers(&refused),
+        [(Code::OverLimit, 0), (Code::OverLimit, 0)]
+    );
+    assert_eq!(
+        headers(&refused)[2..],
+        [
+            ("retry-after", "60"),
+            ("x-ratelimit-limit", "1"),
+            ("x-ratelimit-remaining", "0"),
+            ("x-ratelimit-reset", "60"),
+        ]
+    );
+}
+
+#[test]
+fn offenders_name_each_limit_and_its_client_s_entries() {
+    use serde_json::json;
+    let (limits, _clock) = limits(PER_SECOND);
+    let client = request("api", &[&[("client", "a:1")]]);
+    let plan = request("api", &[&[("plan", "free")]]);
+    // Two admitted and three refused; one admitted and two refused.
+    for _ in 0..5 {
+        now(limits.decide(&client)).unwrap();
+    }
+    for _ in 0..3 {
+        now(limits.decide(&plan)).unwrap();
+    }
+    let report: serde_json::Value =
+        serde_json::from_str(&crate::rls::metrics::offenders(&limits)).unwrap();
+    assert_eq!(
+        report["offenders"],
+        json!([
+            {"limit": "api.client", "client": "client=a:1", "refused": 3, "units": 3, "error": 0},
+            {"limit": "api.plan", "client": "plan=free", "refused": 2, "units": 2, "error": 0},
+        ])
+    );
+    assert_eq!(report["limits"][0]["recorded"], 3);
+    // Each request of it begins a new interval.
+    let report: serde_json::Value =
+        serde_json::from_str(&crate::rls::metrics::offenders(&limits)).unwrap();
+    assert_eq!(report, json!({"offenders": [], "limits": []}));
+
+    // Several entries read as the request gave them; a key of another
+    // form is given as it is.
+    let mut key = String::new();
+    let entries = [("tenant", "acme"), ("plan", "")].map(|(key, value)| Entry {
+        key: key.into(),
+        value: value.into(),
+    });
+    client_key(&mut key, &entries);
+    assert_eq!(readable_client(&key), "tenant=acme,plan=");
+    assert_eq!(readable_client("6:client"), "6:client");
+}
+
+#[test]
+fn detailed_metric_names_a_series_per_value_up_to_its_bound() {
+    use crate::rls::metrics::{render, CallStats, DETAILED_VALUES};
+    let text = format!(
+        "{PER_SECOND}  - key: user\n    detailed_metric: true\n    \
+         rate_limit: {{unit: hour, requests_per_unit: 1}}\n"
+    );
+    let (limits, _clock) = limits(&text);
+    // One value past the bound, and the first value again (refused).
+    for n in 0..=DETAILED_VALUES {
+        let user = format!("u{n}");
+        now(limits.decide(&request("api", &[&[("user", &user)]]))).unwrap();
+    }
+    now(limits.decide(&request("api", &[&[("user", "u0")]]))).unwrap();
+    now(limits.decide(&request("api", &[&[("client", "a")]]))).unwrap();
+    let scrape = render(&limits, &CallStats::default());
+    for line in [
+        "floodgate_rls_total_hits_total{limit=\"api.user\",key=\"api.user_u0\"} 2\n",
+        "floodgate_rls_over_limit_total{limit=\"api.user\",key=\"api.user_u0\"} 1\n",
+        "floodgate_rls_within_limit_total{limit=\"api.user\",key=\"api.user_u999\"} 1\n",
+        "floodgate_rls_total_hits_total{limit=\"api.user\",key=\"_other\"} 1\n",
+        // A limit without it keeps its one series.
+        "floodgate_rls_total_hits_total{limit=\"api.client\"} 1\n",
+    ] {
+        assert!(scrape.contains(line), "{line:?}");
+    }
+    let series = scrape
+        .lines()
+        .filter(|line| line.starts_with("floodgate_rls_total_hits_total{limit=\"api.user\""))
+        .count();
+    // The bound's values and `_other`, in place of the limit's own.
+    assert_eq!(series, DETAILED_VALUES + 1);
+    assert!(!scrape.contains("{limit=\"api.user\"}"));
 }

@@ -102,6 +102,10 @@ pub enum Problem {
         /// The parser's message.
         message: String,
     },
+    /// `hold` that does not read as a duration longer than 0: why.
+    Hold(String),
+    /// `hold` on a limit with no `in-flight` rule, which holds nothing.
+    HoldWithoutInFlight,
     /// `rules: []`.
     NoRules,
     /// More rules than a limiter applies ([`floodgate::MAX_RULES`]).
@@ -209,6 +213,11 @@ impl fmt::Display for Problem {
                 write!(f, "{field} takes true or false, not {text:?}")
             }
             Problem::Rule { rule, message } => write!(f, "invalid rule {rule:?}: {message}"),
+            Problem::Hold(message) => write!(f, "hold: {message}"),
+            Problem::HoldWithoutInFlight => f.write_str(
+                "hold is how long an in-flight rule holds each admitted unit: this limit has \
+                 no in-flight rule, so it would hold nothing",
+            ),
             Problem::NoRules => {
                 f.write_str("rules is empty: give at least one, e.g. rules: [\"gcra:10/1s\"]")
             }

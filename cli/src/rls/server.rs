@@ -119,7 +119,9 @@ pub struct Args {
 
     /// Serve GET /metrics on this address too, IP:PORT (port 0: any,
     /// printed): each limit's hits as envoyproxy/ratelimit counts them,
-    /// the calls by answer, each limiter's clients, as Prometheus text.
+    /// the calls by answer, each limiter's clients, as Prometheus text;
+    /// and GET /offenders: the clients refused most since the last GET of
+    /// it, with their limits, as JSON.
     #[arg(long, value_name = "ADDR")]
     pub metrics_listen: Option<SocketAddr>,
 
@@ -129,6 +131,23 @@ pub struct Args {
     #[arg(long, value_name = "DURATION", default_value = "1s",
           value_parser = Checked(parse_duration))]
     pub reload_every: Span,
+
+    /// Fill each answer's response_headers_to_add with the RateLimit
+    /// headers, for Envoy to send to the client: RateLimit-Policy and
+    /// RateLimit (one member per limited descriptor, named by its limit's
+    /// name, else its id; one per rule for several rules), and
+    /// Retry-After for a refusal (the longest wait). Off by default, as
+    /// envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED is.
+    #[arg(long)]
+    pub response_headers: bool,
+
+    /// With --response-headers, also X-RateLimit-Limit,
+    /// X-RateLimit-Remaining and X-RateLimit-Reset, of one descriptor: the
+    /// refusal with the longest wait, else the one with the fewest left
+    /// (with several rules, its refusing rule, else its rule with the
+    /// fewest left).
+    #[arg(long, requires = "response_headers")]
+    pub legacy_headers: bool,
 }
 
 /// Runs `floodgate rls` until a signal stops it.
@@ -182,6 +201,9 @@ pub fn run(args: Args) -> ExitCode {
     };
     // Redis's limiters start their tasks on the runtime they are built on.
     let limits = match runtime.block_on(Limits::new(config, backing.clone(), clock.clone())) {
+        Ok(limits) if args.response_headers => Arc::new(ArcSwap::from_pointee(
+            limits.with_response_headers(args.legacy_headers),
+        )),
         Ok(limits) => Arc::new(ArcSwap::from_pointee(limits)),
         Err(error) => return usage(error),
     };

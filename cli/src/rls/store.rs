@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use floodgate::{Bounds, Clock, Decision, RateLimiter, RuleSet};
+use floodgate::{Bounds, Clock, Decision, RateLimiter, RuleSet, RuledDecision};
 
 #[cfg(feature = "redis")]
 use floodgate::redis::{AsyncRedisLimiter, RedisOptions};
@@ -61,6 +61,7 @@ impl Backing {
             Backing::Memory(bounds) => floodgate::Builder::from_rules(rules)
                 .bounds(*bounds)
                 .counting(true)
+                .offenders(super::decide::OFFENDERS)
                 .clock(clock.clone())
                 .build::<str>()
                 .map(Store::Memory)
@@ -112,6 +113,11 @@ pub enum Admitted {
     /// In Redis: the admission's handle (its key, decision and cost).
     #[cfg(feature = "redis")]
     Redis(Admission<String>),
+    /// In Redis, decided rule by rule (`--response-headers`): given back
+    /// as the HTTP layer gives its admissions back, once, at most their
+    /// cost.
+    #[cfg(feature = "redis")]
+    RedisRuled,
 }
 
 impl Store {
@@ -138,6 +144,34 @@ impl Store {
         }
     }
 
+    /// [`check_n`](Self::check_n) with each rule's own answer, for the
+    /// response headers: in memory the engine's `check_ruled_n_at`, in
+    /// Redis the HTTP layer's check.
+    pub async fn check_ruled_n(&self, key: &str, cost: u64) -> (RuledDecision<'_>, Admitted) {
+        match self {
+            Store::Memory(limiter) => (
+                limiter.check_ruled_n_at(key, limiter.now(), cost),
+                Admitted::Memory,
+            ),
+            #[cfg(feature = "redis")]
+            Store::Redis(redis) => (
+                floodgate::http::AsyncLimiter::<str>::check_ruled_n(redis, key, cost).await,
+                Admitted::RedisRuled,
+            ),
+        }
+    }
+
+    /// Releases up to `cost` units `key` holds under its `in-flight` rules:
+    /// the units released (in Redis, 0 when Redis fails: they are held
+    /// until their lease ends or they are released again).
+    pub async fn release(&self, key: &str, cost: u64) -> u64 {
+        match self {
+            Store::Memory(limiter) => limiter.release(key, cost),
+            #[cfg(feature = "redis")]
+            Store::Redis(redis) => redis.release(key, cost).await,
+        }
+    }
+
     /// Gives back the `cost` units that `decision` admitted for `key`
     /// ([`RateLimiter::refund_admitted`]; in Redis, its refund of the
     /// admission, 0 when Redis fails): the units given back.
@@ -153,6 +187,11 @@ impl Store {
             #[cfg(feature = "redis")]
             (Store::Redis(redis), Admitted::Redis(admission)) => {
                 redis.refund(admission, cost).await
+            }
+            #[cfg(feature = "redis")]
+            (Store::Redis(redis), Admitted::RedisRuled) => {
+                floodgate::http::AsyncLimiter::<str>::refund_in(redis, None, key, decision, cost)
+                    .await
             }
             // A refusal holds nothing to give back.
             #[cfg(feature = "redis")]

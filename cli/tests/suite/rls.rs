@@ -59,6 +59,16 @@ struct RateLimitResponse {
     overall_code: i32,
     #[prost(message, repeated, tag = "2")]
     statuses: Vec<DescriptorStatus>,
+    #[prost(message, repeated, tag = "3")]
+    response_headers_to_add: Vec<HeaderValue>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct HeaderValue {
+    #[prost(string, tag = "1")]
+    key: String,
+    #[prost(string, tag = "2")]
+    value: String,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -232,15 +242,20 @@ impl Rls {
         }
     }
 
-    /// `GET /metrics`'s body.
+    /// `GET /metrics`'s response.
     fn scrape(&self) -> String {
+        self.get("/metrics")
+    }
+
+    /// `GET path`'s response on the metrics listener, a 200.
+    fn get(&self, path: &str) -> String {
         use std::io::{Read, Write};
         let address = self.metrics.expect("started with --metrics-listen");
         let mut stream = std::net::TcpStream::connect(address).unwrap();
         stream.set_read_timeout(Some(PATIENCE)).unwrap();
         write!(
             stream,
-            "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
         )
         .unwrap();
         let mut response = String::new();
@@ -494,6 +509,8 @@ fn a_request_refused_by_one_descriptor_spends_nothing_in_the_others() {
             .await
             .unwrap();
         assert_eq!(first.overall_code, OK);
+        // No headers without --response-headers.
+        assert!(first.response_headers_to_add.is_empty());
         assert_eq!(first.statuses[0].limit_remaining, 4);
         assert_eq!(first.statuses[1].limit_remaining, 0);
         // The plan refuses the next three: the address keeps its 4.
@@ -714,18 +731,58 @@ fn max_clients_bounds_each_limit_and_a_new_client_past_it_is_refused() {
 
 #[test]
 fn metrics_count_hits_per_limit_as_the_reference_names_them_and_calls_by_answer() {
-    let rls = Rls::start_with("metrics", EDGE, &["--metrics-listen", "127.0.0.1:0"]);
+    let rls = Rls::start_with(
+        "metrics",
+        EDGE,
+        &[
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--response-headers",
+            "--legacy-headers",
+        ],
+    );
     runtime().block_on(async {
         let mut client = rls.client().await;
         let address = [("remote_address", "10.0.2.1")];
         // Five an hour: 4 admitted at cost 1 (the last leaves 1 of 5, a
         // fifth: not near), then cost 1 leaving 0 (near), then refused.
+        let mut answers = Vec::new();
         for _ in 0..6 {
-            client
-                .should_rate_limit(request("edge", &[&address]))
-                .await
-                .unwrap();
+            answers.push(
+                client
+                    .should_rate_limit(request("edge", &[&address]))
+                    .await
+                    .unwrap(),
+            );
         }
+        // --response-headers: the HTTP layer's, named by the limit's name.
+        let headers = |answer: &RateLimitResponse| -> Vec<(String, String)> {
+            answer
+                .response_headers_to_add
+                .iter()
+                .map(|h| (h.key.clone(), h.value.clone()))
+                .collect()
+        };
+        let first = headers(&answers[0]);
+        assert_eq!(first[0].1, r#""per_address";q=5;w=3600"#);
+        assert_eq!(first[1].1, r#""per_address";r=4;t=0"#);
+        assert_eq!(first[3], ("x-ratelimit-remaining".into(), "4".into()));
+        let refused = headers(&answers[5]);
+        let names: Vec<&str> = refused.iter().map(|(name, _)| name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "ratelimit-policy",
+                "ratelimit",
+                "retry-after",
+                "x-ratelimit-limit",
+                "x-ratelimit-remaining",
+                "x-ratelimit-reset"
+            ]
+        );
+        // Refused for the rest of the hour.
+        let wait: u64 = refused[2].1.parse().unwrap();
+        assert!((1..=3_600).contains(&wait), "{refused:?}");
         // The shadow limit: one admitted, two refused and let through.
         for _ in 0..3 {
             client
@@ -758,6 +815,20 @@ fn metrics_count_hits_per_limit_as_the_reference_names_them_and_calls_by_answer(
         rls.sample("floodgate_tracked_clients{limiter=\"edge.remote_address\",tier=\"\"}"),
         1
     );
+    // The clients refused most, each limit's, its entries readable.
+    let offenders = rls.get("/offenders");
+    let (_, body) = offenders.split_once("\r\n\r\n").unwrap();
+    let report: serde_json::Value = serde_json::from_str(body).unwrap();
+    assert_eq!(
+        report["offenders"],
+        serde_json::json!([
+            {"limit": "edge.shadow", "client": "shadow=s", "refused": 2, "units": 2, "error": 0},
+            {"limit": "edge.remote_address", "client": "remote_address=10.0.2.1",
+             "refused": 1, "units": 1, "error": 0},
+        ]),
+        "{body}"
+    );
+    assert_eq!(report["limits"][0]["limit"], "edge.remote_address");
     assert!(rls.stop().success());
 }
 
