@@ -18,8 +18,7 @@ use floodgate::state::Saver;
 use floodgate::RateLimiter;
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
-use hyper::header::{self, HeaderValue};
-use hyper::{Method, Request, Response, StatusCode};
+use hyper::{Request, Response, StatusCode};
 use tokio::net::TcpListener;
 
 use super::{Client, Stats};
@@ -235,52 +234,11 @@ type MetricsBody = Full<Bytes>;
 
 /// Answers one request on the metrics listener.
 fn answer(scraped: &Scraped, request: &Request<Incoming>) -> Response<MetricsBody> {
-    let (status, body, content_type) = match (request.method(), request.uri().path()) {
-        (&Method::GET | &Method::HEAD, "/metrics") => {
-            (StatusCode::OK, scrape(scraped), Prometheus::CONTENT_TYPE)
-        }
-        (&Method::GET, "/offenders") => match offenders(scraped) {
-            Some(json) => (StatusCode::OK, json, "application/json"),
-            None => (
-                StatusCode::NOT_FOUND,
-                "Not Found: the Redis store keeps no offenders\n".to_owned(),
-                "text/plain; charset=utf-8",
-            ),
-        },
-        (_, "/offenders") => (
-            StatusCode::METHOD_NOT_ALLOWED,
-            "Method Not Allowed: GET /offenders\n".to_owned(),
-            "text/plain; charset=utf-8",
-        ),
-        (_, "/metrics") => (
-            StatusCode::METHOD_NOT_ALLOWED,
-            "Method Not Allowed: GET /metrics\n".to_owned(),
-            "text/plain; charset=utf-8",
-        ),
-        _ => (
-            StatusCode::NOT_FOUND,
-            "Not Found: the metrics are at /metrics, the clients refused most at /offenders\n"
-                .to_owned(),
-            "text/plain; charset=utf-8",
-        ),
-    };
-    let mut response = Response::new(Full::new(Bytes::from(body)));
-    *response.status_mut() = status;
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    if status == StatusCode::METHOD_NOT_ALLOWED {
-        // `/offenders` is a GET only: each one begins a new interval.
-        let allow = if request.uri().path() == "/offenders" {
-            "GET"
-        } else {
-            "GET, HEAD"
-        };
-        response
-            .headers_mut()
-            .insert(header::ALLOW, HeaderValue::from_static(allow));
-    }
-    response
+    floodgate_cli::scrapes::answer(
+        request,
+        || scrape(scraped),
+        || offenders(scraped).ok_or("the Redis store keeps no offenders"),
+    )
 }
 
 /// Serves `/metrics` on `listener` until the task is dropped.

@@ -19,7 +19,7 @@ use arc_swap::ArcSwap;
 use floodgate::export::{escape_label_value, Prometheus};
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
-use hyper::{header, Method, Request, Response, StatusCode};
+use hyper::{Request, Response};
 use tokio::net::TcpListener;
 
 use super::decide::{readable_client, Limits};
@@ -262,52 +262,11 @@ fn answer(
     calls: &CallStats,
     request: &Request<Incoming>,
 ) -> Response<Full<Bytes>> {
-    let (status, body, content_type) = match (request.method(), request.uri().path()) {
-        (&Method::GET | &Method::HEAD, "/metrics") => (
-            StatusCode::OK,
-            render(&limits.load(), calls),
-            Prometheus::CONTENT_TYPE,
-        ),
-        (&Method::GET, "/offenders") => (
-            StatusCode::OK,
-            offenders(&limits.load()),
-            "application/json",
-        ),
-        (_, "/offenders") => (
-            StatusCode::METHOD_NOT_ALLOWED,
-            "Method Not Allowed: GET /offenders\n".to_owned(),
-            "text/plain; charset=utf-8",
-        ),
-        (_, "/metrics") => (
-            StatusCode::METHOD_NOT_ALLOWED,
-            "Method Not Allowed: GET /metrics\n".to_owned(),
-            "text/plain; charset=utf-8",
-        ),
-        _ => (
-            StatusCode::NOT_FOUND,
-            "Not Found: the metrics are at /metrics, the clients refused most at /offenders\n"
-                .to_owned(),
-            "text/plain; charset=utf-8",
-        ),
-    };
-    let mut response = Response::new(Full::new(Bytes::from(body)));
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        header::HeaderValue::from_static(content_type),
-    );
-    if status == StatusCode::METHOD_NOT_ALLOWED {
-        // `/offenders` is a GET only: each one begins a new interval.
-        let allow = if request.uri().path() == "/offenders" {
-            "GET"
-        } else {
-            "GET, HEAD"
-        };
-        response
-            .headers_mut()
-            .insert(header::ALLOW, header::HeaderValue::from_static(allow));
-    }
-    response
+    crate::scrapes::answer(
+        request,
+        || render(&limits.load(), calls),
+        || Ok(offenders(&limits.load())),
+    )
 }
 
 /// How many of the clients refused most `/offenders` lists.
