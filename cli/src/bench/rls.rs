@@ -6,9 +6,9 @@
 //! ports, and are stopped at the end. One client thread (a current-thread
 //! runtime) drives 1, 4 and 16 connections (`--connections`), each a
 //! closed loop of calls: the proxy over HTTP/1.1 with keep-alive, the
-//! service over gRPC on HTTP/2 (hyper's client, one stream at a time per
-//! connection, as the tests' tonic client speaks it but without tonic's
-//! buffer task). Three subjects take turns in three rounds:
+//! service over gRPC on HTTP/2 (h2's client, one stream at a time per
+//! connection, a call's headers and message in one TCP segment as Envoy
+//! sends them). Four subjects take turns in three rounds:
 //!
 //! - `proxy 429`: `floodgate proxy` under `fixed-window:1/1h`, every
 //!   request refused after the first;
@@ -23,7 +23,7 @@
 //! second, the p50, p99, p99.99 and max of a call as the client saw it,
 //! and the server's CPU time per call (the sum over its threads'
 //! `/proc/PID/task/*/schedstat`), which does not count the client's own
-//! work. The ratio is the proxy's calls per second over the service's: a
+//! work. The ratio is the proxy's calls per second over the subject's: a
 //! call's cost against the proxy's refusal, 1.0x being the same.
 
 use std::fmt::Write as _;
