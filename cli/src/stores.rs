@@ -82,6 +82,18 @@ pub fn held(backend: Option<&str>, lease: bool, lease_term: Option<&str>) -> Str
     }
 }
 
+/// Refuses a `--state-every` of zero, which would save without a pause.
+///
+/// # Errors
+///
+/// `--state-every: ` and why.
+pub fn check_state_every(every: Option<&crate::args::Span>) -> Result<(), String> {
+    if every.is_some_and(|every| every.nanos == 0) {
+        return Err("--state-every: expected a duration longer than 0".to_owned());
+    }
+    Ok(())
+}
+
 /// Checks that `--state`'s `path` can be written now, so that a path that
 /// cannot is found before anything is served, not at the stop with the
 /// state lost.

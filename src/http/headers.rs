@@ -178,16 +178,11 @@ impl RateLimitHeaders {
     /// so a layer stacked inside another adds its own member to each list;
     /// `Retry-After` and the legacy headers replace any already there.
     pub(crate) fn apply(&self, headers: &mut HeaderMap) {
-        headers.append(RATELIMIT_POLICY.clone(), self.policy.clone());
-        headers.append(RATELIMIT.clone(), self.ratelimit.clone());
-        if let Some(seconds) = self.retry_after {
-            headers.insert(RETRY_AFTER, seconds.into());
-        }
-        if self.legacy {
-            headers.insert(X_RATELIMIT_LIMIT.clone(), self.limit.into());
-            headers.insert(X_RATELIMIT_REMAINING.clone(), self.remaining.into());
-            if let Some(reset) = self.reset {
-                headers.insert(X_RATELIMIT_RESET.clone(), reset.into());
+        for (name, value) in self.pairs() {
+            if name == RATELIMIT_POLICY || name == RATELIMIT {
+                headers.append(name, value);
+            } else {
+                headers.insert(name, value);
             }
         }
     }

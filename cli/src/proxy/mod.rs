@@ -664,13 +664,8 @@ pub fn run(args: Args) -> ExitCode {
             "proxy,redis",
         ));
     }
-    // A saver's interval of zero would save without a pause.
-    if args
-        .state_every
-        .as_ref()
-        .is_some_and(|every| every.nanos == 0)
-    {
-        return usage("--state-every: expected a duration longer than 0");
+    if let Err(error) = stores::check_state_every(args.state_every.as_ref()) {
+        return usage(error);
     }
     if args.tier_header.is_some() && args.tier.is_empty() {
         return usage("--tier-header names a tier of --tier: give the tiers with --tier");

@@ -289,25 +289,21 @@ fn saved_and_loaded(
     Ok((limits, loaded.clients, loaded.afresh))
 }
 
+/// What `key` has left under the limit `id`, in memory.
+fn remaining(limits: &Limits, id: &str, key: &str) -> u64 {
+    limits
+        .limiter(id)
+        .expect("counted in memory")
+        .remaining(key)
+}
+
 #[test]
 fn a_state_keeps_each_limits_clients_and_other_rules_are_refused_or_start_afresh() {
     // The same rules: both clients as they were.
     let (limits, clients, afresh) = saved_and_loaded(PER_SECOND, false).unwrap();
     assert_eq!((clients, afresh.len()), (2, 0));
-    assert_eq!(
-        limits
-            .limiter("api.client")
-            .unwrap()
-            .remaining("6:client1:a"),
-        1
-    );
-    assert_eq!(
-        limits
-            .limiter("api.plan")
-            .unwrap()
-            .remaining("4:plan4:free"),
-        0
-    );
+    assert_eq!(remaining(&limits, "api.client", "6:client1:a"), 1);
+    assert_eq!(remaining(&limits, "api.plan", "4:plan4:free"), 0);
     // The plan's limit raised: refused, naming the limit and both rules.
     let raised = PER_SECOND.replace(
         "{unit: minute, requests_per_unit: 1}",
@@ -325,21 +321,10 @@ fn a_state_keeps_each_limits_clients_and_other_rules_are_refused_or_start_afresh
     // Carried over: the plan afresh, the client's limit as it was.
     let (limits, clients, afresh) = saved_and_loaded(&raised, true).unwrap();
     assert_eq!((clients, afresh), (1, vec!["api.plan".to_owned()]));
-    assert_eq!(
-        limits
-            .limiter("api.client")
-            .unwrap()
-            .remaining("6:client1:a"),
-        1
-    );
-    assert_eq!(
-        limits
-            .limiter("api.plan")
-            .unwrap()
-            .remaining("4:plan4:free"),
-        3
-    );
+    assert_eq!(remaining(&limits, "api.client", "6:client1:a"), 1);
+    assert_eq!(remaining(&limits, "api.plan", "4:plan4:free"), 3);
 }
+
 #[tokio::test]
 async fn a_held_unit_is_released_after_its_hold_and_at_once_when_refused() {
     let text = format!(

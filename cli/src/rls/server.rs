@@ -162,12 +162,8 @@ pub fn run(args: Args) -> ExitCode {
     if args.reload_every.nanos == 0 {
         return usage("--reload-every: expected a duration longer than 0");
     }
-    if args
-        .state_every
-        .as_ref()
-        .is_some_and(|every| every.nanos == 0)
-    {
-        return usage("--state-every: expected a duration longer than 0");
+    if let Err(error) = stores::check_state_every(args.state_every.as_ref()) {
+        return usage(error);
     }
     let texts = match Config::read(&args.config) {
         Ok(texts) => texts,

@@ -75,8 +75,8 @@ impl tower::Service<http::Request<Body>> for RateLimitService {
 
 /// The method: one message in, one decision out. With every store in
 /// memory it is decided on the calling task, at once (a decision is a few
-/// lock-free steps, nothing to wait for, nothing allocated); with Redis,
-/// on a future of its own that awaits Redis's answers.
+/// lock-free steps, nothing to wait for, no future boxed); with Redis, on
+/// a future of its own that awaits Redis's answers.
 struct ShouldRateLimit {
     limits: Arc<ArcSwap<Limits>>,
     calls: Arc<CallStats>,
